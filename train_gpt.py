@@ -472,3 +472,6 @@ def softcap_ce_loss_naive(x: Tensor, weight: Tensor, targets: Tensor, softcap: f
     logits = x @ weight.to(x.dtype).t()
     z = softcap * torch.tanh(logits.float() / softcap)
     return F.cross_entropy(z, targets)
+
+
+# ---- Triton kernel section (being written in .dev/triton_loss_section.py; spliced in here) ----
