@@ -19,6 +19,7 @@ reference and Triton kernel), model, optimizers, evaluation, export, training, m
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import glob
@@ -474,4 +475,628 @@ def softcap_ce_loss_naive(x: Tensor, weight: Tensor, targets: Tensor, softcap: f
     return F.cross_entropy(z, targets)
 
 
+def triton_unavailable_reason():  # TEMPORARY until the kernel section is spliced in
+    return "kernel not spliced in yet"
+
+
 # ---- Triton kernel section (being written in .dev/triton_loss_section.py; spliced in here) ----
+
+
+def resolve_loss_impl(requested: str, device: torch.device) -> tuple[str, str]:
+    """LOSS_IMPL=auto picks Triton on CUDA; returns (impl, why) so the log says which path runs."""
+    reason = triton_unavailable_reason()
+    if requested == "triton" and reason is not None:
+        raise ConfigError(f"LOSS_IMPL=triton, but the Triton kernel cannot run here: {reason}. "
+                          "Use LOSS_IMPL=torch (or auto).")
+    if requested == "auto":
+        if device.type != "cuda":
+            return "torch", "auto_no_cuda"
+        if reason is not None:
+            return "torch", "auto_triton_unavailable: " + reason
+        return "triton", "auto_cuda"
+    return requested, "forced_by_LOSS_IMPL"
+
+
+def softcap_ce_loss(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, chunk_tokens: int,
+                    impl: str) -> Tensor:
+    if impl == "triton":
+        return softcap_ce_loss_triton(x, weight, targets, softcap, chunk_tokens)
+    return softcap_ce_loss_torch(x, weight, targets, softcap, chunk_tokens)
+
+
+# =================================================================================================
+# Model
+# A GPT with a U-Net-like skip structure: the first half of the blocks store their outputs, the
+# second half adds them back in reverse order through learned per-channel weights. Every block
+# also mixes its input with x0 (the normalised embedding) through a learned resid_mix. Attention
+# uses RMS-normalised q and k, rotary embeddings, a learned per-head gain on q, and grouped-query
+# attention. Output projections start at zero, so each block starts as the identity.
+# Parameters stay fp32; matmuls run in bf16 under autocast on CUDA; the residual stream is bf16.
+# =================================================================================================
+
+CONTROL_TENSOR_NAMES = ("attn_scale", "mlp_scale", "resid_mix", "q_gain", "skip_weights")
+
+
+def rms_norm(x: Tensor) -> Tensor:
+    return F.rms_norm(x, (x.size(-1),))
+
+
+class CastedLinear(nn.Linear):
+    """A bias-free linear layer whose fp32 weight is cast to the input's dtype at the matmul."""
+
+    def __init__(self, in_features: int, out_features: int, zero_init: bool = False):
+        super().__init__(in_features, out_features, bias=False)
+        if zero_init:
+            nn.init.zeros_(self.weight)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight.to(x.dtype))
+
+
+def rotary_cos_sin(seq_len: int, head_dim: int, base: float, device: torch.device) -> tuple[Tensor, Tensor]:
+    inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+    freqs = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
+    return freqs.cos()[None, None], freqs.sin()[None, None]  # (1, 1, T, head_dim/2)
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    half = x.size(-1) // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin), dim=-1)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, dim: int, num_heads: int, num_kv_heads: int, rope_base: float, qk_gain_init: float):
+        super().__init__()
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
+        self.head_dim = dim // num_heads
+        self.rope_base = rope_base
+        self.c_q = CastedLinear(dim, dim)
+        self.c_k = CastedLinear(dim, num_kv_heads * self.head_dim)
+        self.c_v = CastedLinear(dim, num_kv_heads * self.head_dim)
+        self.proj = CastedLinear(dim, dim, zero_init=True)
+        self.q_gain = nn.Parameter(torch.full((num_heads,), qk_gain_init))
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, T, C = x.shape
+        q = self.c_q(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        k = self.c_k(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
+        v = self.c_v(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        cos, sin = rotary_cos_sin(T, self.head_dim, self.rope_base, x.device)
+        q = apply_rotary(rms_norm(q), cos, sin) * self.q_gain.to(q.dtype)[None, :, None, None]
+        k = apply_rotary(rms_norm(k), cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           enable_gqa=self.num_kv_heads != self.num_heads)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, mlp_mult: int):
+        super().__init__()
+        self.fc = CastedLinear(dim, mlp_mult * dim)
+        self.proj = CastedLinear(mlp_mult * dim, dim, zero_init=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(torch.relu(self.fc(x)).square())  # relu^2
+
+
+class Block(nn.Module):
+    def __init__(self, args: Hyperparameters):
+        super().__init__()
+        dim = args.model_dim
+        self.attn = CausalSelfAttention(dim, args.num_heads, args.num_kv_heads, args.rope_base, args.qk_gain_init)
+        self.mlp = MLP(dim, args.mlp_mult)
+        self.attn_scale = nn.Parameter(torch.ones(dim))
+        self.mlp_scale = nn.Parameter(torch.ones(dim))
+        self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))))  # (2, dim)
+
+    def forward(self, x: Tensor, x0: Tensor) -> Tensor:
+        mix = self.resid_mix.to(x.dtype)
+        x = mix[0] * x + mix[1] * x0
+        x = x + self.attn_scale.to(x.dtype) * self.attn(rms_norm(x))
+        return x + self.mlp_scale.to(x.dtype) * self.mlp(rms_norm(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, args: Hyperparameters, loss_impl: str = "torch", activation_dtype=torch.float32):
+        super().__init__()
+        self.logit_softcap, self.loss_chunk_tokens = args.logit_softcap, args.loss_chunk_tokens
+        self.loss_impl, self.activation_dtype = loss_impl, activation_dtype
+        self.tok_emb = nn.Embedding(args.vocab_size, args.model_dim)
+        nn.init.normal_(self.tok_emb.weight, std=args.tied_embed_init_std if args.tie_embeddings else 1.0)
+        self.num_encoder_layers = args.num_layers // 2
+        self.num_decoder_layers = args.num_layers - self.num_encoder_layers
+        num_skips = min(self.num_encoder_layers, self.num_decoder_layers)
+        self.skip_weights = nn.Parameter(torch.ones(num_skips, args.model_dim))
+        self.blocks = nn.ModuleList(Block(args) for _ in range(args.num_layers))
+        self.lm_head = None if args.tie_embeddings else CastedLinear(args.model_dim, args.vocab_size, zero_init=True)
+
+    def forward(self, input_ids: Tensor, target_ids: Tensor) -> Tensor:
+        """input_ids, target_ids: (B, T) int64 -> mean cross entropy over all B*T tokens (fp32)."""
+        x = rms_norm(self.tok_emb(input_ids)).to(self.activation_dtype)  # (B, T, C)
+        x0, skips = x, []
+        for block in self.blocks[: self.num_encoder_layers]:
+            x = block(x, x0)
+            skips.append(x)
+        for i, block in enumerate(self.blocks[self.num_encoder_layers :]):
+            if skips:
+                x = x + self.skip_weights[i].to(x.dtype) * skips.pop()
+            x = block(x, x0)
+        x = rms_norm(x).to(self.activation_dtype).reshape(-1, x.size(-1))  # (B*T, C)
+        head = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
+        return softcap_ce_loss(x, head, target_ids.reshape(-1), self.logit_softcap, self.loss_chunk_tokens,
+                               self.loss_impl)
+
+
+# =================================================================================================
+# Optimizers
+# Muon for the 2-D matrices inside the blocks: Nesterov momentum, then the update is replaced by
+# the nearest semi-orthogonal matrix (Newton-Schulz in bf16), scaled by sqrt(max(1, rows/cols)).
+# Each rank orthogonalises every world_size-th matrix and the updates are summed across ranks.
+# Adam for the embedding (and untied head) and for vectors, scalars and control tensors.
+# =================================================================================================
+
+NEWTON_SCHULZ_COEFFS = (3.4445, -4.7750, 2.0315)  # quintic: pushes singular values toward ~1 fast
+
+
+def newton_schulz_orthogonalize(G: Tensor, steps: int, eps: float = 1e-7) -> Tensor:
+    """Approximately U V^T for G = U S V^T, computed in bf16 (singular values end in ~[0.7, 1.2])."""
+    a, b, c = NEWTON_SCHULZ_COEFFS
+    X = G.bfloat16()
+    X = X / (X.norm() + eps)  # spectral norm <= Frobenius norm <= 1: inside the iteration's basin
+    transposed = G.size(0) > G.size(1)
+    if transposed:
+        X = X.T  # iterate on the wide side: (rows, rows) Gram matrices are the small ones
+    for _ in range(steps):
+        A = X @ X.T
+        X = a * X + (b * A + c * A @ A) @ X
+    return X.T if transposed else X
+
+
+class Muon(torch.optim.Optimizer):
+    def __init__(self, params, lr: float, momentum: float, backend_steps: int, orthogonalize=None):
+        super().__init__(params, dict(lr=lr, momentum=momentum, backend_steps=backend_steps))
+        self.orthogonalize = orthogonalize or newton_schulz_orthogonalize
+
+    @torch.no_grad()
+    def step(self):
+        distributed = dist.is_available() and dist.is_initialized()
+        world_size, rank = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
+        for group in self.param_groups:
+            params = group["params"]
+            # bf16 on GPU halves the all-reduce; gloo (CPU) reduces fp32 only
+            dtype = torch.bfloat16 if params[0].is_cuda else torch.float32
+            updates = torch.zeros(sum(p.numel() for p in params), device=params[0].device, dtype=dtype)
+            offset = 0
+            for i, p in enumerate(params):
+                if i % world_size == rank and p.grad is not None:
+                    buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p.grad))
+                    buf.mul_(group["momentum"]).add_(p.grad)
+                    g = p.grad.add(buf, alpha=group["momentum"])  # Nesterov
+                    g = self.orthogonalize(g, group["backend_steps"])
+                    g = g * max(1.0, g.size(0) / g.size(1)) ** 0.5
+                    updates[offset : offset + p.numel()] = g.reshape(-1).to(dtype)
+                offset += p.numel()
+            if distributed:
+                dist.all_reduce(updates, op=dist.ReduceOp.SUM)
+            offset = 0
+            for p in params:
+                p.add_(updates[offset : offset + p.numel()].view_as(p).to(p.dtype), alpha=-group["lr"])
+                offset += p.numel()
+
+
+def is_control_tensor(name: str) -> bool:
+    return any(pattern in name for pattern in CONTROL_TENSOR_NAMES)
+
+
+def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> list[torch.optim.Optimizer]:
+    block_params = list(model.blocks.named_parameters())
+    matrix_params = [p for n, p in block_params if p.ndim == 2 and not is_control_tensor(n)]
+    scalar_params = [p for n, p in block_params if p.ndim < 2 or is_control_tensor(n)] + [model.skip_weights]
+    embed_lr = args.tied_embed_lr if model.lm_head is None else args.embed_lr
+    adam_groups = [dict(params=[model.tok_emb.weight], lr=embed_lr, base_lr=embed_lr),
+                   dict(params=scalar_params, lr=args.scalar_lr, base_lr=args.scalar_lr)]
+    if model.lm_head is not None:
+        adam_groups.append(dict(params=[model.lm_head.weight], lr=args.head_lr, base_lr=args.head_lr))
+    adam = torch.optim.Adam(adam_groups, betas=(args.beta1, args.beta2), eps=args.adam_eps,
+                            fused=model.tok_emb.weight.is_cuda)
+    muon = Muon(matrix_params, lr=args.matrix_lr, momentum=args.muon_momentum,
+                backend_steps=args.muon_backend_steps, orthogonalize=orthogonalize)
+    for group in muon.param_groups:
+        group["base_lr"] = args.matrix_lr
+    return [adam, muon]
+
+
+# =================================================================================================
+# Evaluation: bits per byte
+# Loss per token depends on the tokenizer; bits per byte does not, so that is the score. Bytes are
+# counted from the SentencePiece pieces of the targets: a byte-fallback piece is 1 byte, a normal
+# piece is its UTF-8 length, and its leading "▁" (a space) counts 1 byte only when the previous
+# token is not a control/unknown/unused token (after BOS, decoding drops that space).
+# =================================================================================================
+
+
+@dataclass
+class ValData:
+    """The validation split and what turns its loss into bits per byte."""
+
+    tokens: Tensor  # (N,) int64 on CPU, trimmed to whole sequences + 1
+    base_bytes: Tensor  # (V,) int16: UTF-8 bytes of each piece, without its leading "▁"
+    has_leading_space: Tensor  # (V,) bool
+    is_boundary: Tensor  # (V,) bool: control/unknown/unused tokens; no space is counted after them
+    seq_len: int
+    batch_seqs: int  # sequences per rank per evaluation batch
+
+
+def load_tokenizer(path: str, vocab_size: int):
+    import sentencepiece as spm
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"TOKENIZER_PATH={path}: no such file. Point TOKENIZER_PATH at the .model file "
+                                "the shards were made with (data/README.md says where to get one).")
+    sp = spm.SentencePieceProcessor(model_file=str(path))
+    if sp.vocab_size() != vocab_size:
+        raise ConfigError(f"TOKENIZER_PATH={path} has a vocabulary of {sp.vocab_size()} but VOCAB_SIZE="
+                          f"{vocab_size}: set VOCAB_SIZE={sp.vocab_size()} or use the matching tokenizer.")
+    return sp
+
+
+def build_byte_luts(sp, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
+    base_bytes = np.zeros(vocab_size, dtype=np.int16)
+    has_leading_space = np.zeros(vocab_size, dtype=np.bool_)
+    is_boundary = np.ones(vocab_size, dtype=np.bool_)
+    for i in range(sp.vocab_size()):
+        if sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i):
+            continue
+        is_boundary[i] = False
+        if sp.is_byte(i):
+            base_bytes[i] = 1
+            continue
+        piece = sp.id_to_piece(i)
+        if piece.startswith("\u2581"):
+            has_leading_space[i], piece = True, piece[1:]
+        base_bytes[i] = len(piece.encode("utf-8"))
+    return torch.from_numpy(base_bytes), torch.from_numpy(has_leading_space), torch.from_numpy(is_boundary)
+
+
+def target_bytes(x: Tensor, y: Tensor, val: ValData) -> Tensor:
+    """Bytes of text each target token y stands for, given the previous token x (same shapes)."""
+    space = val.has_leading_space[y] & ~val.is_boundary[x]
+    return val.base_bytes[y].to(torch.int64) + space.to(torch.int64)
+
+
+def load_validation(args: Hyperparameters, ctx: DistContext, sp) -> ValData:
+    files = find_shards(os.path.join(args.data_path, "fineweb_val_*.bin"), "validation")
+    tokens = torch.cat([load_data_shard(f) for f in files]).to(torch.int64)
+    usable = (tokens.numel() - 1) // args.train_seq_len * args.train_seq_len
+    if usable < args.train_seq_len * ctx.world_size:
+        raise ConfigError(f"the validation split ({tokens.numel()} tokens in {files[0].parent}) is shorter than "
+                          f"one TRAIN_SEQ_LEN={args.train_seq_len} sequence (+1) per rank: use more "
+                          "validation data or a smaller TRAIN_SEQ_LEN.")
+    if int(tokens.max()) >= args.vocab_size:
+        raise ConfigError(f"validation shards in {files[0].parent} hold token id {int(tokens.max())} >= "
+                          f"VOCAB_SIZE={args.vocab_size}: they were made with another tokenizer.")
+    luts = [t.to(ctx.device) for t in build_byte_luts(sp, args.vocab_size)]
+    batch_seqs = args.val_batch_size // (ctx.world_size * ctx.grad_accum_steps) // args.train_seq_len
+    return ValData(tokens[: usable + 1], *luts, args.train_seq_len, max(batch_seqs, 1))
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, val: ValData, ctx: DistContext, autocast) -> tuple[float, float]:
+    """(val_loss in nats per token, val_bpb) over the whole split; each rank takes a contiguous part."""
+    T = val.seq_len
+    total_seqs = (val.tokens.numel() - 1) // T
+    first, last = total_seqs * ctx.rank // ctx.world_size, total_seqs * (ctx.rank + 1) // ctx.world_size
+    sums = torch.zeros(3, dtype=torch.float64, device=ctx.device)  # loss * tokens, tokens, bytes
+    was_training = model.training
+    model.eval()
+    for start in range(first, last, val.batch_seqs):
+        end = min(start + val.batch_seqs, last)
+        local = val.tokens[start * T : end * T + 1].to(ctx.device, non_blocking=True)
+        x, y = local[:-1].view(-1, T), local[1:].view(-1, T)
+        with autocast():
+            loss = model(x, y)
+        sums[0] += loss.double() * y.numel()
+        sums[1] += y.numel()
+        sums[2] += target_bytes(x, y, val).sum()
+    if ctx.distributed:
+        dist.all_reduce(sums)
+    model.train(was_training)
+    val_loss = (sums[0] / sums[1]).item()
+    bits_per_token = val_loss / math.log(2.0)
+    return val_loss, bits_per_token * (sums[1] / sums[2]).item()
+
+
+# =================================================================================================
+# Export: int8 + zlib, and the round trip that the score is measured after
+# 2-D float tensors larger than 65,536 elements become int8 with one fp16 scale per row (clipped
+# at a high percentile of |w| so one outlier does not waste the row's range); smaller tensors stay
+# fp16, control tensors fp32 (they are few and sensitive). zlib level 9 compresses the result.
+# =================================================================================================
+
+QUANT_KEEP_FLOAT_MAX_NUMEL = 65_536
+QUANT_CLIP_QUANTILE = 0.9999984  # the 99.99984th percentile of |w| in each row
+QUANT_MAX = 127
+ARTIFACT_LIMIT_BYTES = 16_000_000
+
+
+def quantize_state_dict(state_dict: dict[str, Tensor]) -> dict:
+    quantized, scales, kept = {}, {}, {}
+    for name, tensor in state_dict.items():
+        t = tensor.detach().to("cpu")
+        if not t.is_floating_point():
+            kept[name] = t
+        elif t.numel() <= QUANT_KEEP_FLOAT_MAX_NUMEL:
+            kept[name] = t.float() if is_control_tensor(name) else t.half()
+        else:
+            t32 = t.float().reshape(t.size(0), -1)  # (rows, cols); rows are output channels
+            clip = torch.quantile(t32.abs(), QUANT_CLIP_QUANTILE, dim=1)
+            scale = torch.where(clip > 0, clip / QUANT_MAX, torch.ones_like(clip))
+            q = torch.round(torch.clamp(t32, -clip[:, None], clip[:, None]) / scale[:, None])
+            quantized[name] = q.clamp(-QUANT_MAX, QUANT_MAX).to(torch.int8).reshape(t.shape)
+            scales[name] = scale.half()
+    return {"format": "int8_per_row_v1", "quantized": quantized, "scales": scales, "kept": kept}
+
+
+def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:
+    out = dict(obj["kept"])
+    for name, q in obj["quantized"].items():
+        scale = obj["scales"][name].float()
+        out[name] = (q.float().reshape(q.size(0), -1) * scale[:, None]).reshape(q.shape)
+    return out
+
+
+def save_artifact(model: nn.Module, path: str) -> int:
+    """Quantize, compress and write atomically; returns the compressed size in bytes."""
+    buffer = io.BytesIO()
+    torch.save(quantize_state_dict(model.state_dict()), buffer)
+    blob = zlib.compress(buffer.getvalue(), level=9)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_bytes(blob)
+    os.replace(tmp, path)
+    return len(blob)
+
+
+def load_artifact(path: str) -> dict[str, Tensor]:
+    blob = Path(path).read_bytes()
+    return dequantize_state_dict(torch.load(io.BytesIO(zlib.decompress(blob)), map_location="cpu"))
+
+
+# =================================================================================================
+# Training
+# The clock covers training steps only: compile warm-up runs first and its effects on weights,
+# optimizer state and data position are undone; validation pauses the clock. With a wallclock cap,
+# the learning rate decays linearly over the last WARMDOWN_ITERS * (average step time) of the cap,
+# and all ranks agree on the step to stop at.
+# =================================================================================================
+
+NO_BAD_STEP = 2**62  # "no non-finite loss seen yet", kept on the device to avoid a sync per step
+
+
+def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
+    if args.warmdown_iters <= 0:
+        return 1.0
+    if args.max_wallclock_seconds <= 0:
+        warmdown_start = max(args.iterations - args.warmdown_iters, 0)
+        return (args.iterations - step) / args.warmdown_iters if step >= warmdown_start else 1.0
+    warmdown_ms = args.warmdown_iters * elapsed_ms / max(step, 1)
+    remaining_ms = max(1000.0 * args.max_wallclock_seconds - elapsed_ms, 0.0)
+    return remaining_ms / max(warmdown_ms, 1e-9) if remaining_ms <= warmdown_ms else 1.0
+
+
+def muon_momentum(step: int, args: Hyperparameters) -> float:
+    frac = min(step / args.muon_momentum_warmup_steps, 1.0) if args.muon_momentum_warmup_steps > 0 else 1.0
+    return (1 - frac) * args.muon_momentum_warmup_start + frac * args.muon_momentum
+
+
+def train_step(model: nn.Module, optimizers: list, loader: DistributedTokenLoader, args: Hyperparameters,
+               ctx: DistContext, autocast, step: int, lr_scale: float) -> Tensor:
+    """One optimizer step over TRAIN_BATCH_TOKENS; returns this rank's mean loss (on the device)."""
+    micro_batch_tokens = args.train_batch_tokens // GRAD_ACCUM_TOTAL
+    total_loss = torch.zeros((), device=ctx.device)
+    for micro_step in range(ctx.grad_accum_steps):
+        if ctx.distributed:  # all-reduce gradients once, after the last micro-batch
+            model.require_backward_grad_sync = micro_step == ctx.grad_accum_steps - 1
+        x, y = loader.next_batch(micro_batch_tokens, args.train_seq_len)
+        with autocast():
+            loss = model(x, y)
+        total_loss += loss.detach()
+        (loss / ctx.grad_accum_steps).backward()
+    for opt in optimizers:
+        for group in opt.param_groups:
+            group["lr"] = group["base_lr"] * lr_scale
+            if isinstance(opt, Muon):
+                group["momentum"] = muon_momentum(step, args)
+    if args.grad_clip_norm > 0:
+        params = [p for opt in optimizers for g in opt.param_groups for p in g["params"]]
+        torch.nn.utils.clip_grad_norm_(params, args.grad_clip_norm)
+    for opt in optimizers:
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return total_loss / ctx.grad_accum_steps
+
+
+def warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logger) -> float:
+    """Run WARMUP_STEPS real steps so compilation happens off the clock, then undo them."""
+    if args.warmup_steps == 0:
+        return 0.0
+    sync(ctx.device)
+    t0 = time.perf_counter()
+    model_state = {k: v.detach().clone() for k, v in base_model.state_dict().items()}
+    optimizer_states = [copy_state(opt.state_dict()) for opt in optimizers]
+    loader = DistributedTokenLoader(os.path.join(args.data_path, "fineweb_train_*.bin"), ctx)
+    for step in range(args.warmup_steps):
+        train_step(model, optimizers, loader, args, ctx, autocast, step, 1.0)
+    base_model.load_state_dict(model_state)
+    for opt, state in zip(optimizers, optimizer_states):
+        opt.load_state_dict(state)
+    sync(ctx.device)
+    warmup_ms = 1000 * (time.perf_counter() - t0)
+    logger.log(warmup_steps=args.warmup_steps, warmup_time=f"{warmup_ms:.0f}ms")
+    return warmup_ms
+
+
+def copy_state(state):
+    if isinstance(state, Tensor):
+        return state.detach().clone()
+    if isinstance(state, dict):
+        return {k: copy_state(v) for k, v in state.items()}
+    if isinstance(state, list):
+        return [copy_state(v) for v in state]
+    return state
+
+
+def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
+    if ctx.distributed:
+        dist.all_reduce(bad_step, op=dist.ReduceOp.MIN)
+    step = int(bad_step.item())
+    if step != NO_BAD_STEP:
+        raise FloatingPointError(f"train_loss is not finite at step {step}: lower the learning rates "
+                                 "(MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM.")
+
+
+def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logger) -> int:
+    loader = DistributedTokenLoader(os.path.join(args.data_path, "fineweb_train_*.bin"), ctx)
+    max_ms = 1000.0 * args.max_wallclock_seconds if args.max_wallclock_seconds > 0 else None
+    training_ms, stop_after, step = 0.0, None, 0
+    bad_step = torch.full((), NO_BAD_STEP, dtype=torch.int64, device=ctx.device)
+    sync(ctx.device)
+    t0 = time.perf_counter()
+    while True:
+        last_step = step == args.iterations or (stop_after is not None and step >= stop_after)
+        if last_step or (args.val_loss_every > 0 and step % args.val_loss_every == 0):
+            sync(ctx.device)
+            training_ms += 1000 * (time.perf_counter() - t0)
+            check_finite(bad_step, ctx)
+            val_loss, val_bpb = evaluate(base_model, val, ctx, autocast)
+            logger.log(step=f"{step}/{args.iterations}", val_loss=val_loss, val_bpb=val_bpb,
+                       train_time=f"{training_ms:.0f}ms", step_avg=f"{training_ms / max(step, 1):.2f}ms")
+            sync(ctx.device)
+            t0 = time.perf_counter()
+        if last_step:
+            break
+        elapsed_ms = training_ms + 1000 * (time.perf_counter() - t0)
+        loss = train_step(model, optimizers, loader, args, ctx, autocast, step,
+                          lr_multiplier(step, elapsed_ms, args))
+        bad_step = torch.minimum(bad_step, torch.where(torch.isfinite(loss), NO_BAD_STEP, step + 1))
+        step += 1
+        elapsed_ms = training_ms + 1000 * (time.perf_counter() - t0)
+        reached_cap = max_ms is not None and elapsed_ms >= max_ms
+        if ctx.distributed and max_ms is not None:  # stop together, even if clocks differ a little
+            flag = torch.tensor(int(reached_cap), device=ctx.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            reached_cap = bool(flag.item())
+        if stop_after is None and reached_cap:
+            stop_after = step
+        if step <= 10 or step % args.train_log_every == 0 or stop_after is not None:
+            check_finite(bad_step, ctx)
+            logger.log(step=f"{step}/{args.iterations}", train_loss=loss.item(), train_time=f"{elapsed_ms:.0f}ms",
+                       step_avg=f"{elapsed_ms / step:.2f}ms",
+                       tokens_per_s=f"{step * args.train_batch_tokens / (elapsed_ms / 1000):.0f}")
+    if stop_after is not None and stop_after < args.iterations:
+        logger.log(stopping_early="wallclock_cap", train_time=f"{training_ms:.0f}ms", step=f"{step}/{args.iterations}")
+    return step
+
+
+def export_and_roundtrip(base_model, args, ctx, autocast, val: ValData, logger) -> tuple[float, float]:
+    """Rank 0 writes the artifact; every rank loads it back and the score is evaluated on that."""
+    if ctx.is_main:
+        model_bytes = save_artifact(base_model, args.artifact_path)
+        code_bytes = len(Path(__file__).read_bytes())
+        total = code_bytes + model_bytes
+        logger.log(artifact=args.artifact_path, code_bytes=code_bytes, model_bytes=model_bytes, total_bytes=total,
+                   limit_bytes=ARTIFACT_LIMIT_BYTES, within_limit="yes" if total <= ARTIFACT_LIMIT_BYTES else "NO")
+    if ctx.distributed:
+        dist.barrier()
+    base_model.load_state_dict(load_artifact(args.artifact_path), strict=True)
+    sync(ctx.device)
+    t0 = time.perf_counter()
+    val_loss, val_bpb = evaluate(base_model, val, ctx, autocast)
+    logger.log(roundtrip_val_loss=val_loss, roundtrip_val_bpb=val_bpb, eval_time=f"{1000 * (time.perf_counter() - t0):.0f}ms")
+    logger.text(f"final_int8_zlib_roundtrip_exact val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f}")
+    return val_loss, val_bpb
+
+
+# =================================================================================================
+# main
+# =================================================================================================
+
+
+def check_inputs(args: Hyperparameters) -> Path:
+    """Everything that can be checked before a process group or a GPU is touched; returns the log path."""
+    for path in find_shards(os.path.join(args.data_path, "fineweb_train_*.bin"), "training"):
+        read_shard_header(path)
+    for path in find_shards(os.path.join(args.data_path, "fineweb_val_*.bin"), "validation"):
+        read_shard_header(path)
+    load_tokenizer(args.tokenizer_path, args.vocab_size)
+    if not args.run_id:
+        args.run_id = time.strftime("%Y%m%d_%H%M%S_") + uuid.uuid4().hex[:8]
+    log_path = Path(args.log_dir) / f"{args.run_id}.txt"
+    if log_path.exists():
+        raise ConfigError(f"{log_path} already exists: set another RUN_ID (logs are never overwritten).")
+    return log_path
+
+
+def log_header(logger: Logger, args: Hyperparameters, ctx: DistContext, loss_impl: str, why: str) -> None:
+    logger.text(Path(__file__).read_text(encoding="utf-8"), console=False)
+    logger.text("=" * 100, console=False)
+    gpu = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "none"
+    logger.log(python=platform.python_version(), torch=torch.__version__, cuda=torch.version.cuda, gpu=gpu.replace(" ", "_"),
+               world_size=ctx.world_size, grad_accum_steps=ctx.grad_accum_steps, device=ctx.device.type)
+    logger.text("config:" + json.dumps(dataclasses.asdict(args), sort_keys=True))
+    logger.log(loss_impl=loss_impl, loss_impl_reason=why.replace(" ", "_"), compile=args.compile and ctx.device.type == "cuda")
+
+
+def run(args: Hyperparameters, ctx: DistContext, logger: Logger) -> None:
+    sp = load_tokenizer(args.tokenizer_path, args.vocab_size)
+    loss_impl, why = resolve_loss_impl(args.loss_impl, ctx.device)
+    log_header(logger, args, ctx, loss_impl, why)
+    val = load_validation(args, ctx, sp)
+    on_cuda = ctx.device.type == "cuda"
+    if on_cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if on_cuda else contextlib.nullcontext
+    torch.manual_seed(args.seed)
+    base_model = GPT(args, loss_impl, torch.bfloat16 if on_cuda else torch.float32).to(ctx.device)
+    logger.log(model_params=sum(p.numel() for p in base_model.parameters()), val_tokens=val.tokens.numel() - 1)
+    use_compile = args.compile and on_cuda
+    model = torch.compile(base_model, dynamic=False, fullgraph=True) if use_compile else base_model
+    if ctx.distributed:
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[ctx.local_rank] if on_cuda else None,
+                                                    broadcast_buffers=False)
+    orthogonalize = torch.compile(newton_schulz_orthogonalize) if use_compile else None
+    optimizers = build_optimizers(base_model, args, orthogonalize)
+    warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logger)
+    steps = train(model, base_model, optimizers, args, ctx, autocast, val, logger)
+    if on_cuda:
+        logger.log(peak_memory_allocated=f"{torch.cuda.max_memory_allocated() // 2**20}MiB",
+                   peak_memory_reserved=f"{torch.cuda.max_memory_reserved() // 2**20}MiB", steps=steps)
+    export_and_roundtrip(base_model, args, ctx, autocast, val, logger)
+
+
+def main() -> None:
+    args = Hyperparameters.from_env()
+    rank, _, _ = read_dist_env()
+    log_path = check_inputs(args)
+    ctx = setup_distributed()
+    logger = Logger(log_path if rank == 0 else None)
+    try:
+        run(args, ctx, logger)
+    except Exception as exc:  # keep the reason in the log, then fail as usual
+        logger.text(f"error:{type(exc).__name__} {exc}")
+        raise
+    finally:
+        logger.close()
+        teardown_distributed()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (ConfigError, ShardError, FileNotFoundError, FloatingPointError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
