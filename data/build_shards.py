@@ -1,0 +1,490 @@
+"""Build training shards from your own text, in the format train_gpt.py reads.
+
+Input: JSONL files (one document per line, in a `text` field; .gz/.xz/.bz2 are read as they are)
+or plain text files and folders of them (one document per file). Output, in --output:
+fineweb_val_NNNNNN.bin and fineweb_train_NNNNNN.bin (each document is BOS + its tokens, no EOS;
+documents run on across shard boundaries, so every shard but the last of a split holds exactly
+--shard-tokens tokens) and manifest.json (counts, settings and the sha256 of every file).
+
+  # train a 1024-token tokenizer on the text (the published tokenizer's settings) and shard it:
+  python3 data/build_shards.py my_docs.jsonl --output data/datasets/mytext_sp1024 --vocab-size 1024
+  # or tokenize with an existing tokenizer, e.g. the published sp1024 one:
+  python3 data/build_shards.py my_docs/ --output data/datasets/mytext_sp1024 \
+      --tokenizer data/tokenizers/fineweb_1024_bpe.model
+  # then train on it:
+  DATA_PATH=data/datasets/mytext_sp1024 TOKENIZER_PATH=data/tokenizers/mytext_sp1024.model \
+      VOCAB_SIZE=1024 python3 train_gpt.py
+
+The validation split is chosen per document by a hash of its UTF-8 text (below --val-fraction:
+validation), or given outright with --val FILE. So the same text lands in the same split whatever
+the tokenizer (val_bpb of two tokenizers is only comparable on the same text), the split does not
+depend on input order or worker count, and exact duplicates never straddle it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bz2
+import gzip
+import hashlib
+import io
+import json
+import lzma
+import multiprocessing
+import os
+import platform
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import train_gpt  # noqa: E402  (the shard format and its checks live in the trainer)
+
+# The published FineWeb tokenizers' trainer and normalizer settings, as stored in the model proto of
+# fineweb_1024_bpe.model (byte fallback: any byte is representable, so there is never an <unk>;
+# split_digits: numbers are spelled digit by digit; no dummy prefix: a document does not start with
+# a space). The ids are fixed because the shards store BOS = 1 and the trainer's bpb code relies on it.
+TOKENIZER_SETTINGS = dict(
+    model_type="bpe",
+    character_coverage=0.999,
+    byte_fallback=True,
+    split_digits=True,
+    hard_vocab_limit=False,
+    normalization_rule_name="nmt_nfkc",
+    add_dummy_prefix=False,
+    remove_extra_whitespaces=True,
+    pad_id=0,
+    bos_id=1,
+    eos_id=2,
+    unk_id=3,
+)
+BOS_ID = 1
+TOKENIZER_SEED = 1337
+MAX_SENTENCE_CHARS = 4096  # longer lines are cut into pieces for tokenizer training
+DEFAULT_SHARD_TOKENS = 100_000_000  # as the published shards
+DEFAULT_TOKENIZER_TRAIN_BYTES = 500_000_000
+BATCH_BYTES = 1 << 20  # text handed to a worker at a time
+COMPRESSED_SUFFIXES = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
+JSONL_SUFFIXES = {".jsonl", ".ndjson"}
+
+
+class BuildError(ValueError):
+    """Input or settings that cannot be built; the message says what to change."""
+
+
+# =================================================================================================
+# Reading documents
+# =================================================================================================
+
+
+def list_input_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Files named, and the files under folders named (sorted, hidden names skipped)."""
+    files = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file()
+                           and not any(part.startswith(".") for part in p.relative_to(path).parts))
+            if not found:
+                raise BuildError(f"{path}: the folder holds no files.")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise BuildError(f"{path}: no such file or folder.")
+    return files
+
+
+def open_text(path: Path):
+    opener = COMPRESSED_SUFFIXES.get(path.suffix, open)
+    return opener(path, "rt", encoding="utf-8", newline="")
+
+
+def is_jsonl(path: Path) -> bool:
+    name = path.with_suffix("") if path.suffix in COMPRESSED_SUFFIXES else path
+    return name.suffix in JSONL_SUFFIXES
+
+
+def iter_documents(files: Iterable[Path], text_field: str = "text") -> Iterator[str]:
+    """Every non-blank document, in file order: JSONL lines' `text_field`, or whole text files."""
+    for path in files:
+        try:
+            with open_text(path) as f:
+                if not is_jsonl(path):
+                    text = f.read()
+                    if text.strip():
+                        yield text
+                    continue
+                for line_number, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        text = json.loads(line)[text_field]
+                    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                        raise BuildError(f"{path}:{line_number}: not a JSON object with a {text_field!r} "
+                                         f"field ({type(exc).__name__}: {exc}). Use --text-field to "
+                                         "name the field that holds the text.") from None
+                    if not isinstance(text, str):
+                        raise BuildError(f"{path}:{line_number}: field {text_field!r} is not a string.")
+                    if text.strip():
+                        yield text
+        except UnicodeDecodeError as exc:
+            raise BuildError(f"{path}: not UTF-8 text ({exc}). Pass only text or JSONL files.") from None
+
+
+def unit_hash(text: str, purpose: bytes) -> float:
+    """A number in [0, 1) fixed by the text; `purpose` makes independent draws (split, sampling)."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8, person=purpose).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def is_validation(text: str, val_fraction: float) -> bool:
+    return unit_hash(text, b"val-split") < val_fraction
+
+
+def normalized_text(sp: spm.SentencePieceProcessor, text: str) -> str:
+    """The text that the tokens stand for: the tokenizer's normalization (NFKC, control characters
+    dropped, whitespace runs to one space, ends stripped), which is what decoding gives back."""
+    return sp.normalize(text).replace("\u2581", " ")
+
+
+# =================================================================================================
+# Tokenizer
+# =================================================================================================
+
+
+def training_lines(texts: Iterable[str]) -> Iterator[str]:
+    """SentencePiece trains on lines; newlines become spaces in normalization anyway."""
+    for text in texts:
+        for line in text.split("\n"):
+            line = line.strip()
+            for start in range(0, len(line), MAX_SENTENCE_CHARS):
+                yield line[start : start + MAX_SENTENCE_CHARS]
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int, model_path: Path,
+                    num_threads: int = 1) -> spm.SentencePieceProcessor:
+    """Train a BPE tokenizer with TOKENIZER_SETTINGS; write it to model_path (atomically)."""
+    if not 4 + 256 < vocab_size <= 65_536:
+        raise BuildError(f"--vocab-size {vocab_size} must be in (260, 65536]: 4 special tokens and 256 "
+                         "byte-fallback tokens come first, and shards store uint16 ids.")
+    spm.set_random_generator_seed(TOKENIZER_SEED)
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=training_lines(texts), model_writer=model,
+                                   vocab_size=vocab_size, num_threads=num_threads,
+                                   max_sentence_length=4 * MAX_SENTENCE_CHARS, input_sentence_size=0,
+                                   minloglevel=2, **TOKENIZER_SETTINGS)
+    model_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = model_path.with_name(model_path.name + f".tmp{os.getpid()}")
+    tmp.write_bytes(model.getvalue())
+    os.replace(tmp, model_path)
+    return load_tokenizer(model_path)
+
+
+def load_tokenizer(path: Path) -> spm.SentencePieceProcessor:
+    if not path.is_file():
+        raise BuildError(f"--tokenizer {path}: no such file.")
+    sp = spm.SentencePieceProcessor(model_file=str(path))
+    if sp.bos_id() != BOS_ID or sp.vocab_size() > 65_536:
+        raise BuildError(f"{path}: BOS id {sp.bos_id()} and vocabulary {sp.vocab_size()}; shards need BOS id "
+                         f"{BOS_ID} and at most 65536 tokens. Train one with --vocab-size instead.")
+    return sp
+
+
+# =================================================================================================
+# Encoding: worker processes turn batches of documents into token arrays
+# =================================================================================================
+
+_worker_sp: spm.SentencePieceProcessor | None = None
+
+
+def init_worker(model_proto: bytes) -> None:
+    global _worker_sp
+    _worker_sp = spm.SentencePieceProcessor(model_proto=model_proto)
+
+
+@dataclass
+class EncodedBatch:
+    tokens: np.ndarray  # (sum of lengths,) uint16: each document is BOS + its tokens
+    lengths: np.ndarray  # (docs,) int64, BOS included
+    text_bytes: np.ndarray  # (docs,) int64: UTF-8 bytes of the document as read
+    normalized_bytes: np.ndarray  # (docs,) int64: UTF-8 bytes of the text the tokens decode to
+    val_hash: np.ndarray  # (docs,) float64: unit_hash for the validation split
+
+
+def encode_batch(texts: list[str]) -> EncodedBatch:
+    sp = _worker_sp
+    ids = sp.encode(texts, num_threads=1)
+    lengths = np.array([len(x) + 1 for x in ids], dtype=np.int64)
+    tokens = np.empty(int(lengths.sum()), dtype=np.uint16)
+    pos = 0
+    for doc in ids:
+        tokens[pos] = BOS_ID
+        tokens[pos + 1 : pos + 1 + len(doc)] = doc
+        pos += 1 + len(doc)
+    return EncodedBatch(
+        tokens=tokens,
+        lengths=lengths,
+        text_bytes=np.array([len(t.encode("utf-8")) for t in texts], dtype=np.int64),
+        normalized_bytes=np.array([len(normalized_text(sp, t).encode("utf-8")) for t in texts], dtype=np.int64),
+        val_hash=np.array([unit_hash(t, b"val-split") for t in texts], dtype=np.float64),
+    )
+
+
+def batches(texts: Iterable[str], batch_bytes: int = BATCH_BYTES) -> Iterator[list[str]]:
+    batch, size = [], 0
+    for text in texts:
+        batch.append(text)
+        size += len(text)
+        if size >= batch_bytes:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def encode_all(texts: Iterable[str], model_proto: bytes, workers: int) -> Iterator[EncodedBatch]:
+    """Encoded batches in input order (so the output does not depend on the worker count)."""
+    if workers <= 1:
+        init_worker(model_proto)
+        yield from map(encode_batch, batches(texts))
+        return
+    with multiprocessing.Pool(workers, initializer=init_worker, initargs=(model_proto,)) as pool:
+        yield from pool.imap(encode_batch, batches(texts))
+
+
+# =================================================================================================
+# Writing shards
+# =================================================================================================
+
+
+@dataclass
+class SplitWriter:
+    """Fills fineweb_{split}_NNNNNN.bin shards of exactly shard_tokens tokens (the last may be short)."""
+
+    output: Path
+    split: str
+    shard_tokens: int
+    pending: list[np.ndarray] = field(default_factory=list)  # tokens of the shard being filled
+    fill: int = 0
+    files: list[dict] = field(default_factory=list)
+    docs: int = 0
+    tokens: int = 0
+    text_bytes: int = 0
+    normalized_bytes: int = 0
+
+    def add(self, tokens: np.ndarray, text_bytes: int, normalized_bytes: int) -> None:
+        self.docs += 1
+        self.tokens += tokens.size
+        self.text_bytes += text_bytes
+        self.normalized_bytes += normalized_bytes
+        while tokens.size:
+            n = min(tokens.size, self.shard_tokens - self.fill)
+            self.pending.append(tokens[:n])
+            self.fill += n
+            tokens = tokens[n:]
+            if self.fill == self.shard_tokens:
+                self.flush()
+
+    def flush(self) -> None:
+        if self.fill == 0:
+            return
+        path = self.output / f"fineweb_{self.split}_{len(self.files):06d}.bin"
+        train_gpt.write_data_shard(path, np.concatenate(self.pending))
+        num_tokens = train_gpt.read_shard_header(path)
+        self.files.append({"name": path.name, "split": self.split, "tokens": num_tokens,
+                           "bytes": path.stat().st_size, "sha256": file_sha256(path)})
+        self.pending, self.fill = [], 0
+
+    def stats(self) -> dict:
+        return {"docs": self.docs, "tokens": self.tokens, "text_bytes": self.text_bytes,
+                "normalized_bytes": self.normalized_bytes, "files": len(self.files),
+                "tokens_per_byte": round(self.tokens / max(self.normalized_bytes, 1), 6)}
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def clear_output(output: Path, overwrite: bool) -> None:
+    old = sorted(output.glob("fineweb_*.bin")) + sorted(output.glob("manifest.json"))
+    if old and not overwrite:
+        raise BuildError(f"{output} already holds {len(old)} shard/manifest files: pass --overwrite to "
+                         "replace them, or choose another --output.")
+    for path in old:
+        path.unlink()
+    output.mkdir(parents=True, exist_ok=True)
+
+
+def write_json(path: Path, obj: dict) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# =================================================================================================
+# The build
+# =================================================================================================
+
+
+@dataclass
+class BuildConfig:
+    inputs: list[str]
+    output: Path
+    val_inputs: list[str] = field(default_factory=list)
+    tokenizer: Path | None = None  # an existing .model; None: train one
+    tokenizer_out: Path | None = None  # where a trained tokenizer goes
+    vocab_size: int = 1024
+    val_fraction: float = 0.01
+    shard_tokens: int = DEFAULT_SHARD_TOKENS
+    workers: int = 1
+    text_field: str = "text"
+    tokenizer_train_bytes: int = DEFAULT_TOKENIZER_TRAIN_BYTES
+    overwrite: bool = False
+    name: str = ""  # dataset name in the manifest; default: the output folder's name
+    quiet: bool = False
+
+
+def build(cfg: BuildConfig) -> dict:
+    """Tokenize the inputs into shards in cfg.output; returns the manifest (also written there)."""
+    if not 0 <= cfg.val_fraction < 1:
+        raise BuildError(f"--val-fraction {cfg.val_fraction} must be in [0, 1).")
+    if cfg.shard_tokens < 1:
+        raise BuildError(f"--shard-tokens {cfg.shard_tokens} must be positive.")
+    say = (lambda *a: None) if cfg.quiet else (lambda *a: print(*a, flush=True))
+    files, val_files = list_input_files(cfg.inputs), list_input_files(cfg.val_inputs)
+    val_fraction = cfg.val_fraction if not val_files else 0.0
+    clear_output(cfg.output, cfg.overwrite)
+    t0 = time.perf_counter()
+
+    def train_texts() -> Iterator[str]:
+        return (t for t in iter_documents(files, cfg.text_field) if not is_validation(t, val_fraction))
+
+    if cfg.tokenizer is not None:
+        tokenizer_path, sp, trained = Path(cfg.tokenizer), load_tokenizer(Path(cfg.tokenizer)), False
+    else:
+        tokenizer_path = Path(cfg.tokenizer_out or default_tokenizer_path(cfg.output))
+        total = sum(len(t.encode("utf-8")) for t in train_texts())
+        rate = min(1.0, cfg.tokenizer_train_bytes / max(total, 1))
+        say(f"tokenizer: training BPE vocab_size:{cfg.vocab_size} on {rate * total / 1e6:.1f}MB of "
+            f"{total / 1e6:.1f}MB of training text")
+        sample = (t for t in train_texts() if unit_hash(t, b"tokenizer-pick") < rate)
+        sp = train_tokenizer(sample, cfg.vocab_size, tokenizer_path, cfg.workers)
+        trained = True
+        say(f"tokenizer: wrote {tokenizer_path} time:{time.perf_counter() - t0:.1f}s")
+
+    writers = {s: SplitWriter(cfg.output, s, cfg.shard_tokens) for s in ("val", "train")}
+    sources = [(val_files, True), (files, False)]
+    t1, last_report, done_bytes = time.perf_counter(), time.perf_counter(), 0
+    for source_files, all_val in sources:
+        texts = iter_documents(source_files, cfg.text_field)
+        for batch in encode_all(texts, sp.serialized_model_proto(), cfg.workers):
+            ends = np.cumsum(batch.lengths)
+            for i, end in enumerate(ends):
+                split = "val" if all_val or batch.val_hash[i] < val_fraction else "train"
+                writers[split].add(batch.tokens[end - batch.lengths[i] : end], int(batch.text_bytes[i]),
+                                   int(batch.normalized_bytes[i]))
+            done_bytes += int(batch.text_bytes.sum())
+            if time.perf_counter() - last_report > 10:
+                last_report = time.perf_counter()
+                say(f"encoding: {done_bytes / 1e6:.1f}MB {done_bytes / 1e6 / (last_report - t1):.2f}MB/s")
+    for writer in writers.values():
+        writer.flush()
+    encode_s = time.perf_counter() - t1
+    for split, writer in writers.items():
+        if writer.docs == 0:
+            raise BuildError(f"no document went to the {split} split ({len(files)} input files, "
+                             f"--val-fraction {val_fraction}): use more text, change --val-fraction, "
+                             "or pass validation documents with --val.")
+
+    name = cfg.name or cfg.output.name
+    manifest = {
+        "format": {"magic": train_gpt.SHARD_MAGIC, "version": train_gpt.SHARD_VERSION,
+                   "header_bytes": train_gpt.SHARD_HEADER_BYTES, "token_dtype": "uint16 little-endian",
+                   "bos_id": BOS_ID, "eos": "none", "shard_tokens": cfg.shard_tokens},
+        # The "datasets"/"tokenizers" entries follow the published export's manifest, so a folder laid
+        # out as <root>/manifest.json, <root>/datasets/NAME/, <root>/tokenizers/ can be served to
+        # data/cached_challenge_fineweb.py from your own hub repo.
+        "datasets": [{
+            "name": name,
+            "path": f"datasets/{name}",
+            "tokenizer_name": tokenizer_path.stem,
+            "vocab_size": sp.vocab_size(),
+            "bos_id": BOS_ID,
+            "stats": {"files_train": len(writers["train"].files), "files_val": len(writers["val"].files),
+                      "docs_train": writers["train"].docs, "docs_val": writers["val"].docs,
+                      "tokens_train": writers["train"].tokens, "tokens_val": writers["val"].tokens},
+            "splits": {s: w.stats() for s, w in writers.items()},
+            "split_rule": ("documents of the --val inputs" if val_files else
+                           f"blake2b(utf-8 text, person=b'val-split') / 2**64 < {val_fraction}"),
+            "files": writers["val"].files + writers["train"].files,
+        }],
+        "tokenizers": [{
+            "name": tokenizer_path.stem,
+            "kind": "sentencepiece_bpe",
+            "vocab_size": sp.vocab_size(),
+            "model_path": f"tokenizers/{tokenizer_path.name}",
+            "sha256": file_sha256(tokenizer_path),
+            "trained_here": trained,
+            "settings": {**TOKENIZER_SETTINGS, "vocab_size": sp.vocab_size()} if trained else None,
+        }],
+        "inputs": [str(p) for p in val_files + files],
+        "built_with": {"script": "data/build_shards.py", "python": platform.python_version(),
+                       "sentencepiece": spm.__version__, "numpy": np.__version__, "workers": cfg.workers},
+        "encode_seconds": round(encode_s, 3),
+    }
+    write_json(cfg.output / "manifest.json", manifest)
+    total_mb = done_bytes / 1e6
+    say(f"done: {cfg.output} train_tokens:{writers['train'].tokens} val_tokens:{writers['val'].tokens} "
+        f"docs:{writers['train'].docs + writers['val'].docs} text:{total_mb:.1f}MB encode_time:{encode_s:.1f}s "
+        f"throughput:{total_mb / max(encode_s, 1e-9):.2f}MB/s workers:{cfg.workers} "
+        f"tokens_per_byte:{writers['val'].stats()['tokens_per_byte']:.4f}(val)")
+    return manifest
+
+
+def default_tokenizer_path(output: Path) -> Path:
+    return Path(__file__).resolve().parent / "tokenizers" / f"{output.name}.model"
+
+
+def parse_args(argv: list[str] | None = None) -> BuildConfig:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("inputs", nargs="+", help="JSONL or text files, or folders of them")
+    p.add_argument("--output", required=True, type=Path, help="folder for the shards and manifest.json")
+    p.add_argument("--val", nargs="+", default=[], dest="val_inputs",
+                   help="files whose documents are the validation split (then --val-fraction is not used)")
+    p.add_argument("--tokenizer", type=Path, help="an existing SentencePiece .model to tokenize with")
+    p.add_argument("--vocab-size", type=int, default=1024, help="vocabulary of the tokenizer to train")
+    p.add_argument("--tokenizer-out", type=Path,
+                   help="where the trained tokenizer goes (default: data/tokenizers/<output name>.model)")
+    p.add_argument("--tokenizer-train-bytes", type=int, default=DEFAULT_TOKENIZER_TRAIN_BYTES,
+                   help="train the tokenizer on a hash-chosen sample of about this much training text")
+    p.add_argument("--val-fraction", type=float, default=0.01, help="share of documents for validation")
+    p.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens per shard")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="encoding processes")
+    p.add_argument("--text-field", default="text", help="the JSONL field that holds the text")
+    p.add_argument("--name", default="", help="dataset name in the manifest (default: the output folder name)")
+    p.add_argument("--overwrite", action="store_true", help="replace shards already in --output")
+    args = p.parse_args(argv)
+    if args.tokenizer is not None and args.tokenizer_out is not None:
+        p.error("--tokenizer-out is for a trained tokenizer; with --tokenizer nothing is trained")
+    return BuildConfig(**vars(args))
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        build(parse_args(argv))
+    except (BuildError, train_gpt.ShardError) as exc:
+        sys.exit(f"error: {exc}")
+
+
+if __name__ == "__main__":
+    main()

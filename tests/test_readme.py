@@ -1,0 +1,36 @@
+"""The README's configuration table lists every setting with its real default. Run: python3 -m pytest -q tests/test_readme.py"""
+
+import dataclasses
+import re
+from pathlib import Path
+
+import train_gpt
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+ROW = re.compile(r"^\| `([A-Z0-9_]+)` \| `([^`]*)` \| (.+) \|$")
+
+
+def readme_rows() -> dict[str, str]:
+    rows = {}
+    for line in README.read_text(encoding="utf-8").splitlines():
+        m = ROW.match(line)
+        if m:
+            assert m.group(1) not in rows, f"{m.group(1)} is listed twice in README.md"
+            rows[m.group(1)] = m.group(2)
+    return rows
+
+
+def test_readme_lists_every_setting_with_its_default():
+    rows = readme_rows()
+    fields = {f.name.upper(): f.default for f in dataclasses.fields(train_gpt.Hyperparameters)}
+    assert sorted(rows) == sorted(fields), "README.md's configuration table and Hyperparameters differ"
+    for name, default in fields.items():
+        kind = type(default)
+        assert train_gpt.parse_env_value(name, rows[name], kind) == default if rows[name] else default == "", \
+            f"README.md says {name} defaults to {rows[name]!r}, the code says {default!r}"
+
+
+def test_readme_test_command_is_what_ci_runs():
+    command = "python3 -m pip install -r requirements.txt && python3 -m pytest -q tests"
+    assert command in README.read_text(encoding="utf-8")
+    assert command in (README.parent / ".ci" / "run").read_text(encoding="utf-8")
