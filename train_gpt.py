@@ -997,6 +997,9 @@ def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logg
             stop_after = step
         if step <= 10 or step % args.train_log_every == 0 or stop_after is not None:
             check_finite(bad_step, ctx)
+            if ctx.distributed:  # log the mean over all ranks' micro-batches, as one process would
+                dist.all_reduce(loss)
+                loss /= ctx.world_size
             logger.log(step=f"{step}/{args.iterations}", train_loss=loss.item(), train_time=f"{elapsed_ms:.0f}ms",
                        step_avg=f"{elapsed_ms / step:.2f}ms",
                        tokens_per_s=f"{step * args.train_batch_tokens / (elapsed_ms / 1000):.0f}")
