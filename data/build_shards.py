@@ -174,10 +174,13 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, model_path: Path,
                          "byte-fallback tokens come first, and shards store uint16 ids.")
     spm.set_random_generator_seed(TOKENIZER_SEED)
     model = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=training_lines(texts), model_writer=model,
-                                   vocab_size=vocab_size, num_threads=num_threads,
-                                   max_sentence_length=4 * MAX_SENTENCE_CHARS, input_sentence_size=0,
-                                   minloglevel=2, **TOKENIZER_SETTINGS)
+    try:
+        spm.SentencePieceTrainer.train(sentence_iterator=training_lines(texts), model_writer=model,
+                                       vocab_size=vocab_size, num_threads=num_threads,
+                                       max_sentence_length=4 * MAX_SENTENCE_CHARS, input_sentence_size=0,
+                                       minloglevel=2, **TOKENIZER_SETTINGS)
+    except RuntimeError as exc:  # SentencePiece's own message says what is wrong (e.g. vocab too small)
+        raise BuildError(f"tokenizer training failed: {exc}") from None
     model_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = model_path.with_name(model_path.name + f".tmp{os.getpid()}")
     tmp.write_bytes(model.getvalue())

@@ -1,0 +1,281 @@
+"""The shard format as the data tools use it, and data/build_shards.py.
+
+CPU only, no network. The FineWeb checks use ../shared/data (next to the repo) and skip where it is
+absent. Run: python3 -m pytest -q tests/test_data.py
+"""
+
+import gzip
+import json
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "data"))
+
+import build_shards  # noqa: E402
+import train_gpt  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "data"
+FINEWEB_DOCS = SHARED / "fineweb_docs"
+SP1024 = SHARED / "tokenizers" / "fineweb_1024_bpe.model"
+needs_fineweb = pytest.mark.skipif(not (FINEWEB_DOCS.is_dir() and SP1024.is_file()),
+                                   reason="needs ../shared/data/fineweb_docs and the sp1024 tokenizer")
+
+# Text that exercises normalization: NFKC (ligature, fraction, full-width), runs of whitespace, tabs,
+# newlines, leading/trailing space, digits, non-Latin scripts (byte fallback), emoji.
+ODD_TEXTS = ["  Leading and trailing  ", "tabs\tand\nnew\n\nlines", "ﬁnance ½ ＡＢＣ", "numbers 1234567 and 3.14",
+             "héllo wörld — “quotes” ‘and’ dashes", "日本語のテキスト", "emoji 🙂 here", "a\u00a0b\u3000c"]
+
+
+def english_docs(n: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    words = ("the of and to in is that for it as was with be by on not he this are or his from at which but "
+             "have an they you were her she there one all we their been has more if will would about when "
+             "model token byte shard train data value 2024 1337").split()
+    return [" ".join(rng.choice(words, rng.integers(20, 200))).capitalize() + "." for _ in range(n)]
+
+
+def write_jsonl(path: Path, texts: list[str], opener=open) -> Path:
+    with opener(path, "wt", encoding="utf-8") as f:
+        for t in texts:
+            f.write(json.dumps({"text": t, "id": hash(t)}) + "\n")
+    return path
+
+
+def split_documents(files: list[Path]) -> list[np.ndarray]:
+    """The documents of a split: all its shards end to end, cut before every BOS."""
+    tokens = np.concatenate([train_gpt.load_data_shard(f).numpy() for f in files])
+    starts = np.flatnonzero(tokens == build_shards.BOS_ID)
+    assert starts[0] == 0, "a split must start with BOS"
+    return np.split(tokens, starts[1:])
+
+
+@pytest.fixture(scope="module")
+def small_tokenizer(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("tok") / "small.model"
+    build_shards.train_tokenizer(english_docs(400, seed=1) + ODD_TEXTS, 300, path)
+    return path
+
+
+# ------------------------------------------------------------------------------------------------
+# The shard format (the trainer's reader and writer, as the data tools use them)
+# ------------------------------------------------------------------------------------------------
+
+
+def test_shard_write_and_read_agree(tmp_path):
+    tokens = np.array([1, 0, 65535, 2, 1023, 1] + list(range(5000)), dtype=np.int64)
+    path = tmp_path / "fineweb_train_000000.bin"
+    train_gpt.write_data_shard(path, tokens)
+    assert path.stat().st_size == train_gpt.SHARD_HEADER_BYTES + 2 * tokens.size
+    header = np.fromfile(path, dtype="<i4", count=3)
+    assert header.tolist() == [20240520, 1, tokens.size]
+    assert train_gpt.read_shard_header(path) == tokens.size
+    assert np.array_equal(train_gpt.load_data_shard(path).numpy(), tokens)
+    train_gpt.write_data_shard(path, [])  # an empty shard is still well formed
+    assert train_gpt.read_shard_header(path) == 0
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda b: b[:-1], "truncated or corrupt"),                 # half a token missing
+    (lambda b: b[:-200], "truncated or corrupt"),               # whole tokens missing
+    (lambda b: b + b"\0\0", "truncated or corrupt"),            # trailing bytes
+    (lambda b: b[:100], "shorter than the 1024-byte shard header"),
+    (lambda b: struct.pack("<i", 1234) + b[4:], "magic/version 1234/1"),
+    (lambda b: b[:4] + struct.pack("<i", 2) + b[8:], "magic/version 20240520/2"),
+    (lambda b: b[:8] + struct.pack("<i", -5) + b[12:], "header says -5 tokens"),
+])
+def test_corrupt_or_truncated_shard_is_detected(tmp_path, damage, message):
+    path = tmp_path / "shard.bin"
+    train_gpt.write_data_shard(path, np.arange(1000) % 1024)
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(train_gpt.ShardError, match=message):
+        train_gpt.read_shard_header(path)
+    with pytest.raises(train_gpt.ShardError):
+        train_gpt.load_data_shard(path)
+
+
+# ------------------------------------------------------------------------------------------------
+# The builder
+# ------------------------------------------------------------------------------------------------
+
+
+def test_shards_decode_to_the_normalised_documents(tmp_path, small_tokenizer):
+    docs = english_docs(300) + ODD_TEXTS
+    jsonl = write_jsonl(tmp_path / "docs.jsonl.gz", docs[:200], opener=gzip.open)
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    for i, text in enumerate(docs[200:]):
+        (folder / f"{i:03d}.txt").write_text(text, encoding="utf-8")
+    (folder / ".hidden.txt").write_text("not a document", encoding="utf-8")
+    (folder / "blank.txt").write_text(" \n\t ", encoding="utf-8")  # blank: skipped
+    texts_in_order = docs[:200] + [(folder / f"{i:03d}.txt").read_text(encoding="utf-8") for i in range(len(docs) - 200)]
+
+    out = tmp_path / "out"
+    manifest = build_shards.build(build_shards.BuildConfig(
+        inputs=[str(jsonl), str(folder)], output=out, tokenizer=small_tokenizer, val_fraction=0.2,
+        shard_tokens=3000, workers=2, quiet=True))
+
+    sp = spm.SentencePieceProcessor(model_file=str(small_tokenizer))
+    is_val = [build_shards.is_validation(t, 0.2) for t in texts_in_order]
+    assert 20 < sum(is_val) < 120
+    for split, wanted in (("val", True), ("train", False)):
+        files = sorted(out.glob(f"fineweb_{split}_*.bin"))
+        expected = [t for t, v in zip(texts_in_order, is_val) if v == wanted]
+        decoded = [sp.decode(doc[1:].tolist()) for doc in split_documents(files)]
+        assert decoded == [build_shards.normalized_text(sp, t) for t in expected]
+        sizes = [train_gpt.read_shard_header(f) for f in files]
+        assert all(s == 3000 for s in sizes[:-1]) and 0 < sizes[-1] <= 3000  # full shards, docs span them
+        stats = manifest["datasets"][0]["splits"][split]
+        assert stats["docs"] == len(expected) and stats["tokens"] == sum(sizes) and stats["files"] == len(files)
+        assert stats["text_bytes"] == sum(len(t.encode()) for t in expected)
+    # Normalization as decoding shows it: NFKC, whitespace runs collapsed, ends stripped.
+    assert build_shards.normalized_text(sp, "  ﬁ ½\t\tx\ny ") == "fi 1⁄2 x y"
+
+    on_disk = json.loads((out / "manifest.json").read_text())
+    assert on_disk == manifest
+    for entry in manifest["datasets"][0]["files"]:
+        assert build_shards.file_sha256(out / entry["name"]) == entry["sha256"]
+        assert (out / entry["name"]).stat().st_size == entry["bytes"]
+
+    # The same shards with one worker: the output does not depend on the worker count.
+    out1 = tmp_path / "out1"
+    build_shards.build(build_shards.BuildConfig(
+        inputs=[str(jsonl), str(folder)], output=out1, tokenizer=small_tokenizer, val_fraction=0.2,
+        shard_tokens=3000, workers=1, quiet=True))
+    for entry in manifest["datasets"][0]["files"]:
+        assert (out1 / entry["name"]).read_bytes() == (out / entry["name"]).read_bytes()
+
+
+def test_trained_tokenizer_has_the_published_settings(tmp_path, small_tokenizer):
+    sp = spm.SentencePieceProcessor(model_file=str(small_tokenizer))
+    assert [sp.id_to_piece(i) for i in range(4)] == ["<pad>", "<s>", "</s>", "<unk>"]
+    assert sp.is_byte(4) and sp.id_to_piece(4) == "<0x00>" and sp.vocab_size() == 300
+    assert sp.encode("2024", out_type=str) == ["2", "0", "2", "4"]  # split digits, no dummy prefix
+    assert not sp.encode("model", out_type=str)[0].startswith("\u2581")
+    assert sp.decode(sp.encode("😀 Ω")) == "😀 Ω"  # byte fallback: nothing becomes <unk>
+    assert 3 not in sp.encode("😀 Ω")
+    if SP1024.is_file():  # the fields of the model proto that the settings set, against the published model
+        ours, published = model_settings(small_tokenizer), model_settings(SP1024)
+        assert {k: v for k, v in ours.items() if k != "vocab_size"} == \
+            {k: v for k, v in published.items() if k != "vocab_size"}
+        ref = spm.SentencePieceProcessor(model_file=str(SP1024))
+        for text in ODD_TEXTS:
+            assert sp.normalize(text) == ref.normalize(text)
+
+
+def model_settings(path: Path) -> dict:
+    """Trainer/normalizer fields of a SentencePiece model, read from its protobuf wire format
+    (field numbers from sentencepiece_model.proto), so the test needs no protobuf package."""
+    def fields(buf: bytes) -> dict[int, list]:
+        out, i = {}, 0
+        while i < len(buf):
+            key, i = varint(buf, i)
+            number, wire = key >> 3, key & 7
+            if wire == 0:
+                value, i = varint(buf, i)
+            elif wire == 1:
+                value, i = buf[i : i + 8], i + 8
+            elif wire == 2:
+                n, i = varint(buf, i)
+                value, i = buf[i : i + n], i + n
+            elif wire == 5:
+                value, i = struct.unpack("<f", buf[i : i + 4])[0], i + 4
+            else:
+                raise ValueError(f"wire type {wire}")
+            out.setdefault(number, []).append(value)
+        return out
+
+    def varint(buf: bytes, i: int) -> tuple[int, int]:
+        result = shift = 0
+        while True:
+            b = buf[i]
+            result |= (b & 0x7F) << shift
+            i, shift = i + 1, shift + 7
+            if b < 0x80:
+                return result, i
+
+    model = fields(path.read_bytes())
+    trainer, normalizer = fields(model[2][0]), fields(model[3][0])
+    names = {3: "model_type", 4: "vocab_size", 10: "character_coverage", 25: "split_digits",
+             33: "hard_vocab_limit", 35: "byte_fallback", 40: "unk_id", 41: "bos_id", 42: "eos_id", 43: "pad_id"}
+    settings = {name: trainer.get(number) for number, name in names.items()}
+    settings.update(normalizer_name=normalizer.get(1), add_dummy_prefix=normalizer.get(3),
+                    remove_extra_whitespaces=normalizer.get(4, [1]), escape_whitespaces=normalizer.get(5, [1]))
+    return settings
+
+
+def test_tokenizer_training_is_deterministic(tmp_path):
+    docs = english_docs(200, seed=3)
+    a = build_shards.train_tokenizer(docs, 320, tmp_path / "a.model")
+    b = build_shards.train_tokenizer(docs, 320, tmp_path / "b.model")
+    assert (tmp_path / "a.model").read_bytes() == (tmp_path / "b.model").read_bytes()
+    assert [a.id_to_piece(i) for i in range(320)] == [b.id_to_piece(i) for i in range(320)]
+
+
+def test_builder_trains_a_tokenizer_and_uses_val_files(tmp_path):
+    train = write_jsonl(tmp_path / "train.jsonl", english_docs(300, seed=4))
+    val = write_jsonl(tmp_path / "val.jsonl", english_docs(30, seed=5))
+    out, tok = tmp_path / "ds", tmp_path / "tokenizers" / "ds.model"
+    manifest = build_shards.build(build_shards.parse_args(
+        [str(train), "--val", str(val), "--output", str(out), "--tokenizer-out", str(tok),
+         "--vocab-size", "320", "--workers", "1"]))
+    entry = manifest["datasets"][0]
+    assert entry["stats"]["docs_val"] == 30 and entry["stats"]["docs_train"] == 300
+    assert manifest["tokenizers"][0]["model_path"] == "tokenizers/ds.model"
+    assert manifest["tokenizers"][0]["sha256"] == build_shards.file_sha256(tok)
+    assert manifest["tokenizers"][0]["settings"]["byte_fallback"] is True
+    assert spm.SentencePieceProcessor(model_file=str(tok)).vocab_size() == 320
+    with pytest.raises(build_shards.BuildError, match="--overwrite"):  # never mixes old and new shards
+        build_shards.build(build_shards.parse_args([str(train), "--output", str(out), "--tokenizer", str(tok)]))
+
+
+def test_builder_errors_say_what_to_change(tmp_path, small_tokenizer):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"body": "no text field"}\n', encoding="utf-8")
+    cfg = dict(output=tmp_path / "o", tokenizer=small_tokenizer, quiet=True)
+    with pytest.raises(build_shards.BuildError, match=r"bad.jsonl:2: .*--text-field"):
+        build_shards.build(build_shards.BuildConfig(inputs=[str(bad)], **cfg))
+    with pytest.raises(build_shards.BuildError, match="no such file or folder"):
+        build_shards.build(build_shards.BuildConfig(inputs=[str(tmp_path / "missing.jsonl")], **cfg))
+    one = write_jsonl(tmp_path / "one.jsonl", ["a single document"])
+    with pytest.raises(build_shards.BuildError, match="no document went to the (val|train) split"):
+        build_shards.build(build_shards.BuildConfig(inputs=[str(one)], overwrite=True, **cfg))
+    with pytest.raises(build_shards.BuildError, match=r"must be in \(260, 65536\]"):
+        build_shards.train_tokenizer(["text"], 100, tmp_path / "t.model")
+    with pytest.raises(build_shards.BuildError, match="Vocabulary size is smaller than required_chars"):
+        build_shards.train_tokenizer(["".join(map(chr, range(0x4E00, 0x4E00 + 300)))], 400, tmp_path / "t.model")
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(build_shards.BuildError, match="not UTF-8 text"):
+        build_shards.build(build_shards.BuildConfig(inputs=[str(binary)], overwrite=True, **cfg))
+
+
+@needs_fineweb
+def test_builder_on_real_fineweb_documents(tmp_path):
+    """The published sp1024 tokenizer gives about 0.41-0.42 tokens per byte on FineWeb."""
+    out = tmp_path / "fw"
+    manifest = build_shards.build(build_shards.BuildConfig(
+        inputs=[str(FINEWEB_DOCS / "fineweb_sample_train.jsonl.xz")],
+        val_inputs=[str(FINEWEB_DOCS / "fineweb_sample_val.jsonl.xz")],
+        output=out, tokenizer=SP1024, workers=2, quiet=True))
+    splits = manifest["datasets"][0]["splits"]
+    assert splits["train"]["docs"] == 2544 and splits["val"]["docs"] == 256
+    for split in ("train", "val"):
+        assert 0.41 < splits[split]["tokens_per_byte"] < 0.425, splits[split]
+        assert 0.41 < splits[split]["tokens"] / splits[split]["text_bytes"] < 0.425
+    # Byte for byte the shared pre-tokenized sample, made independently with the same tokenizer.
+    shared_val = SHARED / "fineweb_sample_sp1024" / "fineweb_val_000000.bin"
+    if shared_val.is_file():
+        assert (out / "fineweb_val_000000.bin").read_bytes() == shared_val.read_bytes()
+    # The trainer's bpb byte count (from the pieces) equals the normalized text's UTF-8 bytes.
+    sp = spm.SentencePieceProcessor(model_file=str(SP1024))
+    base, space, boundary = (t.numpy() for t in train_gpt.build_byte_luts(sp, 1024))
+    tokens = train_gpt.load_data_shard(out / "fineweb_val_000000.bin").numpy().astype(np.int64)
+    x, y = tokens[:-1], tokens[1:]
+    counted = int(base[y].sum() + (space[y] & ~boundary[x]).sum())
+    assert counted == splits["val"]["normalized_bytes"]
