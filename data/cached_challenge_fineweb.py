@@ -1,0 +1,274 @@
+"""Download the published pre-tokenized FineWeb shards and their tokenizer from the Hugging Face hub.
+
+  python3 data/cached_challenge_fineweb.py --variant sp1024 --train-shards 1   # full val + 1 train shard
+  python3 data/cached_challenge_fineweb.py --variant sp1024                    # full val + 80 train shards
+  # your own export in the same layout (data/build_shards.py writes a matching manifest.json):
+  MATCHED_FINEWEB_REPO_ID=you/your-repo MATCHED_FINEWEB_REMOTE_ROOT_PREFIX=my_export \
+      python3 data/cached_challenge_fineweb.py --dataset mytext_sp1024 --train-shards 4
+
+The hub side (dataset repo willdepueoai/parameter-golf; every path below its prefix `datasets`):
+  <prefix>/manifest.json                                    datasets, their shard counts, tokenizers
+  <prefix>/datasets/fineweb10B_<variant>/fineweb_val_000000.bin ...    the validation split (all of it)
+  <prefix>/datasets/fineweb10B_<variant>/fineweb_train_000000.bin ...  training shards (the first N)
+  <prefix>/tokenizers/fineweb_1024_bpe.model ...            the dataset's tokenizer files
+lands here as data/datasets/manifest.json, data/datasets/fineweb10B_<variant>/, data/tokenizers/.
+
+Run it again to resume: a file already here is kept when it is complete and valid (the size the hub
+reports; for shards also the header and its exact size, via train_gpt.read_shard_header), anything
+else is fetched again (huggingface_hub retries and resumes a transfer that breaks during a run).
+Files are fetched into data/datasets/.download/ and checked before they are moved into place: size,
+shard header, and the sha256 where the manifest lists one or the hub's ETag is one (git LFS files).
+The hub is HF_ENDPOINT or --endpoint; a token from `hf auth login` is used for private repos.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from huggingface_hub import constants as hf_constants
+from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
+from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, HfHubHTTPError,
+                                    LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import train_gpt  # noqa: E402  (the shard format and its checks live in the trainer)
+
+DEFAULT_REPO_ID = "willdepueoai/parameter-golf"
+DEFAULT_REMOTE_ROOT = "datasets"
+DEFAULT_TRAIN_SHARDS = 80  # 8B tokens of the sp1024 export, as the published instructions
+DATA_DIR = Path(__file__).resolve().parent
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+METADATA_TIMEOUT_S = 30.0
+
+
+class DownloadError(RuntimeError):
+    """A download that cannot go on; the message says what to do."""
+
+
+# =================================================================================================
+# The hub: where files are, what the hub says about them, and fetching one
+# =================================================================================================
+
+
+@dataclass
+class Hub:
+    repo_id: str
+    remote_root: str  # path prefix inside the repo; "" for the repo root
+    revision: str = "main"
+    endpoint: str | None = None  # None: HF_ENDPOINT or huggingface.co
+
+    def remote(self, relative: str) -> str:
+        return "/".join(p.strip("/") for p in (self.remote_root, relative) if p.strip("/"))
+
+    def where(self) -> str:
+        return f"dataset repo {self.repo_id!r} (revision {self.revision}) at {self.endpoint or hf_constants.ENDPOINT}"
+
+    def file_info(self, relative: str) -> tuple[int | None, str | None]:
+        """(size, etag) of a file on the hub; one request, no retries."""
+        url = hf_hub_url(self.repo_id, self.remote(relative), repo_type="dataset", revision=self.revision,
+                         endpoint=self.endpoint)
+        try:
+            meta = get_hf_file_metadata(url, timeout=METADATA_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - translated into a message that says what to do, then raised
+            raise self.explain(exc, relative) from exc
+        return meta.size, meta.etag
+
+    def fetch(self, relative: str, staging: Path) -> Path:
+        """Download one file into the staging folder (huggingface_hub retries transient errors)."""
+        try:
+            return Path(hf_hub_download(self.repo_id, self.remote(relative), repo_type="dataset",
+                                        revision=self.revision, local_dir=staging, endpoint=self.endpoint))
+        except Exception as exc:  # noqa: BLE001 - as above
+            raise self.explain(exc, relative) from exc
+
+    def explain(self, exc: Exception, relative: str) -> DownloadError:
+        path = self.remote(relative)
+        if isinstance(exc, LocalEntryNotFoundError):  # before EntryNotFoundError: a subclass of it
+            reason = "cannot reach the hub (no connection)"
+        elif isinstance(exc, GatedRepoError):
+            reason = "the repo is gated: accept its terms on the hub and log in (hf auth login)"
+        elif isinstance(exc, RepositoryNotFoundError):
+            reason = ("no such repo, or it is private (log in with hf auth login); set --repo-id or "
+                      "MATCHED_FINEWEB_REPO_ID")
+        elif isinstance(exc, RevisionNotFoundError):
+            reason = "no such revision; set --revision"
+        elif isinstance(exc, EntryNotFoundError):
+            reason = "no such file in the repo; check --remote-root (MATCHED_FINEWEB_REMOTE_ROOT_PREFIX)"
+        elif isinstance(exc, HfHubHTTPError):
+            reason = "the hub answered with an error"
+        else:
+            reason = "cannot reach the hub"
+        return DownloadError(f"{path} from {self.where()}: {reason}. ({type(exc).__name__}: {exc})\n"
+                             "Check the network (and HF_ENDPOINT if set), then run the same command "
+                             "again: complete files are kept. Without hub access, build shards from your "
+                             "own text with data/build_shards.py, or try data/quickstart.py.")
+
+
+# =================================================================================================
+# The plan: which files, from the manifest
+# =================================================================================================
+
+
+@dataclass
+class FileTask:
+    remote: str  # relative to the remote root
+    local: Path
+    is_shard: bool
+    sha256: str | None = None  # from the manifest, when it lists one
+
+
+def plan(manifest: dict, dataset_name: str, train_shards: int, data_dir: Path) -> list[FileTask]:
+    """Validation shards (all), the first train_shards training shards, then the tokenizer files."""
+    datasets = {d.get("name"): d for d in manifest.get("datasets", [])}
+    if dataset_name not in datasets:
+        raise DownloadError(f"the manifest has no dataset {dataset_name!r}; it has: "
+                            f"{', '.join(sorted(map(str, datasets))) or 'none'}. Pick one with --variant "
+                            "(fineweb10B_<variant>) or --dataset.")
+    entry = datasets[dataset_name]
+    remote_dir = entry.get("path") or f"datasets/{dataset_name}"
+    listed = {f["name"]: f for f in entry.get("files", [])}
+    stats = entry.get("stats") or {}
+    names = {}
+    for split in ("val", "train"):
+        count = stats.get(f"files_{split}")
+        if count is None:
+            count = sum(f.get("split") == split for f in listed.values())
+        names[split] = [f"fineweb_{split}_{i:06d}.bin" for i in range(int(count))]
+    if not names["val"]:
+        raise DownloadError(f"the manifest lists no validation shards for {dataset_name!r}.")
+    if train_shards > len(names["train"]):
+        raise DownloadError(f"--train-shards {train_shards}: {dataset_name} has {len(names['train'])} "
+                            "training shards.")
+    tasks = [FileTask(f"{remote_dir}/{n}", data_dir / "datasets" / dataset_name / n, True,
+                      listed.get(n, {}).get("sha256")) for n in names["val"] + names["train"][:train_shards]]
+    tokenizers = {t.get("name"): t for t in manifest.get("tokenizers", [])}
+    tokenizer = tokenizers.get(entry.get("tokenizer_name"))
+    if tokenizer is None:
+        raise DownloadError(f"the manifest names tokenizer {entry.get('tokenizer_name')!r} for "
+                            f"{dataset_name!r} but does not list it.")
+    paths = [tokenizer[k] for k in ("model_path", "vocab_path", "path") if tokenizer.get(k)]
+    if not paths:
+        raise DownloadError(f"the manifest's tokenizer entry {tokenizer.get('name')!r} names no file.")
+    for i, remote in enumerate(paths):
+        sha = tokenizer.get("sha256") if i == 0 else None
+        tasks.append(FileTask(remote, data_dir / "tokenizers" / Path(remote).name, False, sha))
+    return tasks
+
+
+# =================================================================================================
+# Checking and fetching files
+# =================================================================================================
+
+
+def problem_with(path: Path, task: FileTask, size: int | None, etag: str | None, full: bool) -> str | None:
+    """Why the file at `path` is not the hub's file, or None. full: also hash it."""
+    if not path.is_file():
+        return "missing"
+    actual = path.stat().st_size
+    if size is not None and actual != size:
+        return f"{actual} bytes, the hub has {size}"
+    if task.is_shard:
+        try:
+            train_gpt.read_shard_header(path)
+        except train_gpt.ShardError as exc:
+            return str(exc)
+    expected_sha = task.sha256 or (etag if etag and SHA256_HEX.fullmatch(etag) else None)
+    if full and expected_sha and file_sha256(path) != expected_sha:
+        return f"sha256 differs from {expected_sha}"
+    return None
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def fetch_checked(hub: Hub, task: FileTask, staging: Path, size: int | None, etag: str | None) -> None:
+    """Fetch into staging, check, then move into place (so a bad file never sits at task.local)."""
+    fetched = hub.fetch(task.remote, staging)
+    problem = problem_with(fetched, task, size, etag, full=True)
+    if problem:
+        fetched.unlink()
+        raise DownloadError(f"{hub.remote(task.remote)} from {hub.where()} is not valid after download: "
+                            f"{problem}. Run again to retry; if it persists, the file on the hub is bad.")
+    task.local.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(fetched, task.local)
+
+
+def download(hub: Hub, dataset_name: str, train_shards: int, data_dir: Path = DATA_DIR,
+             say=print) -> list[Path]:
+    """Fetch the manifest, then every file it calls for that is not here yet; returns their paths."""
+    staging = data_dir / "datasets" / ".download"
+    manifest_task = FileTask("manifest.json", data_dir / "datasets" / "manifest.json", False)
+    size, etag = hub.file_info(manifest_task.remote)  # fails fast (no retries) when the hub is out of reach
+    fetch_checked(hub, manifest_task, staging, size, etag)  # always: it is small and may have changed
+    try:
+        manifest = json.loads(manifest_task.local.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DownloadError(f"{manifest_task.local}: not a JSON manifest ({exc}); delete it and run again.") from None
+    tasks = plan(manifest, dataset_name, train_shards, data_dir)
+    say(f"{dataset_name}: {sum(t.is_shard and '_val_' in t.local.name for t in tasks)} validation and "
+        f"{train_shards} training shards, {sum(not t.is_shard for t in tasks)} tokenizer files from {hub.where()}")
+    t0, fetched_bytes = time.perf_counter(), 0
+    for i, task in enumerate(tasks, 1):
+        size, etag = hub.file_info(task.remote)
+        problem = problem_with(task.local, task, size, etag, full=False)
+        where = task.local.relative_to(data_dir) if task.local.is_relative_to(data_dir) else task.local
+        if problem is None:
+            say(f"[{i}/{len(tasks)}] {where}: complete, kept")
+            continue
+        say(f"[{i}/{len(tasks)}] {where}: fetching {size / 1e6 if size else float('nan'):.1f}MB ({problem})")
+        t1 = time.perf_counter()
+        fetch_checked(hub, task, staging, size, etag)
+        fetched_bytes += task.local.stat().st_size
+        seconds = time.perf_counter() - t1
+        say(f"[{i}/{len(tasks)}] {where}: ok {seconds:.1f}s {task.local.stat().st_size / 1e6 / max(seconds, 1e-9):.1f}MB/s")
+    shutil.rmtree(staging, ignore_errors=True)  # only hub bookkeeping is left in it
+    say(f"done: fetched {fetched_bytes / 1e6:.1f}MB in {time.perf_counter() - t0:.1f}s; "
+        f"DATA_PATH={data_dir / 'datasets' / dataset_name}")
+    return [t.local for t in tasks]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--variant", default="sp1024", help="tokenizer variant: the dataset is fineweb10B_<variant>")
+    p.add_argument("--dataset", help="dataset name in the manifest (overrides --variant)")
+    p.add_argument("--train-shards", type=int, default=DEFAULT_TRAIN_SHARDS,
+                   help=f"how many training shards, from the first (default {DEFAULT_TRAIN_SHARDS})")
+    p.add_argument("--repo-id", default=os.environ.get("MATCHED_FINEWEB_REPO_ID", DEFAULT_REPO_ID),
+                   help="hub dataset repo (env MATCHED_FINEWEB_REPO_ID)")
+    p.add_argument("--remote-root", default=os.environ.get("MATCHED_FINEWEB_REMOTE_ROOT_PREFIX", DEFAULT_REMOTE_ROOT),
+                   help="path prefix inside the repo, '' for its root (env MATCHED_FINEWEB_REMOTE_ROOT_PREFIX)")
+    p.add_argument("--revision", default="main", help="branch, tag or commit of the repo")
+    p.add_argument("--endpoint", default=None, help="hub URL (default: HF_ENDPOINT or https://huggingface.co)")
+    p.add_argument("--data-dir", type=Path, default=DATA_DIR, help="where datasets/ and tokenizers/ go")
+    args = p.parse_args(argv)
+    if args.train_shards < 0:
+        p.error("--train-shards must be >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    hub = Hub(args.repo_id, args.remote_root, args.revision, args.endpoint)
+    try:
+        download(hub, args.dataset or f"fineweb10B_{args.variant}", args.train_shards, args.data_dir)
+    except (DownloadError, train_gpt.ShardError) as exc:
+        sys.exit(f"error: {exc}")
+
+
+if __name__ == "__main__":
+    main()
