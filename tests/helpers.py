@@ -1,0 +1,148 @@
+"""Tiny real data for the tests, made on the spot: a SentencePiece BPE tokenizer trained with the
+published sp1024 settings (smaller vocabulary) and shards of documents encoded with it, each
+document preceded by BOS. Used by tests/test_train_gpt.py and tests/test_end_to_end.py.
+
+The text is the first ~300 KB of the FineWeb sample documents in ../shared/data/fineweb_docs when
+that folder exists, and otherwise the docstrings of Python's own standard library, so the suite runs
+anywhere. Nothing here is a test; the fixtures are imported by the test modules that use them.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import lzma
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import train_gpt
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DOCS = ROOT.parent / "shared" / "data" / "fineweb_docs" / "fineweb_sample_val.jsonl.xz"
+PUBLISHED_TOKENIZER = ROOT.parent / "shared" / "data" / "tokenizers" / "fineweb_1024_bpe.model"
+CORPUS_CHARS = 300_000
+VOCAB_SIZE = 512  # 256 byte pieces + 4 specials + 252 merges: plenty for 300 KB of text
+BOS_ID = 1
+VAL_CHARS = CORPUS_CHARS // 10  # the last documents of the corpus, this much text, are the validation split
+
+# Text the tokenizer rarely or never saw: digits (split one by one), accents, emoji and CJK (byte
+# fallback), NFKC-normalised forms, runs of whitespace (collapsed), leading spaces (dropped).
+ODD_DOCS = [
+    "Invoice 2024-03-17: 1234567 units at 0.25 EUR (total 308641.75).",
+    "naïve café, Straße, Ærøskøbing, São Paulo, Dvořák",
+    "emoji 😀🎉👍🏽 and CJK 漢字かな and math ∑ √2 ≈ 1.41421 ≠ π",
+    "   leading spaces,\ttabs\n\nand  blank   lines   ",
+    "full-width ｆｕｌｌ ｗｉｄｔｈ and the ligature ﬁne, ½ and ²",
+    "7",
+]
+
+
+@dataclass
+class TinyData:
+    tokenizer_path: Path
+    data_path: Path  # holds fineweb_train_00000{0,1}.bin and fineweb_val_000000.bin
+    sp: object  # sentencepiece.SentencePieceProcessor
+    train_docs: list[str]
+    val_docs: list[str]
+    vocab_size: int = VOCAB_SIZE
+
+
+def stdlib_docstrings(limit_chars: int) -> list[str]:
+    """Docstrings of the standard library's pure-Python modules, in a fixed order."""
+    docs, total = [], 0
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        nodes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+        for node in nodes:
+            doc = ast.get_docstring(node)
+            if doc and len(doc) > 40:
+                docs.append(doc)
+                total += len(doc)
+                if total >= limit_chars:
+                    return docs
+    return docs
+
+
+def corpus_documents(limit_chars: int = CORPUS_CHARS) -> list[str]:
+    if SHARED_DOCS.is_file():
+        docs, total = [], 0
+        with lzma.open(SHARED_DOCS, "rt", encoding="utf-8") as f:
+            for line in f:
+                docs.append(json.loads(line)["text"])
+                total += len(docs[-1])
+                if total >= limit_chars:
+                    break
+        return docs
+    return stdlib_docstrings(limit_chars)
+
+
+def train_tokenizer(docs: list[str], path: Path, vocab_size: int = VOCAB_SIZE) -> None:
+    import sentencepiece as spm
+
+    # One line per sentence: SentencePiece skips sentences longer than max_sentence_length (4192 B).
+    lines = [line for doc in docs for line in doc.splitlines() if line.strip()]
+    with open(path, "wb") as f:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(lines), model_writer=f, model_type="bpe", vocab_size=vocab_size,
+            byte_fallback=True, split_digits=True, normalization_rule_name="nmt_nfkc",
+            add_dummy_prefix=False, remove_extra_whitespaces=True, pad_id=0, bos_id=1, eos_id=2, unk_id=3, minloglevel=2)
+
+
+def encode_documents(sp, docs: list[str]) -> np.ndarray:
+    """The shard layout: [BOS] + ids of each document, concatenated."""
+    ids = []
+    for doc in docs:
+        ids.append(BOS_ID)
+        ids.extend(sp.encode(doc))
+    return np.asarray(ids, dtype=np.uint16)
+
+
+def make_tiny_data(root: Path) -> TinyData:
+    import sentencepiece as spm
+
+    docs = corpus_documents()
+    split = len(docs) - 1
+    while sum(len(doc) for doc in docs[split:]) < VAL_CHARS:
+        split -= 1
+    train_docs, val_docs = docs[:split], docs[split:] + ODD_DOCS
+    tokenizer_path = root / "tokenizer.model"
+    train_tokenizer(docs, tokenizer_path)
+    sp = spm.SentencePieceProcessor(model_file=str(tokenizer_path))
+    data_path = root / "shards"
+    data_path.mkdir()
+    half = len(train_docs) // 2
+    train_gpt.write_data_shard(data_path / "fineweb_train_000000.bin", encode_documents(sp, train_docs[:half]))
+    train_gpt.write_data_shard(data_path / "fineweb_train_000001.bin", encode_documents(sp, train_docs[half:]))
+    train_gpt.write_data_shard(data_path / "fineweb_val_000000.bin", encode_documents(sp, val_docs))
+    return TinyData(tokenizer_path, data_path, sp, train_docs, val_docs)
+
+
+_cache: dict[str, TinyData] = {}  # one build per session, shared by every module that imports the fixture
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory) -> TinyData:
+    if "data" not in _cache:
+        _cache["data"] = make_tiny_data(tmp_path_factory.mktemp("tiny_data"))
+    return _cache["data"]
+
+
+def tiny_env(data: TinyData, tmp_path: Path, **overrides) -> dict[str, str]:
+    """Environment variables for a tiny run on `data` that writes only under tmp_path."""
+    env = dict(
+        DATA_PATH=str(data.data_path), TOKENIZER_PATH=str(data.tokenizer_path), VOCAB_SIZE=str(data.vocab_size),
+        RUN_ID="test", LOG_DIR=str(tmp_path / "logs"), ARTIFACT_PATH=str(tmp_path / "model.int8.ptz"),
+        NUM_LAYERS="2", MODEL_DIM="64", NUM_HEADS="2", NUM_KV_HEADS="1", MLP_MULT="2",
+        TRAIN_SEQ_LEN="64", TRAIN_BATCH_TOKENS=str(8 * 2 * 64), VAL_BATCH_SIZE=str(8 * 8 * 64),
+        ITERATIONS="10", WARMDOWN_ITERS="0", WARMUP_STEPS="0", VAL_LOSS_EVERY="0", TRAIN_LOG_EVERY="1",
+        MAX_WALLCLOCK_SECONDS="0", LOSS_IMPL="torch", COMPILE="0",
+    )
+    env.update({k: str(v) for k, v in overrides.items()})
+    return env
