@@ -1,0 +1,188 @@
+"""The output loss: the chunked PyTorch reference against the naive formula, and the fused Triton
+kernel against both, forward and backward. Run: python3 -m pytest -q tests/test_loss_kernel.py
+
+Without a GPU the kernel runs in Triton's interpreter (conftest sets TRITON_INTERPRET=1), which is
+slow: shapes stay small (123 tokens x 517 vocab, d = 48) and odd, so masks and ragged chunks are hit.
+Errors are relative: |a - b| / |b| for the loss, ||a - b|| / ||b|| (Frobenius) for gradients.
+"""
+
+import pytest
+import torch
+
+import train_gpt as tg
+
+SOFTCAP = 30.0
+N, V, D = 123, 517, 48
+FP32_TOL = 1e-5
+# bf16 inputs: logits and dL/dlogits are stored in bf16 (8 significant bits: relative step 2^-8 =
+# 3.9e-3 when rounded; the interpreter truncates instead, up to 2^-7), and grad_x is a bf16 matmul
+# output, so implementations that round at different places differ by about one step (measured:
+# ~5e-3 on CPU). The loss is accumulated in fp32 from the same bf16 logits, so it stays close.
+BF16_LOSS_TOL, BF16_GRAD_TOL = 1e-4, 1.5e-2
+BF16_STORE_TOL = 2.0**-7  # one bf16 store of fp32 values: each element within 2^-7, hence the norm too
+
+needs_triton = pytest.mark.skipif(tg.triton_unavailable_reason() is not None,
+                                  reason=f"Triton loss unavailable: {tg.triton_unavailable_reason()}")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def make_inputs(dtype, n=N, vocab=V, d=D, seed=0):
+    """x (n, d) like the trainer's normalised activations, weight (vocab, d) fp32 master weight."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=gen).to(DEVICE, dtype).requires_grad_()
+    weight = (torch.randn(vocab, d, generator=gen) * 0.5).to(DEVICE).requires_grad_()
+    targets = torch.randint(0, vocab, (n,), generator=gen).to(DEVICE)
+    return x, weight, targets
+
+
+def loss_and_grads(fn, x, weight, targets, grad_output=1.0):
+    x, weight = x.detach().requires_grad_(), weight.detach().requires_grad_()
+    loss = fn(x, weight, targets)
+    loss.backward(torch.tensor(grad_output, device=loss.device))
+    return loss.detach(), x.grad, weight.grad
+
+
+def naive(x, weight, targets):
+    return tg.softcap_ce_loss_naive(x, weight, targets, SOFTCAP)
+
+
+def torch_ref(chunk):
+    return lambda x, weight, targets: tg.softcap_ce_loss_torch(x, weight, targets, SOFTCAP, chunk)
+
+
+def triton_loss(chunk):
+    return lambda x, weight, targets: tg.softcap_ce_loss_triton(x, weight, targets, SOFTCAP, chunk)
+
+
+def assert_close(got, want, loss_tol, grad_tol):
+    (loss, gx, gw), (want_loss, want_gx, want_gw) = got, want
+    assert loss.dtype == torch.float32 and gx.dtype == want_gx.dtype and gw.dtype == torch.float32
+    assert abs(loss.item() - want_loss.item()) <= loss_tol * abs(want_loss.item()), (loss, want_loss)
+    assert rel(gx, want_gx) <= grad_tol, rel(gx, want_gx)
+    assert rel(gw, want_gw) <= grad_tol, rel(gw, want_gw)
+
+
+@pytest.mark.parametrize("chunk", [50, N, 1000])
+def test_torch_reference_matches_naive_fp32(chunk):
+    x, weight, targets = make_inputs(torch.float32)
+    want = loss_and_grads(naive, x, weight, targets)
+    assert_close(loss_and_grads(torch_ref(chunk), x, weight, targets), want, FP32_TOL, FP32_TOL)
+    with torch.no_grad():
+        assert abs(torch_ref(chunk)(x, weight, targets).item() / want[0].item() - 1) <= FP32_TOL
+
+
+def saturate(t: torch.Tensor) -> torch.Tensor:
+    """Every other row, and every 7th column of the rest, times 1e4: |logits| >> softcap, tanh = +-1.
+    Unsaturated entries remain in every row, so the relative error is not that of ~exp(-2|u|) values."""
+    t = t.detach().clone()
+    t[::2] *= 1e4
+    t[1::2, ::7] *= 1e4
+    return t
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("block_v", [None, 128])  # whole row in one block; 5 blocks, the last ragged
+@pytest.mark.parametrize("saturated", [False, True])
+def test_kernel_chunk_matches_torch_chunk(dtype, block_v, saturated):
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(37, V, generator=gen) * 3.0
+    logits = (saturate(logits) if saturated else logits).to(DEVICE, dtype)
+    targets = torch.randint(0, V, (37,), generator=gen).to(DEVICE)
+    want_loss, want_grad = tg.softcap_ce_chunk_torch(logits, targets, SOFTCAP, 0.25, True)
+    for need_grad in (False, True):
+        buf, loss_rows = logits.clone(), torch.empty(37, device=DEVICE)
+        tg.softcap_ce_chunk_triton(buf, targets, loss_rows, SOFTCAP, 0.25, need_grad, block_v)
+        assert abs(loss_rows.sum().item() / want_loss.item() - 1) <= FP32_TOL
+        if need_grad:
+            assert torch.isfinite(buf).all()
+            assert rel(buf.float(), want_grad) <= (FP32_TOL if dtype == torch.float32 else BF16_STORE_TOL)
+        else:
+            assert torch.equal(buf, logits), "the forward-only kernel must not write the logits"
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("chunk", [50, N, 1000])  # ragged last chunk; one exact chunk; chunk > N
+def test_triton_loss_matches_reference_and_naive(dtype, chunk):
+    x, weight, targets = make_inputs(dtype)
+    got = loss_and_grads(triton_loss(chunk), x, weight, targets)
+    loss_tol, grad_tol = (FP32_TOL, FP32_TOL) if dtype == torch.float32 else (BF16_LOSS_TOL, BF16_GRAD_TOL)
+    assert_close(got, loss_and_grads(torch_ref(chunk), x, weight, targets), loss_tol, grad_tol)
+    assert_close(got, loss_and_grads(naive, x, weight, targets), loss_tol, grad_tol)
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_triton_loss_saturated_logits(dtype):
+    """Every other row of x times 1e4: |logits| ~ 1e3 * softcap, tanh saturates and dL/dlogits ~ 0."""
+    x, weight, targets = make_inputs(dtype)
+    x = x.detach().clone()
+    x[::2] *= 1e4  # the other rows keep ordinary logits, so the error is not that of ~exp(-2|u|) values
+    got = loss_and_grads(triton_loss(50), x, weight, targets)
+    assert all(torch.isfinite(t).all() for t in got)
+    loss_tol, grad_tol = (FP32_TOL, FP32_TOL) if dtype == torch.float32 else (BF16_LOSS_TOL, BF16_GRAD_TOL)
+    assert_close(got, loss_and_grads(naive, x, weight, targets), loss_tol, grad_tol)
+
+
+@needs_triton
+def test_triton_loss_scales_by_grad_output():
+    x, weight, targets = make_inputs(torch.float32)
+    loss, gx, gw = loss_and_grads(triton_loss(50), x, weight, targets, grad_output=-2.5)
+    want_loss, want_gx, want_gw = loss_and_grads(naive, x, weight, targets, grad_output=-2.5)
+    assert rel(gx, want_gx) <= FP32_TOL and rel(gw, want_gw) <= FP32_TOL
+    assert rel(gx, -2.5 * loss_and_grads(triton_loss(50), x, weight, targets)[1]) <= FP32_TOL
+
+
+@needs_triton
+def test_triton_loss_forward_only_under_no_grad():
+    x, weight, targets = make_inputs(torch.bfloat16)
+    with torch.no_grad():
+        loss = triton_loss(50)(x, weight, targets)
+        _, grad_x, grad_w = tg.softcap_ce_op(x, weight, targets, SOFTCAP, 50, False)
+    assert not loss.requires_grad and grad_x.numel() == 0 and grad_w.numel() == 0
+    want = loss_and_grads(triton_loss(50), x, weight, targets)[0]
+    assert abs(loss.item() - want.item()) <= 1e-6 * want.item()  # same kernel, same order of sums
+    # Inputs that need no gradient take the same forward-only path with grad mode on.
+    loss = triton_loss(50)(x.detach(), weight.detach(), targets)
+    assert not loss.requires_grad and abs(loss.item() - want.item()) <= 1e-6 * want.item()
+
+
+@needs_triton
+def test_triton_loss_gradient_to_weight_only():
+    x, weight, targets = make_inputs(torch.float32)
+    weight = weight.detach().requires_grad_()
+    triton_loss(50)(x.detach(), weight, targets).backward()
+    assert rel(weight.grad, loss_and_grads(naive, x, weight, targets)[2]) <= FP32_TOL
+
+
+@needs_triton
+def test_custom_op_registration():
+    """Fake (meta) outputs match the real ones and autograd is registered: what torch.compile uses."""
+    x, weight, targets = make_inputs(torch.float32, n=20, vocab=70, d=8)
+    torch.library.opcheck(tg.softcap_ce_op, (x, weight, targets, SOFTCAP, 8, True),
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the trainer compiles only on GPU")
+@pytest.mark.skipif(tg.triton_unavailable_reason() is not None, reason="Triton loss unavailable")
+def test_triton_loss_inside_torch_compile_fullgraph():
+    """As the trainer runs it: compiled with fullgraph=True, under bf16 autocast, x from a bf16 op."""
+    torch._dynamo.reset()
+    x, weight, targets = make_inputs(torch.float32, n=4096, vocab=1024, d=128)
+
+    def step(x, weight, targets):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return tg.softcap_ce_loss_triton((x * 2.0).bfloat16(), weight, targets, SOFTCAP, 1000)
+
+    got = loss_and_grads(torch.compile(step, fullgraph=True), x, weight, targets, grad_output=0.5)
+    assert_close(got, loss_and_grads(step, x, weight, targets, grad_output=0.5), 1e-6, 1e-6)
+    want = loss_and_grads(lambda a, b, c: naive((a * 2.0).bfloat16(), b, c), x, weight, targets, 0.5)
+    assert_close(got, want, BF16_LOSS_TOL, BF16_GRAD_TOL)
+    with torch.no_grad():
+        assert abs(torch.compile(step, fullgraph=True)(x, weight, targets).item() / got[0].item() - 1) < 1e-6
