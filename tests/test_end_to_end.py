@@ -165,10 +165,11 @@ def test_val_loss_falls_from_ln_vocab_and_the_round_trip_costs_little(one_proces
     run = one_process
     val_loss, val_bpb = run.losses("val_loss"), run.losses("val_bpb")
     assert val_loss[0] == pytest.approx(math.log(tiny_data.vocab_size), abs=0.02)  # blocks start as identity
-    assert val_loss[6] < val_loss[0] - 0.3 and val_loss[12] < val_loss[6]  # measured: 6.24, 5.6, 5.3
+    # measured at steps 0, 6, 12: 6.24, 5.83, 5.35 on FineWeb text; 6.24, 6.08, 5.53 on stdlib docstrings
+    assert val_loss[12] < val_loss[6] < val_loss[0] and val_loss[12] < val_loss[0] - 0.4
     roundtrip_loss, roundtrip_bpb = run.final_score()
     # Only the embedding goes through int8 here, mostly with the 1/127 floor step: measured cost
-    # +0.0014 bpb (12 steps) and +0.0021 (20 steps). Not restoring the weights at all is caught by
+    # +0.0014 bpb (12 steps; stdlib text: +0.0013) and +0.0021 (20 steps). Not restoring the weights at all is caught by
     # test_the_artifact_is_the_model_that_was_scored; rows or scales mixed up cost far more than 0.01.
     assert roundtrip_bpb == pytest.approx(val_bpb[12], abs=0.01)
 
@@ -187,12 +188,15 @@ def test_two_processes_train_the_same_model_as_one(one_process, two_processes):
         for step in one:
             # Printed with 4 decimals. Until the first update (val at step 0, the loss of step 1) the
             # runs differ only in summation order: equal up to one rounding unit. After that the bf16
-            # Newton-Schulz turns the last-bit gradient differences into a drift: measured at most
-            # 3e-4 by step 12 (5.3462 vs 5.3465). A wrong data split shows at step 1 already (~1e-2).
+            # Newton-Schulz turns last-bit gradient differences into a drift (with it in fp32 the runs
+            # agree to 1e-8): measured at most 3e-4 by step 12, on FineWeb and on stdlib text.
+            # A wrong data split or a missing all-reduce shows by step 1 or 2 at the 1e-2 level.
             tolerance = 1.5e-4 if step <= 1 else 1e-3
             assert two[step] == pytest.approx(one[step], abs=tolerance), (key, step)
+    # After the round trip the drift grows: weights that differ in the last bits can round to
+    # neighbouring int8 levels. Measured: 2.4e-5 (FineWeb) and 1.0e-4 (stdlib text) relative.
     for one, two in zip(one_process.final_score(), two_processes.final_score()):
-        assert two == pytest.approx(one, rel=1e-4)  # measured 2.4e-5 (val_loss 5.34799 vs 5.34812)
+        assert two == pytest.approx(one, rel=1e-3)
 
 
 # =================================================================================================
