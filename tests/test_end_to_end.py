@@ -1,7 +1,7 @@
 """End-to-end tests (layer 3): run train_gpt.py as a user would, on tiny data made in the test session,
 and check what it prints and writes; with one process and with two (gloo on CPU).
 
-Run: python3 -m pytest -q tests/test_end_to_end.py   (CPU only; about a minute on 2 cores)
+Run: python3 -m pytest -q tests/test_end_to_end.py   (CPU only; about 40 s on 2 cores)
 
 Each run is a subprocess with a tiny config (tests/helpers.py: tiny_env) that writes only under
 tmp_path. OMP_NUM_THREADS=1 keeps runs deterministic and stops two processes fighting over 2 cores.
@@ -239,6 +239,15 @@ def test_a_non_finite_loss_stops_the_run_saying_at_which_step(tiny_data, tmp_pat
     log_lines = run.log_path.read_text(encoding="utf-8").splitlines()
     assert log_lines[-1].startswith("error:FloatingPointError") and f"at step {bad_step}" in log_lines[-1]
     assert not run.artifact_path.exists()
+
+
+@pytest.mark.xfail(strict=True, reason="bug: weights that turn non-finite in the last step are exported and "
+                                       "scored: exit 0 with 'final_int8_zlib_roundtrip_exact val_loss:nan val_bpb:nan'")
+def test_weights_that_go_non_finite_in_the_last_step_are_an_error_not_a_score(tiny_data, tmp_path):
+    # both steps' losses are finite (6.2392, 6.2383); the second update leaves NaN weights behind
+    run = launch(tiny_data, tmp_path, ITERATIONS=2, MATRIX_LR=1e30, TIED_EMBED_LR=1e30, SCALAR_LR=1e30)
+    assert run.result.returncode != 0 and "not finite" in run.result.stderr
+    assert not any(line.startswith("final_int8_zlib_roundtrip_exact") for line in run.lines)
 
 
 def test_a_wallclock_cap_stops_training_and_still_scores(tiny_data, tmp_path):
