@@ -92,7 +92,8 @@ def train_tokenizer(docs: list[str], path: Path, vocab_size: int = VOCAB_SIZE) -
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(lines), model_writer=f, model_type="bpe", vocab_size=vocab_size,
             byte_fallback=True, split_digits=True, normalization_rule_name="nmt_nfkc",
-            add_dummy_prefix=False, remove_extra_whitespaces=True, pad_id=0, bos_id=1, eos_id=2, unk_id=3, minloglevel=2)
+            add_dummy_prefix=False, remove_extra_whitespaces=True, pad_id=0, bos_id=1, eos_id=2, unk_id=3,
+            minloglevel=2)
 
 
 def encode_documents(sp, docs: list[str]) -> np.ndarray:

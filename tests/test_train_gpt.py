@@ -1,6 +1,6 @@
 """Unit tests for train_gpt.py (layer 1): each part checked against a reference or an invariant.
 
-Run: python3 -m pytest -q tests/test_train_gpt.py   (CPU only; tiny models; a few seconds on 2 cores)
+Run: python3 -m pytest -q tests/test_train_gpt.py   (CPU only; tiny models; about 10 s on 2 cores)
 
 The chunked output loss against the naive formula lives in tests/test_loss_kernel.py; here the loss is
 checked at the model level. Tokenizer and shards come from the `tiny_data` fixture in tests/helpers.py.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import _thread
 import contextlib
-import dataclasses
 import io
 import math
 import os
@@ -45,7 +44,8 @@ def dist_context(world_size: int = 1, rank: int = 0) -> DistContext:
 
 def random_batch(batch: int, seq_len: int, vocab: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, vocab, (batch, seq_len), generator=g), torch.randint(0, vocab, (batch, seq_len), generator=g)
+    x = torch.randint(0, vocab, (batch, seq_len), generator=g)
+    return x, torch.randint(0, vocab, (batch, seq_len), generator=g)
 
 
 # =================================================================================================
@@ -588,7 +588,8 @@ def test_quantization_error_is_at_most_half_the_stored_step():
 def test_small_tensors_stay_fp16_control_tensors_fp32_and_non_floats_pass_through():
     g = torch.Generator().manual_seed(0)
     state = {"blocks.0.attn_scale": torch.randn(64, generator=g), "blocks.0.resid_mix": torch.randn(2, 64, generator=g),
-             "skip_weights": torch.randn(1, 64, generator=g), "blocks.0.mlp.fc.weight": torch.randn(128, 64, generator=g),
+             "skip_weights": torch.randn(1, 64, generator=g),
+             "blocks.0.mlp.fc.weight": torch.randn(128, 64, generator=g),
              "at_the_limit": torch.randn(256, 256, generator=g), "over_the_limit": torch.randn(257, 256, generator=g),
              "counts": torch.tensor([3, 1, 4]), "mask": torch.tensor([True, False])}
     obj = train_gpt.quantize_state_dict(state)
@@ -744,7 +745,8 @@ def test_tokenizer_with_another_vocabulary_is_a_config_error(tiny_data):
 
 
 @pytest.mark.parametrize("val_tokens, world_size", [(64, 1), (65, 2), (10, 1)])
-def test_validation_split_shorter_than_a_sequence_per_rank_is_a_config_error(tiny_data, tmp_path, val_tokens, world_size):
+def test_validation_split_shorter_than_a_sequence_per_rank_is_a_config_error(tiny_data, tmp_path, val_tokens,
+                                                                              world_size):
     data_path = tmp_path / "data"
     data_path.mkdir()
     train_gpt.write_data_shard(data_path / "fineweb_val_000000.bin", np.ones(val_tokens, dtype=np.uint16))
