@@ -366,6 +366,14 @@ def find_shards(pattern: str, what: str) -> list[Path]:
     return files
 
 
+def check_train_shards(pattern: str) -> list[Path]:
+    """Validate every training shard now, not an hour into the run; an empty set would loop forever."""
+    files = find_shards(pattern, "training")
+    if sum(read_shard_header(path) for path in files) == 0:
+        raise ShardError(f"the training shards {pattern} hold no tokens: rebuild or re-download them.")
+    return files
+
+
 class TokenStream:
     """Reads shards in order and hands out contiguous spans, wrapping around at the end."""
 
@@ -397,9 +405,7 @@ class DistributedTokenLoader:
     """Each call takes one micro-batch for every rank from the shared stream; keeps this rank's."""
 
     def __init__(self, pattern: str, ctx: DistContext):
-        for path in find_shards(pattern, "training"):
-            read_shard_header(path)  # fail on a bad shard now, not an hour into the run
-        self.stream = TokenStream(find_shards(pattern, "training"))
+        self.stream = TokenStream(check_train_shards(pattern))
         self.ctx = ctx
 
     def next_batch(self, micro_batch_tokens: int, seq_len: int) -> tuple[Tensor, Tensor]:
@@ -914,17 +920,23 @@ def target_bytes(x: Tensor, y: Tensor, val: ValData) -> Tensor:
 def load_validation(args: Hyperparameters, ctx: DistContext, sp) -> ValData:
     files = find_shards(os.path.join(args.data_path, "fineweb_val_*.bin"), "validation")
     tokens = torch.cat([load_data_shard(f) for f in files]).to(torch.int64)
-    usable = (tokens.numel() - 1) // args.train_seq_len * args.train_seq_len
-    if usable < args.train_seq_len * ctx.world_size:
-        raise ConfigError(f"the validation split ({tokens.numel()} tokens in {files[0].parent}) is shorter than "
-                          f"one TRAIN_SEQ_LEN={args.train_seq_len} sequence (+1) per rank: use more "
-                          "validation data or a smaller TRAIN_SEQ_LEN.")
+    usable = check_validation_length(tokens.numel(), args, ctx.world_size, files[0].parent)
     if int(tokens.max()) >= args.vocab_size:
         raise ConfigError(f"validation shards in {files[0].parent} hold token id {int(tokens.max())} >= "
                           f"VOCAB_SIZE={args.vocab_size}: they were made with another tokenizer.")
     luts = [t.to(ctx.device) for t in build_byte_luts(sp, args.vocab_size)]
     batch_seqs = args.val_batch_size // (ctx.world_size * ctx.grad_accum_steps) // args.train_seq_len
     return ValData(tokens[: usable + 1], *luts, args.train_seq_len, max(batch_seqs, 1))
+
+
+def check_validation_length(num_tokens: int, args: Hyperparameters, world_size: int, folder) -> int:
+    """Tokens usable for validation (whole sequences); at least one sequence per rank."""
+    usable = (num_tokens - 1) // args.train_seq_len * args.train_seq_len
+    if usable < args.train_seq_len * world_size:
+        raise ConfigError(f"the validation split ({num_tokens} tokens in {folder}) is shorter than one "
+                          f"TRAIN_SEQ_LEN={args.train_seq_len} sequence (+1) per rank: use more validation "
+                          "data or a smaller TRAIN_SEQ_LEN.")
+    return usable
 
 
 @torch.no_grad()
@@ -981,10 +993,10 @@ def quantize_state_dict(state_dict: dict[str, Tensor]) -> dict:
         else:
             t32 = t.float().reshape(t.size(0), -1)  # (rows, cols); rows are output channels
             clip = torch.quantile(t32.abs(), QUANT_CLIP_QUANTILE, dim=1)
-            scale = (clip / QUANT_MAX).clamp_min(QUANT_MIN_SCALE)
-            q = torch.round(torch.clamp(t32, -clip[:, None], clip[:, None]) / scale[:, None])
+            scale = (clip / QUANT_MAX).clamp_min(QUANT_MIN_SCALE).half()  # stored in fp16: round with that
+            q = torch.round(torch.clamp(t32, -clip[:, None], clip[:, None]) / scale.float()[:, None])
             quantized[name] = q.clamp(-QUANT_MAX, QUANT_MAX).to(torch.int8).reshape(t.shape)
-            scales[name] = scale.half()
+            scales[name] = scale
     return {"format": "int8_per_row_v1", "quantized": quantized, "scales": scales, "kept": kept}
 
 
@@ -1121,6 +1133,9 @@ def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logg
             training_ms += 1000 * (time.perf_counter() - t0)
             check_finite(bad_step, ctx)
             val_loss, val_bpb = evaluate(base_model, val, ctx, autocast)
+            if not math.isfinite(val_loss):  # same value on every rank: all stop together
+                raise FloatingPointError(f"val_loss is not finite after step {step}: lower the learning rates "
+                                         "(MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM.")
             logger.log(step=f"{step}/{args.iterations}", val_loss=val_loss, val_bpb=val_bpb,
                        train_time=f"{training_ms:.0f}ms", step_avg=f"{training_ms / max(step, 1):.2f}ms")
             sync(ctx.device)
@@ -1177,13 +1192,13 @@ def export_and_roundtrip(base_model, args, ctx, autocast, val: ValData, logger) 
 # =================================================================================================
 
 
-def check_inputs(args: Hyperparameters) -> Path:
+def check_inputs(args: Hyperparameters, world_size: int) -> Path:
     """Everything that can be checked before a process group or a GPU is touched; returns the log path."""
-    for path in find_shards(os.path.join(args.data_path, "fineweb_train_*.bin"), "training"):
-        read_shard_header(path)
-    for path in find_shards(os.path.join(args.data_path, "fineweb_val_*.bin"), "validation"):
-        read_shard_header(path)
+    check_train_shards(os.path.join(args.data_path, "fineweb_train_*.bin"))
+    val_files = find_shards(os.path.join(args.data_path, "fineweb_val_*.bin"), "validation")
+    check_validation_length(sum(read_shard_header(p) for p in val_files), args, world_size, val_files[0].parent)
     load_tokenizer(args.tokenizer_path, args.vocab_size)
+    resolve_loss_impl(args.loss_impl, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     if not args.run_id:
         args.run_id = time.strftime("%Y%m%d_%H%M%S_") + uuid.uuid4().hex[:8]
     log_path = Path(args.log_dir) / f"{args.run_id}.txt"
@@ -1218,8 +1233,7 @@ def run(args: Hyperparameters, ctx: DistContext, logger: Logger) -> None:
     use_compile = args.compile and on_cuda
     model = torch.compile(base_model, dynamic=False, fullgraph=True) if use_compile else base_model
     if ctx.distributed:
-        model = nn.parallel.DistributedDataParallel(model, device_ids=[ctx.local_rank] if on_cuda else None,
-                                                    broadcast_buffers=False)
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[ctx.local_rank] if on_cuda else None)
     orthogonalize = torch.compile(newton_schulz_orthogonalize) if use_compile else None
     optimizers = build_optimizers(base_model, args, orthogonalize)
     warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logger)
@@ -1232,8 +1246,8 @@ def run(args: Hyperparameters, ctx: DistContext, logger: Logger) -> None:
 
 def main() -> None:
     args = Hyperparameters.from_env()
-    rank, _, _ = read_dist_env()
-    log_path = check_inputs(args)
+    rank, world_size, _ = read_dist_env()
+    log_path = check_inputs(args, world_size)
     ctx = setup_distributed()
     logger = Logger(log_path if rank == 0 else None)
     try:
