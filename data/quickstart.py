@@ -1,0 +1,244 @@
+"""Quick start: train a small model end to end on this machine, with no download and no GPU needed.
+
+  bash quickstart.sh             # installs requirements.txt, then runs this script
+  python3 data/quickstart.py     # the same, requirements already installed
+  python3 data/quickstart.py --seconds 600 --data stdlib   # longer; options: --help
+
+Data: with the published FineWeb data here (data/datasets/fineweb10B_sp1024 and
+data/tokenizers/fineweb_1024_bpe.model, from data/cached_challenge_fineweb.py) it trains on that.
+Otherwise it builds a small dataset from English text that ships with every Python: the docstrings
+in the standard library's own sources and pydoc's help topics (about 2 MB; deterministic for a given
+Python version, which names the dataset and is recorded in its manifest), trains a 512-token
+tokenizer on it with data/build_shards.py, and trains on that. Either way it then runs train_gpt.py
+with a tiny model under a wallclock cap and prints val_bpb (after the int8+zlib round trip) and the
+artifact size. The numbers are a smoke test of the pipeline, not a score: a minutes-long CPU run on
+a 2 MB corpus says nothing about a 10-minute 8xH100 run on FineWeb.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import torch
+
+import build_shards
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DATA_DIR = REPO_ROOT / "data"
+FINEWEB_DATA = DATA_DIR / "datasets" / "fineweb10B_sp1024"
+FINEWEB_TOKENIZER = DATA_DIR / "tokenizers" / "fineweb_1024_bpe.model"
+STDLIB_VOCAB_SIZE = 512
+STDLIB_VAL_FRACTION = 0.1
+SKIPPED_DIRS = {"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test",
+                "encodings"}  # encodings: a hundred near-identical generated codec docstrings
+CPU_VAL_TOKENS = 262_144  # FineWeb's 62M validation tokens take hours on a CPU: use a prefix there
+
+# A model that learns something in two minutes on two CPU cores (the trainer's defaults are for 8 H100s):
+# 0.5M parameters, about 0.3 s per 4096-token step there, so about 400 steps. At an equal token budget,
+# 4096-token steps beat 8192-token ones (val_bpb 2.43 vs 2.62 at 1.2M tokens) and the default learning
+# rates beat doubled ones (2.47). The wallclock cap ends training; warm-down covers about the last 120 steps.
+TINY_MODEL = dict(NUM_LAYERS=4, MODEL_DIM=128, NUM_HEADS=4, NUM_KV_HEADS=2, MLP_MULT=2, TRAIN_SEQ_LEN=256,
+                  TRAIN_BATCH_TOKENS=8 * 256 * 2, VAL_BATCH_SIZE=8 * 256 * 8, ITERATIONS=100_000,
+                  WARMDOWN_ITERS=120, VAL_LOSS_EVERY=0, TRAIN_LOG_EVERY=50)
+
+
+# =================================================================================================
+# The standard-library corpus
+# =================================================================================================
+
+
+def stdlib_documents(stdlib_dir: Path | None = None) -> list[str]:
+    """English documents from the standard library's sources, in a fixed order: one per module
+    (its docstrings in source order, blank-line separated) and one per pydoc help topic."""
+    root = Path(stdlib_dir or sysconfig.get_paths()["stdlib"])
+    files = []
+    for folder, subfolders, names in os.walk(root):
+        subfolders[:] = [d for d in subfolders if d not in SKIPPED_DIRS]  # prune: never walk site-packages
+        files += [Path(folder) / n for n in names if n.endswith(".py")]
+    files.sort(key=lambda p: p.relative_to(root).as_posix())
+    if not files:
+        raise build_shards.BuildError(f"no Python sources under {root}: this Python ships its standard "
+                                      "library without .py files. Use --data fineweb, or build shards from "
+                                      "any text with data/build_shards.py.")
+    documents = []
+    for path in files:
+        try:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except (SyntaxError, ValueError):  # not Python 3 source (test data); not documentation anyway
+            continue
+        if path.relative_to(root).as_posix() == "pydoc_data/topics.py":
+            documents += help_topics(tree)
+        else:
+            documents.append("\n\n".join(docstrings(tree)))
+    unique = dict.fromkeys(d for d in documents if d.strip())  # drop empty and repeated documents, keep order
+    return list(unique)
+
+
+def docstrings(node: ast.AST) -> list[str]:
+    """The docstrings of a module and of its classes and functions, depth first in source order."""
+    found = []
+    if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+        doc = ast.get_docstring(node, clean=True)
+        if doc:
+            found.append(doc)
+    for child in ast.iter_child_nodes(node):
+        found += docstrings(child)
+    return found
+
+
+def help_topics(tree: ast.Module) -> list[str]:
+    """pydoc_data/topics.py is one dict literal: help topic -> its text from the language reference."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+            topics = ast.literal_eval(node.value)
+            return [topics[k] for k in sorted(topics) if topics[k].strip()]
+    return []
+
+
+def stdlib_dataset(data_dir: Path = DATA_DIR, rebuild: bool = False, workers: int = 1,
+                   stdlib_dir: Path | None = None) -> tuple[Path, Path, int]:
+    """Build (or reuse) the standard-library dataset under data_dir/datasets and data_dir/tokenizers;
+    returns (data path, tokenizer path, vocab size)."""
+    version = platform.python_version()
+    name = f"pystdlib_{version}_sp{STDLIB_VOCAB_SIZE}"
+    output = data_dir / "datasets" / name
+    tokenizer = data_dir / "tokenizers" / f"{name}.model"
+    if not rebuild and dataset_is_complete(output, tokenizer):
+        print(f"quickstart: reusing {output} (made by Python {version})", flush=True)
+        return output, tokenizer, STDLIB_VOCAB_SIZE
+    t0 = time.perf_counter()
+    documents = stdlib_documents(stdlib_dir)
+    source = data_dir / "datasets" / f"pystdlib_{version}.jsonl"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    with open(source, "w", encoding="utf-8") as f:
+        for text in documents:
+            f.write(json.dumps({"text": text}) + "\n")
+    print(f"quickstart: {len(documents)} documents ({source.stat().st_size / 1e6:.1f}MB of JSONL) from the "
+          f"standard library of Python {version} at {stdlib_dir or sysconfig.get_paths()['stdlib']} "
+          f"({time.perf_counter() - t0:.1f}s) -> {source}", flush=True)
+    build_shards.build(build_shards.BuildConfig(
+        inputs=[str(source)], output=output, tokenizer_out=tokenizer, vocab_size=STDLIB_VOCAB_SIZE,
+        val_fraction=STDLIB_VAL_FRACTION, workers=workers, overwrite=True, name=name))
+    return output, tokenizer, STDLIB_VOCAB_SIZE
+
+
+def dataset_is_complete(output: Path, tokenizer: Path) -> bool:
+    """The manifest, tokenizer and every shard it lists are there and valid."""
+    try:
+        manifest = json.loads((output / "manifest.json").read_text(encoding="utf-8"))
+        files = manifest["datasets"][0]["files"]
+        for entry in files:
+            if build_shards.train_gpt.read_shard_header(output / entry["name"]) != entry["tokens"]:
+                return False
+        return tokenizer.is_file() and build_shards.file_sha256(tokenizer) == manifest["tokenizers"][0]["sha256"]
+    except (OSError, KeyError, IndexError, ValueError):
+        return False
+
+
+# =================================================================================================
+# FineWeb, when it is here
+# =================================================================================================
+
+
+def fineweb_present() -> bool:
+    return FINEWEB_TOKENIZER.is_file() and any(FINEWEB_DATA.glob("fineweb_train_*.bin")) \
+        and any(FINEWEB_DATA.glob("fineweb_val_*.bin"))
+
+
+def fineweb_for_cpu() -> Path:
+    """FineWeb's training shards (linked) with a validation prefix of CPU_VAL_TOKENS, cut at a BOS."""
+    train_gpt = build_shards.train_gpt
+    output = DATA_DIR / "datasets" / "fineweb10B_sp1024_cpu_quickstart"
+    output.mkdir(parents=True, exist_ok=True)
+    for old in output.glob("fineweb_*.bin"):
+        old.unlink()
+    for shard in sorted(FINEWEB_DATA.glob("fineweb_train_*.bin")):
+        (output / shard.name).symlink_to(shard.resolve())
+    val = train_gpt.load_data_shard(sorted(FINEWEB_DATA.glob("fineweb_val_*.bin"))[0]).numpy()
+    bos = (val[: CPU_VAL_TOKENS + 1] == build_shards.BOS_ID).nonzero()[0]
+    cut = int(bos[-1]) if len(bos) > 1 else min(CPU_VAL_TOKENS, val.size)
+    train_gpt.write_data_shard(output / "fineweb_val_000000.bin", val[:cut])
+    print(f"quickstart: no GPU, so validation uses the first {cut} tokens of FineWeb's validation split "
+          f"(the full split takes hours on a CPU); val_bpb is not comparable with full-split scores", flush=True)
+    return output
+
+
+# =================================================================================================
+# Training
+# =================================================================================================
+
+
+def train(data_path: Path, tokenizer: Path, vocab_size: int, seconds: float, run_id: str) -> dict:
+    """Run train_gpt.py as a user would; stream its output; return the figures it printed."""
+    env = dict(os.environ)
+    env.update({k: str(v) for k, v in TINY_MODEL.items()})
+    env.update(DATA_PATH=str(data_path), TOKENIZER_PATH=str(tokenizer), VOCAB_SIZE=str(vocab_size),
+               MAX_WALLCLOCK_SECONDS=str(seconds), RUN_ID=run_id,
+               ARTIFACT_PATH=str(REPO_ROOT / "logs" / f"{run_id}.int8.ptz"))
+    if not torch.cuda.is_available():
+        env["WARMUP_STEPS"] = "0"  # warm-up exists to compile CUDA kernels off the clock
+    command = [sys.executable, str(REPO_ROOT / "train_gpt.py")]
+    print("quickstart: " + " ".join(f"{k}={env[k]}" for k in sorted(TINY_MODEL) + ["DATA_PATH", "TOKENIZER_PATH",
+          "VOCAB_SIZE", "MAX_WALLCLOCK_SECONDS", "RUN_ID", "ARTIFACT_PATH"]) + " python3 train_gpt.py", flush=True)
+    figures, lines = {}, []
+    with subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, bufsize=1) as proc:
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            lines.append(line)
+            if line.startswith("final_int8_zlib_roundtrip_exact"):  # the score line
+                figures["val_bpb"] = re.search(r"val_bpb:(\S+)", line).group(1)
+            for key in ("total_bytes", "model_bytes", "code_bytes"):
+                m = re.search(rf"(?:^|\s){key}:(\d+)", line)
+                if m:
+                    figures[key] = m.group(1)
+    if proc.returncode != 0:
+        raise SystemExit(f"quickstart: train_gpt.py failed (exit code {proc.returncode}); its output is above "
+                         f"and in logs/{run_id}.txt")
+    return figures
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", choices=["auto", "fineweb", "stdlib"], default="auto",
+                   help="auto: FineWeb sp1024 when it is in data/, else the standard-library text")
+    p.add_argument("--seconds", type=float, default=120, help="training wallclock cap (MAX_WALLCLOCK_SECONDS)")
+    p.add_argument("--rebuild", action="store_true", help="rebuild the standard-library dataset")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="encoding processes")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    t0 = time.perf_counter()
+    use_fineweb = args.data == "fineweb" or (args.data == "auto" and fineweb_present())
+    if use_fineweb:
+        if not fineweb_present():
+            raise SystemExit(f"quickstart: --data fineweb needs {FINEWEB_DATA.relative_to(REPO_ROOT)} and "
+                             f"{FINEWEB_TOKENIZER.relative_to(REPO_ROOT)}: python3 data/cached_challenge_fineweb.py "
+                             "--variant sp1024 --train-shards 1")
+        data_path = FINEWEB_DATA if torch.cuda.is_available() else fineweb_for_cpu()
+        tokenizer, vocab_size, what = FINEWEB_TOKENIZER, 1024, "FineWeb sp1024"
+    else:
+        data_path, tokenizer, vocab_size = stdlib_dataset(DATA_DIR, args.rebuild, args.workers)
+        what = f"the Python {platform.python_version()} standard-library docs"
+    run_id = time.strftime("quickstart_%Y%m%d_%H%M%S")
+    figures = train(data_path, tokenizer, vocab_size, args.seconds, run_id)
+    print(f"quickstart: done in {time.perf_counter() - t0:.0f}s on {what}: "
+          f"val_bpb:{figures.get('val_bpb', '?')} (after the int8+zlib round trip) "
+          f"artifact_bytes:{figures.get('total_bytes', '?')} (code {figures.get('code_bytes', '?')} + "
+          f"model {figures.get('model_bytes', '?')}) log:logs/{run_id}.txt", flush=True)
+
+
+if __name__ == "__main__":
+    main()

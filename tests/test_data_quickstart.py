@@ -1,0 +1,80 @@
+"""data/quickstart.py's dataset: the standard library's documentation text, and FineWeb on a CPU.
+
+CPU only, no network; about 15 s (it parses the whole standard library). The end-to-end quick start
+(training) is not run here: the trainer's own end-to-end tests cover train_gpt.py.
+Run: python3 -m pytest -q tests/test_data_quickstart.py
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "data"))
+
+import quickstart  # noqa: E402
+import train_gpt  # noqa: E402
+
+
+def fake_stdlib(root: Path) -> Path:
+    (root / "pkg").mkdir(parents=True)
+    (root / "site-packages" / "thirdparty").mkdir(parents=True)
+    (root / "test").mkdir()
+    (root / "pydoc_data").mkdir()
+    (root / "b.py").write_text('"""Module b."""\n\nclass C:\n    """Class C.\n\n      Indented."""\n'
+                               '    def m(self):\n        """Method m."""\n\ndef f():\n    """Function f."""\n')
+    (root / "pkg" / "__init__.py").write_text('"""The package."""\n')
+    (root / "pkg" / "copy.py").write_text('"""The package."""\n')  # a repeat: dropped
+    (root / "a.py").write_text("x = 1  # no docstrings: no document\n")
+    (root / "broken.py").write_text("def (:\n")
+    (root / "site-packages" / "thirdparty" / "m.py").write_text('"""Not the standard library."""\n')
+    (root / "test" / "t.py").write_text('"""A test."""\n')
+    (root / "pydoc_data" / "topics.py").write_text("topics = {'with': 'The with statement.', 'if': 'The if statement.'}\n")
+    return root
+
+
+def test_stdlib_documents_are_the_docstrings_in_a_fixed_order(tmp_path):
+    docs = quickstart.stdlib_documents(fake_stdlib(tmp_path / "lib"))
+    assert docs == ["Module b.\n\nClass C.\n\nIndented.\n\nMethod m.\n\nFunction f.",
+                    "The package.", "The if statement.", "The with statement."]
+
+
+def test_stdlib_dataset_builds_once_and_is_reused(tmp_path, capsys):
+    data_dir = tmp_path / "data"
+    path, tokenizer, vocab = quickstart.stdlib_dataset(data_dir, workers=2)
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["built_with"]["python"] == quickstart.platform.python_version()
+    assert quickstart.platform.python_version() in path.name
+    stats = manifest["datasets"][0]["stats"]
+    assert stats["docs_train"] > 400 and stats["docs_val"] > 30 and stats["tokens_val"] > 50_000
+    assert spm.SentencePieceProcessor(model_file=str(tokenizer)).vocab_size() == vocab == 512
+    # Deterministic: the documents are the same on every call, and the second call reuses the shards.
+    source = data_dir / "datasets" / f"pystdlib_{quickstart.platform.python_version()}.jsonl"
+    texts = [json.loads(line)["text"] for line in source.read_text(encoding="utf-8").splitlines()]
+    assert texts == quickstart.stdlib_documents()
+    shard = path / "fineweb_val_000000.bin"
+    before = shard.stat().st_mtime_ns
+    assert quickstart.stdlib_dataset(data_dir, workers=2) == (path, tokenizer, vocab)
+    assert shard.stat().st_mtime_ns == before and "reusing" in capsys.readouterr().out
+    shard.write_bytes(shard.read_bytes()[:-2])  # damaged: rebuilt
+    quickstart.stdlib_dataset(data_dir, workers=2)
+    assert train_gpt.read_shard_header(shard) == stats["tokens_val"]
+
+
+def test_cpu_fineweb_validation_prefix_ends_at_a_document_boundary(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    src = data / "datasets" / "fineweb10B_sp1024"
+    src.mkdir(parents=True)
+    docs = [np.concatenate([[1], np.full(n, 7)]) for n in (100, 250, 80, 400)]
+    train_gpt.write_data_shard(src / "fineweb_val_000000.bin", np.concatenate(docs))
+    train_gpt.write_data_shard(src / "fineweb_train_000000.bin", np.concatenate(docs))
+    monkeypatch.setattr(quickstart, "FINEWEB_DATA", src)
+    monkeypatch.setattr(quickstart, "DATA_DIR", data)
+    monkeypatch.setattr(quickstart, "CPU_VAL_TOKENS", 500)
+    out = quickstart.fineweb_for_cpu()
+    val = train_gpt.load_data_shard(out / "fineweb_val_000000.bin").numpy()
+    assert val.size == 101 + 251 + 81  # the three whole documents that fit in 500 tokens
+    assert (out / "fineweb_train_000000.bin").resolve() == (src / "fineweb_train_000000.bin").resolve()
