@@ -24,7 +24,6 @@ The hub is HF_ENDPOINT or --endpoint; a token from `hf auth login` is used for p
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -41,6 +40,7 @@ from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, HfHubHTT
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import train_gpt  # noqa: E402  (the shard format and its checks live in the trainer)
+from build_shards import file_sha256  # noqa: E402  (this script's folder is on sys.path)
 
 DEFAULT_REPO_ID = "willdepueoai/parameter-golf"
 DEFAULT_REMOTE_ROOT = "datasets"
@@ -185,14 +185,6 @@ def problem_with(path: Path, task: FileTask, size: int | None, etag: str | None,
     if full and expected_sha and file_sha256(path) != expected_sha:
         return f"sha256 differs from {expected_sha}"
     return None
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def fetch_checked(hub: Hub, task: FileTask, staging: Path, size: int | None, etag: str | None) -> None:
