@@ -20,6 +20,7 @@ reference and Triton kernel), model, optimizers, evaluation, export, training, m
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import difflib
 import glob
@@ -1087,7 +1088,7 @@ def warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logge
     sync(ctx.device)
     t0 = time.perf_counter()
     model_state = {k: v.detach().clone() for k, v in base_model.state_dict().items()}
-    optimizer_states = [copy_state(opt.state_dict()) for opt in optimizers]
+    optimizer_states = [copy.deepcopy(opt.state_dict()) for opt in optimizers]
     loader = DistributedTokenLoader(os.path.join(args.data_path, "fineweb_train_*.bin"), ctx)
     for step in range(args.warmup_steps):
         train_step(model, optimizers, loader, args, ctx, autocast, step, 1.0)
@@ -1098,16 +1099,6 @@ def warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logge
     warmup_ms = 1000 * (time.perf_counter() - t0)
     logger.log(warmup_steps=args.warmup_steps, warmup_time=f"{warmup_ms:.0f}ms")
     return warmup_ms
-
-
-def copy_state(state):
-    if isinstance(state, Tensor):
-        return state.detach().clone()
-    if isinstance(state, dict):
-        return {k: copy_state(v) for k, v in state.items()}
-    if isinstance(state, list):
-        return [copy_state(v) for v in state]
-    return state
 
 
 def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
