@@ -85,6 +85,12 @@ class FakeHub:
         self.server.shutdown()
         self.server.server_close()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
 
 def shard_bytes(tmp_path: Path, tokens) -> bytes:
     path = tmp_path / "one_shard.bin"
@@ -118,9 +124,8 @@ def published_export(tmp_path: Path, prefix: str = "datasets", train: int = 3) -
 
 @pytest.fixture
 def hub(tmp_path):
-    fake = FakeHub(published_export(tmp_path))
-    yield fake
-    fake.close()
+    with FakeHub(published_export(tmp_path)) as fake:
+        yield fake
 
 
 def run(fake: FakeHub, data_dir: Path, train_shards: int = 2, prefix: str = "datasets", repo: str = REPO):
@@ -177,12 +182,9 @@ def test_a_bad_file_on_the_hub_is_not_left_in_place(tmp_path):
     files = published_export(tmp_path)
     key = "datasets/datasets/fineweb10B_sp1024/fineweb_train_000000.bin"
     files[key] = files[key][:-2]  # header count no longer matches the size
-    fake = FakeHub(files)
-    try:
+    with FakeHub(files) as fake:
         with pytest.raises(dl.DownloadError, match="not valid after download.*truncated or corrupt"):
             run(fake, tmp_path / "data", train_shards=1)
-    finally:
-        fake.close()
     assert not (tmp_path / "data/datasets/fineweb10B_sp1024/fineweb_train_000000.bin").exists()
 
 
@@ -191,26 +193,20 @@ def test_sha256_from_the_manifest_is_checked(tmp_path):
     manifest = json.loads(files["datasets/manifest.json"])
     manifest["datasets"][0]["files"] = [{"name": "fineweb_val_000000.bin", "split": "val", "sha256": "0" * 64}]
     files["datasets/manifest.json"] = json.dumps(manifest).encode()
-    fake = FakeHub(files)
-    try:
+    with FakeHub(files) as fake:
         with pytest.raises(dl.DownloadError, match="sha256 differs"):
             run(fake, tmp_path / "data", train_shards=0)
-    finally:
-        fake.close()
 
 
 def test_other_prefix_and_repo(tmp_path):
     files = {k.replace("datasets/", "my_export/", 1): v for k, v in published_export(tmp_path).items()}
-    fake = FakeHub(files, repo_id="me/mine")
-    try:
+    with FakeHub(files, repo_id="me/mine") as fake:
         paths = run(fake, tmp_path / "data", train_shards=1, prefix="my_export", repo="me/mine")
         assert len(paths) == 4
         with pytest.raises(dl.DownloadError, match="no such file in the repo; check --remote-root"):
             run(fake, tmp_path / "data2", prefix="datasets", repo="me/mine")
         with pytest.raises(dl.DownloadError, match="no such repo"):
             run(fake, tmp_path / "data3", prefix="my_export", repo="me/other")
-    finally:
-        fake.close()
 
 
 def test_manifest_errors_name_what_is_available(hub, tmp_path):
@@ -260,12 +256,9 @@ def test_an_export_made_by_build_shards_downloads_and_verifies(tmp_path):
         files[f"my_export/datasets/mine_sp300/{entry['name']}"] = (out / entry["name"]).read_bytes()
     n_train = manifest["datasets"][0]["stats"]["files_train"]
     assert n_train >= 2
-    fake = FakeHub(files, repo_id="me/mine")
-    try:
+    with FakeHub(files, repo_id="me/mine") as fake:
         hub = dl.Hub("me/mine", "my_export", "main", fake.endpoint)
         paths = dl.download(hub, "mine_sp300", n_train, tmp_path / "data", say=lambda *a: None)
-    finally:
-        fake.close()
     assert len(paths) == len(files) - 1
     for p in paths:
         source = tok if p.suffix == ".model" else out / p.name
