@@ -110,6 +110,14 @@ class Hyperparameters:
     loss_impl: str = "auto"  # auto (triton on CUDA, torch elsewhere) | triton | torch
     compile: bool = True  # torch.compile on CUDA; always off on CPU
 
+    @property
+    def train_pattern(self) -> str:
+        return os.path.join(self.data_path, "fineweb_train_*.bin")
+
+    @property
+    def val_pattern(self) -> str:
+        return os.path.join(self.data_path, "fineweb_val_*.bin")
+
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Hyperparameters:
         environ = dict(os.environ if environ is None else environ)
@@ -919,7 +927,7 @@ def target_bytes(x: Tensor, y: Tensor, val: ValData) -> Tensor:
 
 
 def load_validation(args: Hyperparameters, ctx: DistContext, sp) -> ValData:
-    files = find_shards(os.path.join(args.data_path, "fineweb_val_*.bin"), "validation")
+    files = find_shards(args.val_pattern, "validation")
     tokens = torch.cat([load_data_shard(f) for f in files]).to(torch.int64)
     usable = check_validation_length(tokens.numel(), args, ctx.world_size, files[0].parent)
     if int(tokens.max()) >= args.vocab_size:
@@ -1089,7 +1097,7 @@ def warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logge
     t0 = time.perf_counter()
     model_state = {k: v.detach().clone() for k, v in base_model.state_dict().items()}
     optimizer_states = [copy.deepcopy(opt.state_dict()) for opt in optimizers]
-    loader = DistributedTokenLoader(os.path.join(args.data_path, "fineweb_train_*.bin"), ctx)
+    loader = DistributedTokenLoader(args.train_pattern, ctx)
     for step in range(args.warmup_steps):
         train_step(model, optimizers, loader, args, ctx, autocast, step, 1.0)
     base_model.load_state_dict(model_state)
@@ -1111,7 +1119,7 @@ def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
 
 
 def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logger) -> int:
-    loader = DistributedTokenLoader(os.path.join(args.data_path, "fineweb_train_*.bin"), ctx)
+    loader = DistributedTokenLoader(args.train_pattern, ctx)
     max_ms = 1000.0 * args.max_wallclock_seconds if args.max_wallclock_seconds > 0 else None
     training_ms, stop_after, step = 0.0, None, 0
     bad_step = torch.full((), NO_BAD_STEP, dtype=torch.int64, device=ctx.device)
@@ -1185,8 +1193,8 @@ def export_and_roundtrip(base_model, args, ctx, autocast, val: ValData, logger) 
 
 def check_inputs(args: Hyperparameters, world_size: int) -> Path:
     """Everything that can be checked before a process group or a GPU is touched; returns the log path."""
-    check_train_shards(os.path.join(args.data_path, "fineweb_train_*.bin"))
-    val_files = find_shards(os.path.join(args.data_path, "fineweb_val_*.bin"), "validation")
+    check_train_shards(args.train_pattern)
+    val_files = find_shards(args.val_pattern, "validation")
     check_validation_length(sum(read_shard_header(p) for p in val_files), args, world_size, val_files[0].parent)
     load_tokenizer(args.tokenizer_path, args.vocab_size)
     resolve_loss_impl(args.loss_impl, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
