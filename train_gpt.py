@@ -1251,6 +1251,8 @@ def main() -> None:
     logger = Logger(log_path if rank == 0 else None)
     try:
         run(args, ctx, logger)
+        if ctx.distributed:  # tear down together: gloo aborts if a peer closes its pairs first
+            dist.barrier()
     except Exception as exc:  # keep the reason in the log, then fail as usual
         logger.text(f"error:{type(exc).__name__} {exc}")
         raise
