@@ -106,7 +106,7 @@ class Hyperparameters:
     adam_eps: float = 1e-8
     grad_clip_norm: float = 0.0  # 0: off
     # implementation
-    loss_chunk_tokens: int = 16_384  # tokens per chunk of the output loss
+    loss_chunk_tokens: int = 0  # tokens per chunk of the output loss; 0: LOSS_CHUNK_ELEMENTS // vocab
     loss_impl: str = "auto"  # auto (triton on CUDA, torch elsewhere) | triton | torch
     compile: bool = True  # torch.compile on CUDA; always off on CPU
 
@@ -138,10 +138,10 @@ class Hyperparameters:
 
         positive = ["val_batch_size", "train_log_every", "train_batch_tokens", "train_seq_len",
                     "vocab_size", "num_layers", "model_dim", "num_heads", "num_kv_heads", "mlp_mult",
-                    "rope_base", "logit_softcap", "muon_backend_steps", "loss_chunk_tokens", "adam_eps"]
+                    "rope_base", "logit_softcap", "muon_backend_steps", "adam_eps"]
         for name in positive:
             need(getattr(self, name) > 0, f"{name.upper()}={getattr(self, name)} must be > 0.")
-        non_negative = ["val_loss_every", "iterations", "warmdown_iters", "warmup_steps",
+        non_negative = ["loss_chunk_tokens", "val_loss_every", "iterations", "warmdown_iters", "warmup_steps",
                         "max_wallclock_seconds", "muon_momentum_warmup_steps", "grad_clip_norm",
                         "matrix_lr", "scalar_lr", "tied_embed_lr", "embed_lr", "head_lr",
                         "tied_embed_init_std"]
@@ -428,11 +428,20 @@ class DistributedTokenLoader:
 
 # =================================================================================================
 # Output loss: logits = x @ W^T, softcap z = c*tanh(logits/c), cross entropy, mean over tokens.
-# Computed in chunks of LOSS_CHUNK_TOKENS rows so that fp32 logits never exist for the whole batch:
+# Computed in chunks of LOSS_CHUNK_TOKENS rows so that the logits never exist for the whole batch:
 # the forward pass also computes the gradients (dL/dx per chunk, dL/dW accumulated in fp32), so the
 # backward pass only scales them. dL/dlogits = (softmax(z) - onehot(y)) * (1 - tanh^2) / N.
 # The PyTorch version below is the reference; the Triton kernel after it fuses the elementwise work.
 # =================================================================================================
+
+
+LOSS_CHUNK_ELEMENTS = 2**27  # default chunk: 128M logits, a 256 MiB bf16 buffer (16384 tokens at V=8192)
+
+
+def loss_chunk_tokens(requested: int, vocab_size: int) -> int:
+    """LOSS_CHUNK_TOKENS, or for 0 the most tokens whose (tokens, vocab) logits fit LOSS_CHUNK_ELEMENTS:
+    small vocabularies then run in one chunk (fewer, larger GEMMs), large ones stay bounded in memory."""
+    return requested if requested > 0 else max(1, LOSS_CHUNK_ELEMENTS // vocab_size)
 
 
 def softcap_ce_chunk_torch(logits: Tensor, targets: Tensor, softcap: float, scale: float,
@@ -501,10 +510,17 @@ def softcap_ce_loss_naive(x: Tensor, weight: Tensor, targets: Tensor, softcap: f
 # elementwise passes and fp32 copies of the (chunk, V) logits; this kernel reads each bf16 row from
 # memory once, writes dL/dlogits over it in place and stores the row's loss, so a chunk needs one
 # (chunk, V) buffer in x's dtype and nothing else of that size. Targets must lie in [0, V).
-
-# Widest row block: wider vocabularies take two passes, the second re-reading the row from L2. On an
-# H100 (V=8192) two 4096 blocks of 8 warps beat one 8192 block (249us vs 270-389us per 16384 rows).
-MAX_BLOCK_V = 4096
+#
+# Softmax needs a shift m >= max(z) so that exp(z - m) cannot overflow. Softcapping bounds z by c, so
+# m = c serves without a pass for the row max: exp2((z - c) log2 e) >= 2^(-2c log2 e) stays a normal
+# fp32 number while 2c log2 e <= FIXED_SHIFT_MAX_EXP2 (c <= 41.6; 30 by default). The row is then read,
+# exponentiated and summed in one sweep, and dL/dlogits = p dt / s - onehot(y) dt_y needs only the sum.
+# Larger caps fall back to a running row max, which is slower with the row in registers, so their
+# widest block is half as wide. On an H100, 16 columns per thread (num_warps = BLOCK_V / 512) were the
+# fastest: at V=8192 the whole row in one block took 208 us per 16384 rows, against 249-273 us for two
+# passes over 4096-column blocks (the second re-reading the row from L2).
+MAX_BLOCK_V = 8192
+FIXED_SHIFT_MAX_EXP2 = 120.0  # flush-to-zero starts below 2^-126; margin for the sum and rounding
 
 if triton is not None:
     LOG2E = tl.constexpr(1.4426950408889634)  # exp(a) = exp2(a log2 e): exp2 is the hardware op
@@ -520,13 +536,14 @@ if triton is not None:
         return 2.0 * s - 1.0, (4.0 * s) * (e * s)
 
     @triton.jit
-    def _softcap_ce_kernel(logits_ptr, targets_ptr, loss_ptr, softcap, grad_scale,
-                           V: tl.constexpr, BLOCK_V: tl.constexpr, NEED_GRAD: tl.constexpr):
+    def _softcap_ce_kernel(logits_ptr, targets_ptr, loss_ptr, softcap, grad_scale, V: tl.constexpr,
+                           BLOCK_V: tl.constexpr, NEED_GRAD: tl.constexpr, FIXED_SHIFT: tl.constexpr):
         """One program per row r of a chunk; logits (n, V) contiguous, y = targets[r]:
             z = c tanh(logits / c),   loss[r] = logsumexp(z) - z[y],
             logits[r] <- (softmax(z) - onehot(y)) * (1 - tanh^2) * grad_scale   (if NEED_GRAD).
-        fp32 throughout, in base 2 (zl = z log2(e), so softmax is exp2(zl - max)), online over blocks
-        of BLOCK_V columns when a row is wider than one block."""
+        fp32 throughout, in base 2 (zl = z log2(e), so softmax is exp2(zl - m) / s). A row that fits
+        one block is read once (shift m = c log2 e if FIXED_SHIFT, else its max); a wider row is read
+        twice: a running max and sum over blocks, then the gradient."""
         row = tl.program_id(0).to(tl.int64)
         ptr = logits_ptr + row * V
         y = tl.load(targets_ptr + row).to(tl.int32)
@@ -537,12 +554,18 @@ if triton is not None:
         if V <= BLOCK_V:  # the whole row in registers: one read and one write of memory
             mask = cols < V
             t, dt = _softcap_tanh(tl.load(ptr + cols, mask=mask, other=0.0), k)
-            zl = tl.where(mask, t * c2, float("-inf"))
-            m = tl.max(zl, 0)
-            p = tl.exp2(zl - m)
-            s = tl.sum(p, 0)
+            if FIXED_SHIFT:  # p = exp2(zl - c2), in [2^-2c2, 1]
+                p = tl.where(mask, tl.exp2((t - 1.0) * c2), 0.0)
+                s = tl.sum(p, 0)
+                lse_minus_zy = tl.log2(s) + (1.0 - t_y) * c2
+            else:
+                zl = tl.where(mask, t * c2, float("-inf"))
+                m = tl.max(zl, 0)
+                p = tl.exp2(zl - m)
+                s = tl.sum(p, 0)
+                lse_minus_zy = m + tl.log2(s) - t_y * c2
             if NEED_GRAD:
-                g = (p * (1.0 / s) - tl.where(cols == y, 1.0, 0.0)) * (dt * grad_scale)
+                g = (p * dt) * (grad_scale / s) - tl.where(cols == y, dt_y * grad_scale, 0.0)
                 tl.store(ptr + cols, g.to(logits_ptr.dtype.element_ty), mask=mask)
         else:  # pass 1: running max m and sum s of exp2(zl - m); pass 2 re-reads the row (from L2)
             m = float("-inf")
@@ -558,10 +581,11 @@ if triton is not None:
                 for start in range(0, V, BLOCK_V):
                     mask = start + cols < V
                     t, dt = _softcap_tanh(tl.load(ptr + start + cols, mask=mask, other=0.0), k)
-                    p = tl.exp2(t * c2 - m) * (1.0 / s)
-                    g = (p - tl.where(start + cols == y, 1.0, 0.0)) * (dt * grad_scale)
+                    p = tl.exp2(t * c2 - m)
+                    g = (p * dt) * (grad_scale / s) - tl.where(start + cols == y, dt_y * grad_scale, 0.0)
                     tl.store(ptr + start + cols, g.to(logits_ptr.dtype.element_ty), mask=mask)
-        tl.store(loss_ptr + row, (m + tl.log2(s) - t_y * c2) / LOG2E)
+            lse_minus_zy = m + tl.log2(s) - t_y * c2
+        tl.store(loss_ptr + row, lse_minus_zy / LOG2E)
 
 
 def triton_unavailable_reason() -> str | None:
@@ -584,10 +608,11 @@ def softcap_ce_chunk_triton(logits: Tensor, targets: Tensor, loss_rows: Tensor, 
                          f"got {tuple(targets.shape)} {targets.dtype} and {tuple(loss_rows.shape)}")
     if loss_rows.dtype != torch.float32 or logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"softcap_ce_chunk_triton: want fp32 loss_rows and float logits, got {logits.dtype}")
-    block_v = block_v or min(triton.next_power_of_2(V), MAX_BLOCK_V)
+    fixed_shift = 2.0 * softcap * math.log2(math.e) <= FIXED_SHIFT_MAX_EXP2
+    block_v = block_v or min(triton.next_power_of_2(V), MAX_BLOCK_V if fixed_shift else MAX_BLOCK_V // 2)
     num_warps = min(max(block_v // 512, 1), 16)  # 16 columns per thread: the fastest on an H100
-    _softcap_ce_kernel[(n,)](logits, targets, loss_rows, float(softcap), float(grad_scale),
-                             V=V, BLOCK_V=block_v, NEED_GRAD=need_grad, num_warps=num_warps)
+    _softcap_ce_kernel[(n,)](logits, targets, loss_rows, float(softcap), float(grad_scale), V=V, BLOCK_V=block_v,
+                             NEED_GRAD=need_grad, FIXED_SHIFT=fixed_shift, num_warps=num_warps)
 
 
 # A custom op is opaque to torch.compile (inductor would otherwise trace into the loop and the
@@ -602,8 +627,9 @@ def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, ch
     loss_rows = torch.empty(n, dtype=torch.float32, device=x.device)
     grad_x = torch.empty_like(x) if need_grad else x.new_empty(0)
     grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=x.device) if need_grad else None
-    # cuBLAS can write a bf16 product in fp32 (torch>=2.8): dW then never passes through bf16.
-    fp32_out = x.is_cuda and x.dtype != torch.float32 and hasattr(torch.ops.aten.mm, "dtype")
+    # cuBLAS can accumulate a bf16 product into an fp32 matrix (torch>=2.8): dW never passes through
+    # bf16 and needs no temporary.
+    fp32_out = x.is_cuda and x.dtype != torch.float32 and hasattr(torch.ops.aten.addmm, "dtype")
     for start in range(0, n, chunk_tokens):
         end = min(start + chunk_tokens, n)
         xc, buf = x[start:end], logits[: end - start]
@@ -611,7 +637,10 @@ def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, ch
         softcap_ce_chunk_triton(buf, targets[start:end], loss_rows[start:end], softcap, 1.0 / n, need_grad)
         if need_grad:
             torch.mm(buf, w, out=grad_x[start:end])  # (n_c, d)
-            grad_w += torch.mm(buf.t(), xc, out_dtype=torch.float32) if fp32_out else (buf.t() @ xc).float()
+            if fp32_out:
+                torch.addmm(grad_w, buf.t(), xc, out_dtype=torch.float32, out=grad_w)
+            else:
+                grad_w += (buf.t() @ xc).float()
     grad_w = grad_w.to(weight.dtype) if need_grad else weight.new_empty(0)
     return loss_rows.sum() / n, grad_x, grad_w
 
@@ -624,9 +653,12 @@ def _(x, weight, targets, softcap, chunk_tokens, need_grad):
 
 def _softcap_ce_setup_context(ctx, inputs, output):
     ctx.save_for_backward(output[1], output[2])
+    ctx.set_materialize_grads(False)  # else autograd fills (N, d) and (V, d) zeros for the unused outputs
 
 
 def _softcap_ce_backward(ctx, grad_loss, _grad_grad_x, _grad_grad_w):
+    if grad_loss is None:
+        return None, None, None, None, None, None
     grad_x, grad_w = ctx.saved_tensors
     return grad_x * grad_loss.to(grad_x.dtype), grad_w * grad_loss.to(grad_w.dtype), None, None, None, None
 
@@ -761,7 +793,8 @@ class Block(nn.Module):
 class GPT(nn.Module):
     def __init__(self, args: Hyperparameters, loss_impl: str = "torch", activation_dtype=torch.float32):
         super().__init__()
-        self.logit_softcap, self.loss_chunk_tokens = args.logit_softcap, args.loss_chunk_tokens
+        self.logit_softcap = args.logit_softcap
+        self.loss_chunk_tokens = loss_chunk_tokens(args.loss_chunk_tokens, args.vocab_size)
         self.loss_impl, self.activation_dtype = loss_impl, activation_dtype
         self.tok_emb = nn.Embedding(args.vocab_size, args.model_dim)
         nn.init.normal_(self.tok_emb.weight, std=args.tied_embed_init_std if args.tie_embeddings else 1.0)
@@ -1228,7 +1261,8 @@ def run(args: Hyperparameters, ctx: DistContext, logger: Logger) -> None:
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if on_cuda else contextlib.nullcontext
     torch.manual_seed(args.seed)
     base_model = GPT(args, loss_impl, torch.bfloat16 if on_cuda else torch.float32).to(ctx.device)
-    logger.log(model_params=sum(p.numel() for p in base_model.parameters()), val_tokens=val.tokens.numel() - 1)
+    logger.log(model_params=sum(p.numel() for p in base_model.parameters()), val_tokens=val.tokens.numel() - 1,
+               loss_chunk_tokens=base_model.loss_chunk_tokens)
     use_compile = args.compile and on_cuda
     model = torch.compile(base_model, dynamic=False, fullgraph=True) if use_compile else base_model
     if ctx.distributed:

@@ -6,6 +6,8 @@ slow: shapes stay small (123 tokens x 517 vocab, d = 48) and odd, so masks and r
 Errors are relative: |a - b| / |b| for the loss, ||a - b|| / ||b|| (Frobenius) for gradients.
 """
 
+import math
+
 import pytest
 import torch
 
@@ -89,21 +91,43 @@ def saturate(t: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("block_v", [None, 128])  # whole row in one block; 5 blocks, the last ragged
 @pytest.mark.parametrize("saturated", [False, True])
-def test_kernel_chunk_matches_torch_chunk(dtype, block_v, saturated):
+@pytest.mark.parametrize("softcap", [SOFTCAP, 60.0])  # shift by the cap (one block); by the row max
+def test_kernel_chunk_matches_torch_chunk(dtype, block_v, saturated, softcap):
+    assert (2 * softcap * math.log2(math.e) <= tg.FIXED_SHIFT_MAX_EXP2) == (softcap == SOFTCAP)
     gen = torch.Generator().manual_seed(1)
-    logits = torch.randn(37, V, generator=gen) * 3.0
+    logits = torch.randn(37, V, generator=gen) * softcap / 10
     logits = (saturate(logits) if saturated else logits).to(DEVICE, dtype)
     targets = torch.randint(0, V, (37,), generator=gen).to(DEVICE)
-    want_loss, want_grad = tg.softcap_ce_chunk_torch(logits, targets, SOFTCAP, 0.25, True)
+    want_loss, want_grad = tg.softcap_ce_chunk_torch(logits, targets, softcap, 0.25, True)
     for need_grad in (False, True):
         buf, loss_rows = logits.clone(), torch.empty(37, device=DEVICE)
-        tg.softcap_ce_chunk_triton(buf, targets, loss_rows, SOFTCAP, 0.25, need_grad, block_v)
+        tg.softcap_ce_chunk_triton(buf, targets, loss_rows, softcap, 0.25, need_grad, block_v)
         assert abs(loss_rows.sum().item() / want_loss.item() - 1) <= FP32_TOL
         if need_grad:
             assert torch.isfinite(buf).all()
             assert rel(buf.float(), want_grad) <= (FP32_TOL if dtype == torch.float32 else BF16_STORE_TOL)
         else:
             assert torch.equal(buf, logits), "the forward-only kernel must not write the logits"
+
+
+@needs_triton
+@pytest.mark.parametrize("sign", [-1.0, 1.0])
+def test_kernel_fixed_shift_at_its_extremes(sign):
+    """Every logit at +-1e4 (z = +-c everywhere): with the shift m = c, each exp2(zl - m) is 2^-2c*log2e
+    or 1, the smallest and largest it can be. Uniform softmax: loss ln(V); tanh saturated: dL/dlogits 0."""
+    logits = torch.full((5, V), sign * 1e4, device=DEVICE)
+    targets = torch.arange(5, device=DEVICE) * 100
+    buf, loss_rows = logits.clone(), torch.empty(5, device=DEVICE)
+    tg.softcap_ce_chunk_triton(buf, targets, loss_rows, SOFTCAP, 1.0, True)
+    assert torch.allclose(loss_rows, torch.full_like(loss_rows, math.log(V)), rtol=FP32_TOL, atol=0)
+    assert torch.isfinite(buf).all() and buf.abs().max().item() < 1e-30
+
+
+def test_loss_chunk_tokens_default_bounds_the_logits_buffer():
+    assert tg.loss_chunk_tokens(1000, 8192) == 1000  # LOSS_CHUNK_TOKENS as given
+    assert tg.loss_chunk_tokens(0, 8192) == 16384 and tg.loss_chunk_tokens(0, 1024) == 131072
+    assert tg.loss_chunk_tokens(0, 1000) * 1000 <= tg.LOSS_CHUNK_ELEMENTS < (tg.loss_chunk_tokens(0, 1000) + 1) * 1000
+    assert tg.loss_chunk_tokens(0, 2**28) == 1  # never zero
 
 
 @needs_triton

@@ -88,7 +88,8 @@ def test_unparsable_value_is_a_config_error_naming_variable_and_value(name, raw)
                                        ("MATRIX_LR", "-0.01"), ("MAX_WALLCLOCK_SECONDS", "-5"), ("ADAM_EPS", "0"),
                                        ("MUON_MOMENTUM", "1"), ("MUON_MOMENTUM", "1.2"), ("BETA2", "1.0"),
                                        ("MUON_MOMENTUM_WARMUP_START", "-0.1"), ("VOCAB_SIZE", "70000"),
-                                       ("LOSS_IMPL", "cuda"), ("RUN_ID", "runs/a"), ("RUN_ID", "  ")])
+                                       ("LOSS_IMPL", "cuda"), ("LOSS_CHUNK_TOKENS", "-1"), ("RUN_ID", "runs/a"),
+                                       ("RUN_ID", "  ")])
 def test_out_of_range_value_is_a_config_error_naming_the_variable(name, raw):
     with pytest.raises(ConfigError) as error:
         Hyperparameters.from_env({name: raw})
