@@ -6,10 +6,13 @@ fused Triton path, each eager and under torch.compile, forward + backward.
 
 x (N, 512) bf16 and W (V, 512) fp32 both require grad, as in the trainer under autocast. Time is the
 median of triton.testing.do_bench (compilation and warm-up excluded, L2 flushed between runs, .grad
-reset outside the timed region); memory is torch.cuda.max_memory_allocated during one forward +
-backward minus what was allocated before it (so it includes x.grad and W.grad). The Triton path is
-checked against the naive formula at each size first. --sweep also times the kernel alone for several
-block sizes and warp counts, and the three GEMMs of one chunk, to show where the time goes.
+reset outside the timed region). That time includes the host's work whenever the GPU waits for it
+(small problems, Python-side ops), so a second column replays the same forward + backward from a CUDA
+graph: the GPU's time alone, which is what a training step that keeps the GPU busy pays. Memory is
+torch.cuda.max_memory_allocated during one forward + backward minus what was allocated before it (so
+it includes x.grad and W.grad). The Triton path is checked against the naive formula at each size
+first. --sweep also times the kernel alone for several block sizes and warp counts, and the three
+GEMMs of one chunk, to show where the time goes.
 """
 
 import argparse
@@ -22,15 +25,16 @@ import torch
 D_MODEL, SOFTCAP = 512, 30.0
 SIZES = [(8192, 65536), (1024, 65536), (8192, 16384), (1024, 16384)]  # (V, N), the target first
 SWEEP = {1024: [(1024, 1), (1024, 2), (1024, 4), (1024, 8), (512, 2), (256, 1)],
-         8192: [(8192, 4), (8192, 8), (8192, 16), (8192, 32), (4096, 8), (4096, 16), (2048, 8), (1024, 4)]}
+         8192: [(8192, 4), (8192, 8), (8192, 16), (8192, 32), (4096, 8), (4096, 16), (2048, 4), (1024, 4)]}
 
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trainer-dir", default=str(Path(__file__).resolve().parents[1]),
                         help="folder holding the train_gpt.py to import")
-    parser.add_argument("--chunks", default="16384,8192,4096", help="LOSS_CHUNK_TOKENS values; the first is "
-                        "used for the reference and the correctness check, the first two are also compiled")
+    parser.add_argument("--chunks", default="0,8192", help="LOSS_CHUNK_TOKENS values (0: the trainer's default, "
+                        "LOSS_CHUNK_ELEMENTS // V); the first is used for the reference and the correctness "
+                        "check, the first two are also compiled")
     parser.add_argument("--sweep", action="store_true", help="also time the kernel and GEMMs alone")
     parser.add_argument("--budget-s", type=float, default=0.0,
                         help="start no new size after this many seconds (0: no limit); the table still prints")
@@ -45,8 +49,8 @@ def make_inputs(vocab: int, n: int, seed: int = 0):
     return x, weight, targets
 
 
-def measure(fn, x, weight, targets) -> tuple[float, float]:
-    """(median ms, extra peak MiB) of one forward + backward."""
+def measure(fn, x, weight, targets) -> tuple[float, float, float]:
+    """(median ms, median ms replayed from a CUDA graph, extra peak MiB) of one forward + backward."""
     import triton.testing
 
     def step():
@@ -62,7 +66,32 @@ def measure(fn, x, weight, targets) -> tuple[float, float]:
     torch.cuda.synchronize()
     peak_mib = (torch.cuda.max_memory_allocated() - base) / 2**20
     x.grad = weight.grad = None
-    return ms, peak_mib
+    return ms, graph_ms(step, x, weight), peak_mib
+
+
+def graph_ms(step, x, weight) -> float:
+    """Median ms of replaying one captured forward + backward (nan if it cannot be captured)."""
+    import triton.testing
+
+    try:
+        side = torch.cuda.Stream()  # warm-up off the default stream, as torch.cuda.graphs asks
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                step()
+                x.grad = weight.grad = None
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):  # .grad is None: the backward allocates it in the graph's pool
+            step()
+        ms = triton.testing.do_bench(graph.replay, warmup=25, rep=300, return_mode="median")
+    except Exception as exc:  # a benchmark reports the failure and goes on
+        print(f"  CUDA graph capture failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}", flush=True)
+        ms = float("nan")
+    finally:
+        x.grad = weight.grad = None
+        torch.cuda.synchronize()
+    return ms
 
 
 def compiled(fn):
@@ -123,16 +152,17 @@ def sweep(tg):
         for block_v, warps in configs:
             def kernel():
                 tg._softcap_ce_kernel[(n,)](buf, targets, loss_rows, SOFTCAP, 1.0 / n, V=vocab, BLOCK_V=block_v,
-                                            NEED_GRAD=True, num_warps=warps)
+                                            NEED_GRAD=True, FIXED_SHIFT=True, num_warps=warps)
             ms = triton.testing.do_bench(kernel, warmup=25, rep=200, return_mode="median")
             print(f"sweep kernel V={vocab} rows={n} block_v={block_v} num_warps={warps}: {ms * 1e3:.1f}us "
                   f"{4 * n * vocab / ms / 1e6:.0f}GB/s (bf16 read + write)", flush=True)
         x = torch.randn(n, D_MODEL, device="cuda").bfloat16()
         w = torch.randn(vocab, D_MODEL, device="cuda").bfloat16()
+        acc = torch.zeros(vocab, D_MODEL, device="cuda")
         gemms = {"logits=x@w.t()": lambda: torch.mm(x, w.t()), "grad_x=g@w": lambda: torch.mm(buf, w),
                  "grad_w=g.t()@x bf16": lambda: torch.mm(buf.t(), x)}
-        if hasattr(torch.ops.aten.mm, "dtype"):
-            gemms["grad_w=g.t()@x fp32 out"] = lambda: torch.mm(buf.t(), x, out_dtype=torch.float32)
+        if hasattr(torch.ops.aten.addmm, "dtype"):
+            gemms["grad_w+=g.t()@x fp32"] = lambda: torch.addmm(acc, buf.t(), x, out_dtype=torch.float32, out=acc)
         for name, fn in gemms.items():
             ms = triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
             print(f"sweep gemm V={vocab} rows={n} {name}: {ms * 1e3:.1f}us "
@@ -154,39 +184,44 @@ def main():
     chunks = [int(c) for c in args.chunks.split(",")]
     if args.sweep:
         sweep(tg)
+    label = lambda chunk: "default chunks" if chunk == 0 else f"chunk {chunk}"  # noqa: E731
+
+    def chunked(loss, chunk):  # the trainer resolves LOSS_CHUNK_TOKENS=0 from the vocabulary
+        return lambda x, w, t: loss(x, w, t, SOFTCAP, tg.loss_chunk_tokens(chunk, w.size(0)))
+
     naive = lambda x, w, t: tg.softcap_ce_loss_naive(x, w, t, SOFTCAP)  # noqa: E731
-    reference = lambda x, w, t: tg.softcap_ce_loss_torch(x, w, t, SOFTCAP, chunks[0])  # noqa: E731
-    methods = [("naive", naive, False), ("naive", naive, True),
-               (f"torch chunked {chunks[0]}", reference, False), (f"torch chunked {chunks[0]}", reference, True)]
+    reference = chunked(tg.softcap_ce_loss_torch, chunks[0])
+    methods = [("naive", naive, False), ("naive", naive, True), (f"torch {label(chunks[0])}", reference, True)]
     for i, chunk in enumerate(chunks):
-        fn = lambda x, w, t, chunk=chunk: tg.softcap_ce_loss_triton(x, w, t, SOFTCAP, chunk)  # noqa: E731
-        methods += [(f"triton chunk {chunk}", fn, False)] + ([(f"triton chunk {chunk}", fn, True)] if i < 2 else [])
+        fn = chunked(tg.softcap_ce_loss_triton, chunk)
+        methods += [(f"triton {label(chunk)}", fn, False)] + ([(f"triton {label(chunk)}", fn, True)] if i < 2 else [])
     max_block_v, alt_block_v = tg.MAX_BLOCK_V, 8192 if tg.MAX_BLOCK_V < 8192 else 4096
-    alt = with_max_block_v(tg, alt_block_v, lambda x, w, t: tg.softcap_ce_loss_triton(x, w, t, SOFTCAP, chunks[0]))
-    methods.append((f"triton chunk {chunks[0]} MAX_BLOCK_V={alt_block_v}", alt, False))
+    alt = with_max_block_v(tg, alt_block_v, chunked(tg.softcap_ce_loss_triton, chunks[0]))
+    methods.append((f"triton {label(chunks[0])} MAX_BLOCK_V={alt_block_v}", alt, True))
     rows, start = [], time.perf_counter()
     for vocab, n in SIZES:
         if args.budget_s and time.perf_counter() - start > args.budget_s:
             print(f"V={vocab} N={n}: skipped, past --budget-s={args.budget_s:.0f}", flush=True)
             continue
-        check(tg, vocab, n, chunks[0])
+        check(tg, vocab, n, tg.loss_chunk_tokens(chunks[0], vocab))
         x, weight, targets = make_inputs(vocab, n)
         for name, fn, use_compile in methods:
             if "MAX_BLOCK_V" in name and vocab <= min(max_block_v, alt_block_v):
                 continue  # the same kernel as the default there
             torch._dynamo.reset()
-            ms, mib = measure(compiled(fn) if use_compile else fn, x, weight, targets)
+            ms, graph, mib = measure(compiled(fn) if use_compile else fn, x, weight, targets)
             mode = "compiled" if use_compile else "eager"
-            rows.append((vocab, n, name, mode, ms, mib))
-            print(f"V={vocab} N={n} {name} {mode}: {ms:.3f}ms {mib:.0f}MiB", flush=True)
+            rows.append((vocab, n, name, mode, ms, graph, mib))
+            print(f"V={vocab} N={n} {name} {mode}: {ms:.3f}ms graph {graph:.3f}ms {mib:.0f}MiB", flush=True)
         del x, weight, targets
         torch.cuda.empty_cache()
     assert tg.MAX_BLOCK_V == max_block_v
-    print("\n| V | N | method | mode | fwd+bwd ms | extra peak MiB | ms / compiled naive |")
-    print("|---|---|---|---|---|---|---|")
-    for vocab, n, name, mode, ms, mib in rows:
-        base = next(r[4] for r in rows if r[:4] == (vocab, n, "naive", "compiled"))
-        print(f"| {vocab} | {n} | {name} | {mode} | {ms:.3f} | {mib:.0f} | {ms / base:.2f} |")
+    print("\n| V | N | method | mode | fwd+bwd ms | / compiled naive | CUDA graph ms | / compiled naive | extra peak MiB |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for vocab, n, name, mode, ms, graph, mib in rows:
+        base = next(r for r in rows if r[:4] == (vocab, n, "naive", "compiled"))
+        print(f"| {vocab} | {n} | {name} | {mode} | {ms:.3f} | {ms / base[4]:.2f} | {graph:.3f} | "
+              f"{graph / base[5]:.2f} | {mib:.0f} |")
 
 
 if __name__ == "__main__":
