@@ -522,6 +522,12 @@ def softcap_ce_loss_naive(x: Tensor, weight: Tensor, targets: Tensor, softcap: f
 MAX_BLOCK_V = 8192
 FIXED_SHIFT_MAX_EXP2 = 120.0  # flush-to-zero starts below 2^-126; margin for the sum and rounding
 
+
+def softmax_shift_is_fixed(softcap: float) -> bool:
+    """Whether the kernel may shift the softmax by the cap itself (no row max): 2c log2 e <= 120."""
+    return 2.0 * softcap * math.log2(math.e) <= FIXED_SHIFT_MAX_EXP2
+
+
 if triton is not None:
     LOG2E = tl.constexpr(1.4426950408889634)  # exp(a) = exp2(a log2 e): exp2 is the hardware op
 
@@ -608,7 +614,7 @@ def softcap_ce_chunk_triton(logits: Tensor, targets: Tensor, loss_rows: Tensor, 
                          f"got {tuple(targets.shape)} {targets.dtype} and {tuple(loss_rows.shape)}")
     if loss_rows.dtype != torch.float32 or logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"softcap_ce_chunk_triton: want fp32 loss_rows and float logits, got {logits.dtype}")
-    fixed_shift = 2.0 * softcap * math.log2(math.e) <= FIXED_SHIFT_MAX_EXP2
+    fixed_shift = softmax_shift_is_fixed(softcap)
     block_v = block_v or min(triton.next_power_of_2(V), MAX_BLOCK_V if fixed_shift else MAX_BLOCK_V // 2)
     num_warps = min(max(block_v // 512, 1), 16)  # 16 columns per thread: the fastest on an H100
     _softcap_ce_kernel[(n,)](logits, targets, loss_rows, float(softcap), float(grad_scale), V=V, BLOCK_V=block_v,
