@@ -63,6 +63,8 @@ class ConfigError(ValueError):
 @dataclass
 class Hyperparameters:
     # paths and run
+    recipe: str = ""  # "": the reference run; a name in RECIPES sets its values first (env still wins)
+    data_dir: str = ""  # the records' layout: sets DATA_PATH and TOKENIZER_PATH from it and VOCAB_SIZE
     data_path: str = "./data/datasets/fineweb10B_sp1024"
     tokenizer_path: str = "./data/tokenizers/fineweb_1024_bpe.model"
     run_id: str = ""  # empty: a fresh timestamped id
@@ -72,9 +74,11 @@ class Hyperparameters:
     val_batch_size: int = 524_288  # validation tokens per step, summed over ranks and micro-steps
     val_loss_every: int = 1000  # 0: validate only at the end
     train_log_every: int = 200
-    # length
+    # length and schedule
     iterations: int = 20_000
     warmdown_iters: int = 3000
+    warmdown_frac: float = 0.0  # > 0: warm down over this fraction of the run (wallclock or steps)
+    min_lr: float = 0.0  # floor of the learning-rate multiplier
     warmup_steps: int = 20  # compile warm-up steps, undone before training starts
     train_batch_tokens: int = 393_216
     train_seq_len: int = 4096
@@ -83,13 +87,25 @@ class Hyperparameters:
     vocab_size: int = 1024
     num_layers: int = 9
     model_dim: int = 512
+    embedding_dim: int = 0  # 0 or MODEL_DIM: the factorised embedding is not implemented
     num_heads: int = 8
     num_kv_heads: int = 4
-    mlp_mult: int = 2
+    mlp_mult: float = 2.0  # hidden size int(MLP_MULT * MODEL_DIM)
+    mlp_act: str = "relu2"  # relu2 | leaky_relu2 (slope 0.5, squared)
     tie_embeddings: bool = True
     rope_base: float = 10_000.0
+    rope_dims: int = 0  # rotary on the first ROPE_DIMS dims of each head; 0: all
     logit_softcap: float = 30.0
     qk_gain_init: float = 1.5
+    xsa_last_n: int = 0  # exclusive self-attention in the last N layers
+    ln_scale: bool = False  # scale each block's normed inputs by 1/sqrt(layer+1)
+    skip_gates_enabled: bool = False  # sigmoid gates on the U-Net skips
+    parallel_residual_start: int = -1  # attention and MLP in parallel from this layer on; -1: off
+    num_loops: int = 0  # extra passes over layers LOOP_START..LOOP_END (depth recurrence); 0: off
+    loop_start: int = 0
+    loop_end: int = 0
+    enable_looping_at: float = 0.0  # fraction of training after which the loops run
+    ortho_init: bool = False  # orthogonal init of the non-zero-init matrices (the records')
     # optimizers
     matrix_lr: float = 0.02
     scalar_lr: float = 0.02
@@ -101,10 +117,15 @@ class Hyperparameters:
     muon_momentum_warmup_start: float = 0.92
     muon_momentum_warmup_steps: int = 1500
     muon_backend_steps: int = 5
+    muon_row_normalize: bool = False  # MuonEq-R: rows to unit norm before Newton-Schulz
+    muon_wd: float = 0.0  # decoupled weight decay: p *= 1 - lr * wd
+    adam_wd: float = 0.0  # on the scalars and control tensors
+    embed_wd: float = 0.0  # on the embedding
     beta1: float = 0.9
     beta2: float = 0.95
     adam_eps: float = 1e-8
     grad_clip_norm: float = 0.0  # 0: off
+    ema_decay: float = 0.0  # > 0: an EMA of the weights is what is exported and scored
     # implementation
     loss_chunk_tokens: int = 0  # tokens per chunk of the output loss; 0: LOSS_CHUNK_ELEMENTS // vocab
     loss_impl: str = "auto"  # auto (triton on CUDA, torch elsewhere) | triton | torch
@@ -120,13 +141,21 @@ class Hyperparameters:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Hyperparameters:
+        """Defaults, then the values of RECIPE, then DATA_DIR's paths, then every variable set explicitly."""
         environ = dict(os.environ if environ is None else environ)
         check_unknown_env(environ, [f.name.upper() for f in dataclasses.fields(cls)])
-        values = {}
-        for f in dataclasses.fields(cls):
-            raw = environ.get(f.name.upper())
-            if raw is not None:
-                values[f.name] = parse_env_value(f.name.upper(), raw, type(f.default))
+        recipe = environ.get("RECIPE", "").strip()
+        if recipe and recipe not in RECIPES:
+            raise ConfigError(f"RECIPE={recipe!r} is not one of {', '.join(RECIPES)} (or empty for the reference run).")
+        explicit = {f.name: parse_env_value(f.name.upper(), environ[f.name.upper()], type(f.default))
+                    for f in dataclasses.fields(cls) if f.name.upper() in environ}
+        values = dict(RECIPES.get(recipe, {}), recipe=recipe)
+        data_dir = explicit.get("data_dir", "")
+        if data_dir:  # the records' layout: DATA_DIR/datasets/fineweb10B_spV and DATA_DIR/tokenizers/fineweb_V_bpe.model
+            vocab = explicit.get("vocab_size", values.get("vocab_size", cls.vocab_size))
+            values["data_path"] = os.path.join(data_dir, "datasets", f"fineweb10B_sp{vocab}")
+            values["tokenizer_path"] = os.path.join(data_dir, "tokenizers", f"fineweb_{vocab}_bpe.model")
+        values.update(explicit)
         args = cls(**values)
         args.validate()
         return args
@@ -136,26 +165,37 @@ class Hyperparameters:
             if not ok:
                 raise ConfigError(message)
 
-        positive = ["val_batch_size", "train_log_every", "train_batch_tokens", "train_seq_len",
-                    "vocab_size", "num_layers", "model_dim", "num_heads", "num_kv_heads", "mlp_mult",
-                    "rope_base", "logit_softcap", "muon_backend_steps", "adam_eps"]
-        for name in positive:
-            need(getattr(self, name) > 0, f"{name.upper()}={getattr(self, name)} must be > 0.")
-        non_negative = ["loss_chunk_tokens", "val_loss_every", "iterations", "warmdown_iters", "warmup_steps",
-                        "max_wallclock_seconds", "muon_momentum_warmup_steps", "grad_clip_norm",
-                        "matrix_lr", "scalar_lr", "tied_embed_lr", "embed_lr", "head_lr",
-                        "tied_embed_init_std"]
-        for name in non_negative:
-            need(getattr(self, name) >= 0, f"{name.upper()}={getattr(self, name)} must be >= 0.")
-        for name in ["muon_momentum", "muon_momentum_warmup_start", "beta1", "beta2"]:
-            need(0 <= getattr(self, name) < 1, f"{name.upper()}={getattr(self, name)} must be in [0, 1).")
+        rules = {"> 0": (lambda v: v > 0, "val_batch_size train_log_every train_batch_tokens train_seq_len vocab_size "
+                         "num_layers model_dim num_heads num_kv_heads mlp_mult rope_base logit_softcap "
+                         "muon_backend_steps adam_eps"),
+                 ">= 0": (lambda v: v >= 0, "loss_chunk_tokens val_loss_every iterations warmdown_iters warmup_steps "
+                          "max_wallclock_seconds muon_momentum_warmup_steps grad_clip_norm matrix_lr scalar_lr "
+                          "tied_embed_lr embed_lr head_lr tied_embed_init_std muon_wd adam_wd embed_wd num_loops "
+                          "rope_dims xsa_last_n embedding_dim"),
+                 "in [0, 1)": (lambda v: 0 <= v < 1, "muon_momentum muon_momentum_warmup_start beta1 beta2 ema_decay"),
+                 "in [0, 1]": (lambda v: 0 <= v <= 1, "warmdown_frac min_lr enable_looping_at")}
+        for rule, (ok, names) in rules.items():
+            for name in names.split():
+                need(ok(getattr(self, name)), f"{name.upper()}={getattr(self, name)} must be {rule}.")
+        for name, allowed in [("loss_impl", ("auto", "triton", "torch")), ("mlp_act", ("relu2", "leaky_relu2"))]:
+            need(getattr(self, name) in allowed, f"{name.upper()}={getattr(self, name)!r} must be one of {', '.join(allowed)}.")
         need(self.model_dim % self.num_heads == 0,
              f"NUM_HEADS={self.num_heads} must divide MODEL_DIM={self.model_dim}.")
         head_dim = self.model_dim // self.num_heads
         need(head_dim % 2 == 0, f"MODEL_DIM/NUM_HEADS={head_dim} (the head size) must be even for rotary "
              "embeddings: change MODEL_DIM or NUM_HEADS.")
+        need(self.rope_dims % 2 == 0 and self.rope_dims <= head_dim,
+             f"ROPE_DIMS={self.rope_dims} must be even and at most the head size {head_dim} (0: all).")
         need(self.num_heads % self.num_kv_heads == 0,
              f"NUM_KV_HEADS={self.num_kv_heads} must divide NUM_HEADS={self.num_heads}.")
+        need(self.embedding_dim in (0, self.model_dim), f"EMBEDDING_DIM={self.embedding_dim}: the factorised "
+             f"embedding is not implemented; use 0 or MODEL_DIM={self.model_dim}.")
+        need(self.xsa_last_n <= self.num_layers, f"XSA_LAST_N={self.xsa_last_n} must be at most NUM_LAYERS={self.num_layers}.")
+        need(-1 <= self.parallel_residual_start < self.num_layers, f"PARALLEL_RESIDUAL_START="
+             f"{self.parallel_residual_start} must be -1 (off) or a layer index below NUM_LAYERS={self.num_layers}.")
+        need(self.num_loops == 0 or 0 <= self.loop_start <= self.loop_end < self.num_layers,
+             f"LOOP_START={self.loop_start} and LOOP_END={self.loop_end} must satisfy 0 <= LOOP_START <= LOOP_END < "
+             f"NUM_LAYERS={self.num_layers} when NUM_LOOPS={self.num_loops} > 0.")
         need(self.vocab_size <= 65_536, f"VOCAB_SIZE={self.vocab_size} must be <= 65536: shards store uint16 tokens.")
         need(self.train_batch_tokens % (GRAD_ACCUM_TOTAL * self.train_seq_len) == 0,
              f"TRAIN_BATCH_TOKENS={self.train_batch_tokens} must be a multiple of "
@@ -164,10 +204,24 @@ class Hyperparameters:
         need(self.val_batch_size >= GRAD_ACCUM_TOTAL * self.train_seq_len,
              f"VAL_BATCH_SIZE={self.val_batch_size} must be at least {GRAD_ACCUM_TOTAL}*TRAIN_SEQ_LEN="
              f"{GRAD_ACCUM_TOTAL * self.train_seq_len} (one sequence per micro-batch).")
-        need(self.loss_impl in ("auto", "triton", "torch"),
-             f"LOSS_IMPL={self.loss_impl!r} must be one of auto, triton, torch.")
         need(bool(self.run_id) == bool(self.run_id.strip()) and "/" not in self.run_id,
              f"RUN_ID={self.run_id!r} must be a plain file name (no '/', not blank).")
+
+
+# Named sets of values (data, not code). "record" is the 2026-04-05 record
+# (SP8192_GPTQ-Embeddings_SDClip_Loop45x2, 1.0856 on 8xH100): its defaults where they differ from ours.
+# "p180" is the best we measured on the 180-second one-GPU proxy (README: the switch table).
+RECIPES: dict[str, dict] = {
+    "record": dict(vocab_size=8192, data_path="./data/datasets/fineweb10B_sp8192",
+                   tokenizer_path="./data/tokenizers/fineweb_8192_bpe.model", num_layers=11, mlp_mult=4.0,
+                   mlp_act="leaky_relu2", rope_dims=16, qk_gain_init=4.0, xsa_last_n=11, ln_scale=True,
+                   skip_gates_enabled=True, num_loops=2, loop_start=4, loop_end=5, enable_looping_at=0.5,
+                   ortho_init=True, train_seq_len=2048, train_batch_tokens=786_432, warmdown_frac=0.667,
+                   muon_row_normalize=True, muon_wd=0.085, adam_wd=0.02, embed_wd=0.085, grad_clip_norm=0.3,
+                   ema_decay=0.997, train_log_every=500, val_loss_every=4000),
+}
+RECIPES["p180"] = dict(RECIPES["record"], num_loops=0, train_batch_tokens=262_144, warmdown_frac=0.5,
+                       ema_decay=0.0, val_loss_every=0, train_log_every=50)
 
 
 GRAD_ACCUM_TOTAL = 8  # micro-batches per step, summed over ranks: world size must divide it
@@ -710,9 +764,11 @@ def softcap_ce_loss(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, 
 # uses RMS-normalised q and k, rotary embeddings, a learned per-head gain on q, and grouped-query
 # attention. Output projections start at zero, so each block starts as the identity.
 # Parameters stay fp32; matmuls run in bf16 under autocast on CUDA; the residual stream is bf16.
+# The record stack's switches (partial rotary, XSA, LN scale, parallel residuals, skip gates, depth
+# recurrence) are chosen once in __init__; a switch that is off adds no parameter and no kernel.
 # =================================================================================================
 
-CONTROL_TENSOR_NAMES = ("attn_scale", "mlp_scale", "resid_mix", "q_gain", "skip_weights")
+CONTROL_TENSOR_NAMES = ("attn_scale", "mlp_scale", "resid_mix", "q_gain", "skip_weights", "skip_gates")
 
 
 def rms_norm(x: Tensor) -> Tensor:
@@ -724,6 +780,7 @@ class CastedLinear(nn.Linear):
 
     def __init__(self, in_features: int, out_features: int, zero_init: bool = False):
         super().__init__(in_features, out_features, bias=False)
+        self.zero_init = zero_init
         if zero_init:
             nn.init.zeros_(self.weight)
 
@@ -731,69 +788,111 @@ class CastedLinear(nn.Linear):
         return F.linear(x, self.weight.to(x.dtype))
 
 
-def rotary_cos_sin(seq_len: int, head_dim: int, base: float, device: torch.device) -> tuple[Tensor, Tensor]:
-    inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+def rotary_cos_sin(seq_len: int, rope_dims: int, base: float, device: torch.device) -> tuple[Tensor, Tensor]:
+    inv_freq = 1.0 / base ** (torch.arange(0, rope_dims, 2, device=device, dtype=torch.float32) / rope_dims)
     freqs = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
-    return freqs.cos()[None, None], freqs.sin()[None, None]  # (1, 1, T, head_dim/2)
+    return freqs.cos()[None, None], freqs.sin()[None, None]  # (1, 1, T, rope_dims/2)
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    half = x.size(-1) // 2
-    x1, x2 = x[..., :half], x[..., half:]
+    """Rotates the first 2*cos.size(-1) dims of x (pairs i, i+half); the rest pass through (partial rotary)."""
+    rd = 2 * cos.size(-1)
+    half = rd // 2
+    x1, x2 = x[..., :half], x[..., half:rd]
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin), dim=-1)
+    return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin, x[..., rd:]), dim=-1)
+
+
+def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
+    """XSA: remove from each head's output y its component along the (normalised) value vector its own
+    token wrote. y (B, H, T, hd), v (B, Hkv, T, hd); query head h reads kv head h // (H/Hkv), no repeat."""
+    B, H, T, hd = y.shape
+    y = y.view(B, v.size(1), H // v.size(1), T, hd)
+    vn = F.normalize(v, dim=-1).unsqueeze(2)  # (B, Hkv, 1, T, hd)
+    return (y - (y * vn).sum(-1, keepdim=True) * vn).view(B, H, T, hd)
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, dim: int, num_heads: int, num_kv_heads: int, rope_base: float, qk_gain_init: float):
+    def __init__(self, args: Hyperparameters, xsa: bool):
         super().__init__()
-        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
-        self.head_dim = dim // num_heads
-        self.rope_base = rope_base
+        dim = args.model_dim
+        self.num_heads, self.num_kv_heads = args.num_heads, args.num_kv_heads
+        self.head_dim = dim // args.num_heads
+        self.rope_base, self.rope_dims = args.rope_base, args.rope_dims or self.head_dim
         self.c_q = CastedLinear(dim, dim)
-        self.c_k = CastedLinear(dim, num_kv_heads * self.head_dim)
-        self.c_v = CastedLinear(dim, num_kv_heads * self.head_dim)
+        self.c_k = CastedLinear(dim, args.num_kv_heads * self.head_dim)
+        self.c_v = CastedLinear(dim, args.num_kv_heads * self.head_dim)
         self.proj = CastedLinear(dim, dim, zero_init=True)
-        self.q_gain = nn.Parameter(torch.full((num_heads,), qk_gain_init))
+        self.q_gain = nn.Parameter(torch.full((args.num_heads,), args.qk_gain_init))
+        self.post = exclusive_self_attention if xsa else (lambda y, v: y)
 
     def forward(self, x: Tensor) -> Tensor:
         B, T, C = x.shape
         q = self.c_q(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
         k = self.c_k(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
         v = self.c_v(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        cos, sin = rotary_cos_sin(T, self.head_dim, self.rope_base, x.device)
+        cos, sin = rotary_cos_sin(T, self.rope_dims, self.rope_base, x.device)
         q = apply_rotary(rms_norm(q), cos, sin) * self.q_gain.to(q.dtype)[None, :, None, None]
         k = apply_rotary(rms_norm(k), cos, sin)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                            enable_gqa=self.num_kv_heads != self.num_heads)
-        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+        return self.proj(self.post(y, v).transpose(1, 2).reshape(B, T, C))
+
+
+MLP_ACTIVATIONS = {"relu2": lambda h: torch.relu(h).square(),
+                   "leaky_relu2": lambda h: F.leaky_relu(h, negative_slope=0.5).square()}
 
 
 class MLP(nn.Module):
-    def __init__(self, dim: int, mlp_mult: int):
+    def __init__(self, dim: int, mlp_mult: float, act: str = "relu2"):
         super().__init__()
-        self.fc = CastedLinear(dim, mlp_mult * dim)
-        self.proj = CastedLinear(mlp_mult * dim, dim, zero_init=True)
+        hidden = int(mlp_mult * dim)
+        self.fc = CastedLinear(dim, hidden)
+        self.proj = CastedLinear(hidden, dim, zero_init=True)
+        self.act = MLP_ACTIVATIONS[act]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.proj(torch.relu(self.fc(x)).square())  # relu^2
+        return self.proj(self.act(self.fc(x)))
 
 
 class Block(nn.Module):
-    def __init__(self, args: Hyperparameters):
+    """x = mix0*x + mix1*x0, then attention and MLP residual branches on RMS-normed inputs, in sequence
+    or (from PARALLEL_RESIDUAL_START on, GPT-J style) both reading the same input."""
+
+    def __init__(self, args: Hyperparameters, layer: int):
         super().__init__()
         dim = args.model_dim
-        self.attn = CausalSelfAttention(dim, args.num_heads, args.num_kv_heads, args.rope_base, args.qk_gain_init)
-        self.mlp = MLP(dim, args.mlp_mult)
+        self.attn = CausalSelfAttention(args, xsa=layer >= args.num_layers - args.xsa_last_n)
+        self.mlp = MLP(dim, args.mlp_mult, args.mlp_act)
         self.attn_scale = nn.Parameter(torch.ones(dim))
         self.mlp_scale = nn.Parameter(torch.ones(dim))
         self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))))  # (2, dim)
+        scale = 1.0 / math.sqrt(layer + 1) if args.ln_scale else None
+        self.norm = (lambda x: rms_norm(x) * scale) if scale else rms_norm
+        parallel = 0 <= args.parallel_residual_start <= layer
+        self.residual = self.parallel_residual if parallel else self.sequential_residual
+
+    def sequential_residual(self, x: Tensor) -> Tensor:
+        x = x + self.attn_scale.to(x.dtype) * self.attn(self.norm(x))
+        return x + self.mlp_scale.to(x.dtype) * self.mlp(self.norm(x))
+
+    def parallel_residual(self, x: Tensor) -> Tensor:
+        h = self.norm(x)
+        return x + self.attn_scale.to(x.dtype) * self.attn(h) + self.mlp_scale.to(x.dtype) * self.mlp(h)
 
     def forward(self, x: Tensor, x0: Tensor) -> Tensor:
         mix = self.resid_mix.to(x.dtype)
-        x = mix[0] * x + mix[1] * x0
-        x = x + self.attn_scale.to(x.dtype) * self.attn(rms_norm(x))
-        return x + self.mlp_scale.to(x.dtype) * self.mlp(rms_norm(x))
+        return self.residual(mix[0] * x + mix[1] * x0)
+
+
+def layer_order(args: Hyperparameters, looping: bool) -> tuple[list[int], list[int]]:
+    """(encoder, decoder) block indices. Looping runs LOOP_START..LOOP_END NUM_LOOPS extra times, shared
+    weights: 11 layers, 4..5, 2 loops -> 0 1 2 3 4 5 4 | 5 4 5 6 7 8 9 10 (the 2026-04-05 record's order)."""
+    order = list(range(args.num_layers))
+    if looping:
+        segment = list(range(args.loop_start, args.loop_end + 1))
+        order = order[: args.loop_start] + segment * (args.num_loops + 1) + order[args.loop_end + 1 :]
+    return order[: len(order) // 2], order[len(order) // 2 :]
 
 
 class GPT(nn.Module):
@@ -804,24 +903,36 @@ class GPT(nn.Module):
         self.loss_impl, self.activation_dtype = loss_impl, activation_dtype
         self.tok_emb = nn.Embedding(args.vocab_size, args.model_dim)
         nn.init.normal_(self.tok_emb.weight, std=args.tied_embed_init_std if args.tie_embeddings else 1.0)
-        self.num_encoder_layers = args.num_layers // 2
-        self.num_decoder_layers = args.num_layers - self.num_encoder_layers
-        num_skips = min(self.num_encoder_layers, self.num_decoder_layers)
+        self.orders = {False: layer_order(args, False), True: layer_order(args, args.num_loops > 0)}
+        self.looping = False  # set by training at ENABLE_LOOPING_AT; each value is its own compiled graph
+        num_skips = max(min(len(enc), len(dec)) for enc, dec in self.orders.values())
         self.skip_weights = nn.Parameter(torch.ones(num_skips, args.model_dim))
-        self.blocks = nn.ModuleList(Block(args) for _ in range(args.num_layers))
+        self.skip_gates = nn.Parameter(torch.zeros(num_skips, args.model_dim)) if args.skip_gates_enabled else None
+        self.blocks = nn.ModuleList(Block(args, i) for i in range(args.num_layers))
         self.lm_head = None if args.tie_embeddings else CastedLinear(args.model_dim, args.vocab_size, zero_init=True)
+        if args.ortho_init:  # the records' init: every matrix that does not start at zero, >= 64 on each side
+            for m in self.modules():
+                if isinstance(m, CastedLinear) and not m.zero_init and min(m.weight.shape) >= 64:
+                    nn.init.orthogonal_(m.weight)
+
+    def add_skip(self, x: Tensor, skip: Tensor, i: int) -> Tensor:
+        skip = self.skip_weights[i].to(x.dtype) * skip
+        if self.skip_gates is None:
+            return x + skip
+        return torch.lerp(skip, x, torch.sigmoid(self.skip_gates[i].to(x.dtype)))  # gate 0.5 at init
 
     def forward(self, input_ids: Tensor, target_ids: Tensor) -> Tensor:
         """input_ids, target_ids: (B, T) int64 -> mean cross entropy over all B*T tokens (fp32)."""
         x = rms_norm(self.tok_emb(input_ids)).to(self.activation_dtype)  # (B, T, C)
         x0, skips = x, []
-        for block in self.blocks[: self.num_encoder_layers]:
-            x = block(x, x0)
+        encoder, decoder = self.orders[self.looping]
+        for i in encoder:
+            x = self.blocks[i](x, x0)
             skips.append(x)
-        for i, block in enumerate(self.blocks[self.num_encoder_layers :]):
+        for j, i in enumerate(decoder):
             if skips:
-                x = x + self.skip_weights[i].to(x.dtype) * skips.pop()
-            x = block(x, x0)
+                x = self.add_skip(x, skips.pop(), j)
+            x = self.blocks[i](x, x0)
         x = rms_norm(x).to(self.activation_dtype).reshape(-1, x.size(-1))  # (B*T, C)
         head = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
         return softcap_ce_loss(x, head, target_ids.reshape(-1), self.logit_softcap, self.loss_chunk_tokens,
@@ -833,7 +944,7 @@ class GPT(nn.Module):
 # Muon for the 2-D matrices inside the blocks: Nesterov momentum, then the update is replaced by
 # the nearest semi-orthogonal matrix (Newton-Schulz in bf16), scaled by sqrt(max(1, rows/cols)).
 # Each rank orthogonalises every world_size-th matrix and the updates are summed across ranks.
-# Adam for the embedding (and untied head) and for vectors, scalars and control tensors.
+# Adam(W) for the embedding (and untied head) and for vectors, scalars and control tensors.
 # =================================================================================================
 
 NEWTON_SCHULZ_COEFFS = (3.4445, -4.7750, 2.0315)  # quintic: pushes singular values toward ~1 fast
@@ -854,9 +965,15 @@ def newton_schulz_orthogonalize(G: Tensor, steps: int, eps: float = 1e-7) -> Ten
 
 
 class Muon(torch.optim.Optimizer):
-    def __init__(self, params, lr: float, momentum: float, backend_steps: int, orthogonalize=None):
-        super().__init__(params, dict(lr=lr, momentum=momentum, backend_steps=backend_steps))
+    """row_normalize (MuonEq-R): each row of the Nesterov update is scaled to unit norm before Newton-Schulz.
+    weight_decay is decoupled: p *= 1 - lr * wd before the update."""
+
+    def __init__(self, params, lr: float, momentum: float, backend_steps: int, orthogonalize=None,
+                 row_normalize: bool = False, weight_decay: float = 0.0):
+        super().__init__(params, dict(lr=lr, momentum=momentum, backend_steps=backend_steps, weight_decay=weight_decay))
         self.orthogonalize = orthogonalize or newton_schulz_orthogonalize
+        self.normalize = (lambda g: g / g.float().norm(dim=-1, keepdim=True).clamp_min(1e-7).to(g.dtype)) \
+            if row_normalize else (lambda g: g)
 
     @torch.no_grad()
     def step(self):
@@ -873,13 +990,15 @@ class Muon(torch.optim.Optimizer):
                     buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p.grad))
                     buf.mul_(group["momentum"]).add_(p.grad)
                     g = p.grad.add(buf, alpha=group["momentum"])  # Nesterov
-                    g = self.orthogonalize(g, group["backend_steps"])
+                    g = self.orthogonalize(self.normalize(g), group["backend_steps"])
                     g = g * max(1.0, g.size(0) / g.size(1)) ** 0.5
                     updates[offset : offset + p.numel()] = g.reshape(-1).to(dtype)
                 offset += p.numel()
             if distributed:
                 dist.all_reduce(updates, op=dist.ReduceOp.SUM)
             offset = 0
+            if group["weight_decay"] > 0:
+                torch._foreach_mul_(params, 1.0 - group["lr"] * group["weight_decay"])
             for p in params:
                 p.add_(updates[offset : offset + p.numel()].view_as(p).to(p.dtype), alpha=-group["lr"])
                 offset += p.numel()
@@ -893,15 +1012,17 @@ def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> l
     block_params = list(model.blocks.named_parameters())
     matrix_params = [p for n, p in block_params if p.ndim == 2 and not is_control_tensor(n)]
     scalar_params = [p for n, p in block_params if p.ndim < 2 or is_control_tensor(n)] + [model.skip_weights]
+    scalar_params += [] if model.skip_gates is None else [model.skip_gates]
     embed_lr = args.tied_embed_lr if model.lm_head is None else args.embed_lr
-    adam_groups = [dict(params=[model.tok_emb.weight], lr=embed_lr, base_lr=embed_lr),
-                   dict(params=scalar_params, lr=args.scalar_lr, base_lr=args.scalar_lr)]
+    adam_groups = [dict(params=[model.tok_emb.weight], lr=embed_lr, base_lr=embed_lr, weight_decay=args.embed_wd),
+                   dict(params=scalar_params, lr=args.scalar_lr, base_lr=args.scalar_lr, weight_decay=args.adam_wd)]
     if model.lm_head is not None:
-        adam_groups.append(dict(params=[model.lm_head.weight], lr=args.head_lr, base_lr=args.head_lr))
-    adam = torch.optim.Adam(adam_groups, betas=(args.beta1, args.beta2), eps=args.adam_eps,
-                            fused=model.tok_emb.weight.is_cuda)
-    muon = Muon(matrix_params, lr=args.matrix_lr, momentum=args.muon_momentum,
-                backend_steps=args.muon_backend_steps, orthogonalize=orthogonalize)
+        adam_groups.append(dict(params=[model.lm_head.weight], lr=args.head_lr, base_lr=args.head_lr, weight_decay=0.0))
+    # AdamW: decoupled decay p *= 1 - lr * wd; with every wd 0 it is exactly Adam
+    adam = torch.optim.AdamW(adam_groups, betas=(args.beta1, args.beta2), eps=args.adam_eps,
+                             fused=model.tok_emb.weight.is_cuda)
+    muon = Muon(matrix_params, lr=args.matrix_lr, momentum=args.muon_momentum, backend_steps=args.muon_backend_steps,
+                orthogonalize=orthogonalize, row_normalize=args.muon_row_normalize, weight_decay=args.muon_wd)
     for group in muon.param_groups:
         group["base_lr"] = args.matrix_lr
     return [adam, muon]
@@ -1078,22 +1199,53 @@ def load_artifact(path: str) -> dict[str, Tensor]:
 # Training
 # The clock covers training steps only: compile warm-up runs first and its effects on weights,
 # optimizer state and data position are undone; validation pauses the clock. With a wallclock cap,
-# the learning rate decays linearly over the last WARMDOWN_ITERS * (average step time) of the cap,
-# and all ranks agree on the step to stop at.
+# the learning rate decays linearly over the last WARMDOWN_ITERS * (average step time) of the cap
+# (or over the last WARMDOWN_FRAC of the cap or of ITERATIONS), and all ranks agree on the step to
+# stop at. Depth recurrence switches on at ENABLE_LOOPING_AT of the same fraction; both of its graphs
+# are compiled during the warm-up. With EMA_DECAY, an fp32 average of the weights follows every step.
 # =================================================================================================
 
 NO_BAD_STEP = 2**62  # "no non-finite loss seen yet", kept on the device to avoid a sync per step
 
 
+def training_fraction(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
+    """How far training is: the share of the wallclock cap used, or without a cap of ITERATIONS."""
+    if args.max_wallclock_seconds > 0:
+        return elapsed_ms / (1000.0 * args.max_wallclock_seconds)
+    return step / max(args.iterations, 1)
+
+
 def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
-    if args.warmdown_iters <= 0:
-        return 1.0
-    if args.max_wallclock_seconds <= 0:
+    if args.warmdown_frac > 0:  # WARMDOWN_FRAC wins over WARMDOWN_ITERS (the config line says which ran)
+        frac = training_fraction(step, elapsed_ms, args)
+        mult = (1.0 - frac) / args.warmdown_frac if frac >= 1.0 - args.warmdown_frac else 1.0
+    elif args.warmdown_iters <= 0:
+        mult = 1.0
+    elif args.max_wallclock_seconds <= 0:
         warmdown_start = max(args.iterations - args.warmdown_iters, 0)
-        return (args.iterations - step) / args.warmdown_iters if step >= warmdown_start else 1.0
-    warmdown_ms = args.warmdown_iters * elapsed_ms / max(step, 1)
-    remaining_ms = max(1000.0 * args.max_wallclock_seconds - elapsed_ms, 0.0)
-    return remaining_ms / max(warmdown_ms, 1e-9) if remaining_ms <= warmdown_ms else 1.0
+        mult = (args.iterations - step) / args.warmdown_iters if step >= warmdown_start else 1.0
+    else:
+        warmdown_ms = args.warmdown_iters * elapsed_ms / max(step, 1)
+        remaining_ms = max(1000.0 * args.max_wallclock_seconds - elapsed_ms, 0.0)
+        mult = remaining_ms / max(warmdown_ms, 1e-9) if remaining_ms <= warmdown_ms else 1.0
+    return max(mult, args.min_lr)
+
+
+class EMA:
+    """An fp32 exponential moving average of the parameters: ema = decay * ema + (1 - decay) * p after
+    every step. It is what gets exported and scored when EMA_DECAY > 0."""
+
+    def __init__(self, model: nn.Module, decay: float):
+        self.decay, self.params = decay, list(model.parameters())
+        self.shadow = [p.detach().float().clone() for p in self.params]
+
+    @torch.no_grad()
+    def update(self) -> None:
+        torch._foreach_lerp_(self.shadow, [p.float() for p in self.params], 1.0 - self.decay)
+
+    @torch.no_grad()
+    def copy_to_model(self) -> None:
+        torch._foreach_copy_(self.params, self.shadow)
 
 
 def muon_momentum(step: int, args: Hyperparameters) -> float:
@@ -1137,8 +1289,11 @@ def warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logge
     model_state = {k: v.detach().clone() for k, v in base_model.state_dict().items()}
     optimizer_states = [copy.deepcopy(opt.state_dict()) for opt in optimizers]
     loader = DistributedTokenLoader(args.train_pattern, ctx)
-    for step in range(args.warmup_steps):
-        train_step(model, optimizers, loader, args, ctx, autocast, step, 1.0)
+    for looping in sorted({False, args.num_loops > 0}):  # compile the looping graph too, off the clock
+        base_model.looping = looping
+        for step in range(args.warmup_steps):
+            train_step(model, optimizers, loader, args, ctx, autocast, step, 1.0)
+    base_model.looping = False
     base_model.load_state_dict(model_state)
     for opt, state in zip(optimizers, optimizer_states):
         opt.load_state_dict(state)
@@ -1157,8 +1312,9 @@ def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
                                  "(MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM.")
 
 
-def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logger) -> int:
+def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logger) -> tuple[int, EMA | None]:
     loader = DistributedTokenLoader(args.train_pattern, ctx)
+    ema = EMA(base_model, args.ema_decay) if args.ema_decay > 0 else None
     max_ms = 1000.0 * args.max_wallclock_seconds if args.max_wallclock_seconds > 0 else None
     training_ms, stop_after, step = 0.0, None, 0
     bad_step = torch.full((), NO_BAD_STEP, dtype=torch.int64, device=ctx.device)
@@ -1174,15 +1330,22 @@ def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logg
             if not math.isfinite(val_loss):  # same value on every rank: all stop together
                 raise FloatingPointError(f"val_loss is not finite after step {step}: lower the learning rates "
                                          "(MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM.")
-            logger.log(step=f"{step}/{args.iterations}", val_loss=val_loss, val_bpb=val_bpb,
+            logger.log(step=f"{step}/{args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights="raw",
                        train_time=f"{training_ms:.0f}ms", step_avg=f"{training_ms / max(step, 1):.2f}ms")
             sync(ctx.device)
             t0 = time.perf_counter()
         if last_step:
             break
         elapsed_ms = training_ms + 1000 * (time.perf_counter() - t0)
+        if args.num_loops > 0 and not base_model.looping and \
+                training_fraction(step, elapsed_ms, args) >= args.enable_looping_at:
+            base_model.looping = True
+            logger.log(layer_loop="enabled", step=step, train_time=f"{elapsed_ms:.0f}ms",
+                       order="-".join(map(str, sum(base_model.orders[True], []))))
         loss = train_step(model, optimizers, loader, args, ctx, autocast, step,
                           lr_multiplier(step, elapsed_ms, args))
+        if ema is not None:
+            ema.update()
         bad_step = torch.minimum(bad_step, torch.where(torch.isfinite(loss), NO_BAD_STEP, step + 1))
         step += 1
         elapsed_ms = training_ms + 1000 * (time.perf_counter() - t0)
@@ -1203,10 +1366,10 @@ def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logg
                        tokens_per_s=f"{step * args.train_batch_tokens / (elapsed_ms / 1000):.0f}")
     if stop_after is not None and stop_after < args.iterations:
         logger.log(stopping_early="wallclock_cap", train_time=f"{training_ms:.0f}ms", step=f"{step}/{args.iterations}")
-    return step
+    return step, ema
 
 
-def export_and_roundtrip(base_model, args, ctx, autocast, val: ValData, logger) -> tuple[float, float]:
+def export_and_roundtrip(base_model, args, ctx, autocast, val: ValData, logger, weights: str) -> tuple[float, float]:
     """Rank 0 writes the artifact; every rank loads it back and the score is evaluated on that."""
     if ctx.is_main:
         model_bytes = save_artifact(base_model, args.artifact_path)
@@ -1220,7 +1383,7 @@ def export_and_roundtrip(base_model, args, ctx, autocast, val: ValData, logger) 
     sync(ctx.device)
     t0 = time.perf_counter()
     val_loss, val_bpb = evaluate(base_model, val, ctx, autocast)
-    logger.log(roundtrip_val_loss=val_loss, roundtrip_val_bpb=val_bpb, eval_time=f"{1000 * (time.perf_counter() - t0):.0f}ms")
+    logger.log(roundtrip_val_loss=val_loss, roundtrip_val_bpb=val_bpb, weights=weights, eval_time=f"{1000 * (time.perf_counter() - t0):.0f}ms")
     logger.text(f"final_int8_zlib_roundtrip_exact val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f}")
     return val_loss, val_bpb
 
@@ -1276,11 +1439,15 @@ def run(args: Hyperparameters, ctx: DistContext, logger: Logger) -> None:
     orthogonalize = torch.compile(newton_schulz_orthogonalize) if use_compile else None
     optimizers = build_optimizers(base_model, args, orthogonalize)
     warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logger)
-    steps = train(model, base_model, optimizers, args, ctx, autocast, val, logger)
+    steps, ema = train(model, base_model, optimizers, args, ctx, autocast, val, logger)
     if on_cuda:
         logger.log(peak_memory_allocated=f"{torch.cuda.max_memory_allocated() // 2**20}MiB",
                    peak_memory_reserved=f"{torch.cuda.max_memory_reserved() // 2**20}MiB", steps=steps)
-    export_and_roundtrip(base_model, args, ctx, autocast, val, logger)
+    if ema is not None:  # from here on the model holds the average: it is what is exported and scored
+        ema.copy_to_model()
+        val_loss, val_bpb = evaluate(base_model, val, ctx, autocast)
+        logger.log(step=f"{steps}/{args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights="ema")
+    export_and_roundtrip(base_model, args, ctx, autocast, val, logger, "raw" if ema is None else "ema")
 
 
 def main() -> None:
