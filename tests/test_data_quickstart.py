@@ -137,3 +137,28 @@ def test_quickstart_sh_installs_the_cpu_torch_only_without_a_gpu(tmp_path):
     assert calls == ["-c import torch", requirements, "data/quickstart.py"]
     _, calls = run_quickstart_sh(tmp_path / "d", torch_installed=False, gpu=True)
     assert calls == ["-c import torch", requirements, "data/quickstart.py"]
+
+
+def test_the_printed_command_reruns_exactly_what_ran(tmp_path, monkeypatch, capsys):
+    """From a folder with spaces: pasting the printed line into a shell runs train_gpt.py with the same
+    argv, working folder and settings as the quick start did (WARMUP_STEPS included)."""
+    repo = tmp_path / "my repo (copy)"
+    repo.mkdir()
+    (repo / "train_gpt.py").write_text(
+        "import json, os, sys\n"
+        "with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'runs.jsonl'), 'a') as f:\n"
+        "    f.write(json.dumps({'argv': sys.argv, 'cwd': os.getcwd(), 'env': dict(os.environ)}) + '\\n')\n"
+        "print('final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:1.5')\n")
+    monkeypatch.setattr(quickstart, "REPO_ROOT", repo)
+    data = tmp_path / "data with spaces" / "it's here"
+    figures = quickstart.train(data / "shards", data / "tok.model", 512, 1.5, "quickstart_test")
+    assert figures["val_bpb"] == "1.5"
+    out = capsys.readouterr().out.splitlines()
+    line = out[out.index("quickstart: training with this command (paste it to run it again):") + 1]
+    subprocess.run(["bash", "-c", line], check=True, capture_output=True, timeout=60)
+    first, second = (json.loads(x) for x in (repo / "runs.jsonl").read_text().splitlines())
+    settings, command = quickstart.train_command(data / "shards", data / "tok.model", 512, 1.5, "quickstart_test")
+    assert "WARMUP_STEPS" in settings or quickstart.torch.cuda.is_available()
+    assert first["argv"] == second["argv"] == command[1:] and first["cwd"] == second["cwd"] == str(repo)
+    for key, value in settings.items():
+        assert first["env"][key] == second["env"][key] == value, key
