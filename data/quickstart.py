@@ -243,7 +243,10 @@ def main(argv: list[str] | None = None) -> None:
         data_path = FINEWEB_DATA if torch.cuda.is_available() else fineweb_for_cpu()
         tokenizer, vocab_size, what = FINEWEB_TOKENIZER, 1024, "FineWeb sp1024"
     else:
-        data_path, tokenizer, vocab_size = stdlib_dataset(DATA_DIR, args.rebuild, args.workers)
+        try:
+            data_path, tokenizer, vocab_size = stdlib_dataset(DATA_DIR, args.rebuild, args.workers)
+        except build_shards.BuildError as exc:  # the message says what to do; a traceback would hide it
+            raise SystemExit(f"quickstart: {exc}") from None
         what = f"the Python {platform.python_version()} standard-library docs"
     run_id = time.strftime("quickstart_%Y%m%d_%H%M%S")
     figures = train(data_path, tokenizer, vocab_size, args.seconds, run_id)
