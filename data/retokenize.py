@@ -207,6 +207,8 @@ class Chunk:
 def retokenize_chunk(task: tuple[Path, int, int]) -> Chunk:
     path, start, stop = task
     tokens = shard_tokens(path, start, stop)
+    if not tokens.size:  # an empty shard (decode([]) would be one empty document, not none)
+        return Chunk(np.zeros(0, np.uint16), 0, 0, 0)
     starts = np.flatnonzero(tokens == _source.bos_id())
     pieces = np.split(tokens, starts)  # pieces[0]: the tokens before the first BOS (often empty)
     lead, docs = pieces[0], [p[1:] for p in pieces[1:]]
@@ -237,7 +239,8 @@ class Progress:
         rate = tokens_in / max(now - self.t0, 1e-9)
         eta = (self.total - tokens_in) / rate if rate > 0 else float("inf")
         line = (f"retokenize: {100 * tokens_in / max(self.total, 1):5.1f}% docs:{docs} tokens_in:{tokens_in} "
-                f"tokens_out:{tokens_out} rate:{rate / 1e6:.2f}M tokens/s eta:{eta:.0f}s")
+                f"tokens_out:{tokens_out} rate:{rate / 1e6:.2f}M tokens/s "
+                f"eta:{f'{eta:.0f}s' if eta < float('inf') else '?'}")
         if self.tty:
             sys.stderr.write("\r" + line + ("\n" if final else ""))
         elif not final:

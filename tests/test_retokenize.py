@@ -120,6 +120,19 @@ def test_worker_count_and_chunking_do_not_change_the_output(tmp_path, tokenizers
         assert (tmp_path / "three" / path.name).read_bytes() == (tmp_path / "one" / path.name).read_bytes()
 
 
+def test_empty_shards_and_shards_without_bos(tmp_path, tokenizers):
+    old, new = (spm.SentencePieceProcessor(model_file=str(m)) for m in tokenizers)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    train_gpt.write_data_shard(folder / "fineweb_train_000000.bin", [])
+    middle = encode(tokenizers[0], ["the middle of a document"])[1:]  # no BOS at all
+    train_gpt.write_data_shard(folder / "fineweb_train_000001.bin", middle)
+    retok(tokenizers[0], tokenizers[1], folder, tmp_path / "out", "--workers", "2")
+    assert train_gpt.read_shard_header(tmp_path / "out" / "fineweb_train_000000.bin") == 0
+    assert train_gpt.load_data_shard(tmp_path / "out" / "fineweb_train_000001.bin").tolist() == \
+        new.encode(old.decode(middle.tolist()))
+
+
 def test_a_glob_selects_the_inputs(tmp_path, tokenizers, shards):
     retok(tokenizers[0], tokenizers[1], shards / "fineweb_val_*.bin", tmp_path / "out")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["fineweb_val_000000.bin", "manifest.json"]
