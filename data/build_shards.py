@@ -64,6 +64,8 @@ TOKENIZER_SETTINGS = dict(
     unk_id=3,
 )
 BOS_ID = 1
+MIN_VOCAB_SIZE = 4 + 256 + 1  # the specials and the byte-fallback pieces, and at least one merge
+MAX_VOCAB_SIZE = 65_536  # shards store uint16 ids
 TOKENIZER_SEED = 1337
 MAX_SENTENCE_CHARS = 4096  # longer lines are cut into pieces for tokenizer training
 DEFAULT_SHARD_TOKENS = 100_000_000  # as the published shards
@@ -166,12 +168,17 @@ def training_lines(texts: Iterable[str]) -> Iterator[str]:
                 yield line[start : start + MAX_SENTENCE_CHARS]
 
 
+def vocab_size_error(vocab_size: int) -> str:
+    return (f"--vocab-size {vocab_size} must be in (260, 65536]: 4 special tokens and 256 byte-fallback tokens "
+            "come first, and shards store uint16 ids. SentencePiece may ask for more when the text has many "
+            "distinct characters.")
+
+
 def train_tokenizer(texts: Iterable[str], vocab_size: int, model_path: Path,
                     num_threads: int = 1) -> spm.SentencePieceProcessor:
     """Train a BPE tokenizer with TOKENIZER_SETTINGS; write it to model_path (atomically)."""
-    if not 4 + 256 < vocab_size <= 65_536:
-        raise BuildError(f"--vocab-size {vocab_size} must be in (260, 65536]: 4 special tokens and 256 "
-                         "byte-fallback tokens come first, and shards store uint16 ids.")
+    if not MIN_VOCAB_SIZE <= vocab_size <= MAX_VOCAB_SIZE:
+        raise BuildError(vocab_size_error(vocab_size))
     spm.set_random_generator_seed(TOKENIZER_SEED)
     model = io.BytesIO()
     try:
@@ -356,16 +363,48 @@ class BuildConfig:
     quiet: bool = False
 
 
-def build(cfg: BuildConfig) -> dict:
-    """Tokenize the inputs into shards in cfg.output; returns the manifest (also written there)."""
+def check_config(cfg: BuildConfig) -> None:
+    """Every setting that can be checked without reading the text, before anything is made."""
+    if cfg.tokenizer is None and not MIN_VOCAB_SIZE <= cfg.vocab_size <= MAX_VOCAB_SIZE:
+        raise BuildError(vocab_size_error(cfg.vocab_size))
     if not 0 <= cfg.val_fraction < 1:
         raise BuildError(f"--val-fraction {cfg.val_fraction} must be in [0, 1).")
     if cfg.shard_tokens < 1:
         raise BuildError(f"--shard-tokens {cfg.shard_tokens} must be positive.")
-    say = (lambda *a: None) if cfg.quiet else (lambda *a: print(*a, flush=True))
+    if cfg.workers < 1:
+        raise BuildError(f"--workers {cfg.workers} must be at least 1.")
+    if cfg.tokenizer_train_bytes < 1:
+        raise BuildError(f"--tokenizer-train-bytes {cfg.tokenizer_train_bytes} must be positive.")
+    if not cfg.text_field:
+        raise BuildError("--text-field must name a field, e.g. --text-field text.")
+    if Path(cfg.output).exists() and not Path(cfg.output).is_dir():
+        raise BuildError(f"--output {cfg.output} is a file: give a folder.")
+
+
+def build(cfg: BuildConfig) -> dict:
+    """Tokenize the inputs into shards in cfg.output; returns the manifest (also written there).
+    Everything that can be checked is checked before the output folder is made; if the build fails
+    later, the shards it wrote (and the folder, if it made it) are removed again."""
+    check_config(cfg)
     files, val_files = list_input_files(cfg.inputs), list_input_files(cfg.val_inputs)
-    val_fraction = cfg.val_fraction if not val_files else 0.0
+    if cfg.tokenizer is not None:
+        load_tokenizer(Path(cfg.tokenizer))
+    made_folder = not Path(cfg.output).exists()
     clear_output(cfg.output, cfg.overwrite)
+    try:
+        return build_into(cfg, files, val_files)
+    except BaseException:
+        for pattern in ("fineweb_*.bin", "fineweb_*.bin.tmp*", "manifest.json", "manifest.json.tmp*"):
+            for path in cfg.output.glob(pattern):
+                path.unlink()
+        if made_folder and not any(cfg.output.iterdir()):
+            cfg.output.rmdir()
+        raise
+
+
+def build_into(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> dict:
+    say = (lambda *a: None) if cfg.quiet else (lambda *a: print(*a, flush=True))
+    val_fraction = cfg.val_fraction if not val_files else 0.0
     t0 = time.perf_counter()
 
     def train_texts() -> Iterator[str]:

@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import subprocess
 import sys
 import sysconfig
@@ -178,18 +179,30 @@ def fineweb_for_cpu() -> Path:
 # =================================================================================================
 
 
+def train_command(data_path: Path, tokenizer: Path, vocab_size: int, seconds: float,
+                  run_id: str) -> tuple[dict[str, str], list[str]]:
+    """The variables train_gpt.py runs with (on top of this process's environment), and its argv."""
+    settings = {k: str(v) for k, v in TINY_MODEL.items()}
+    settings.update(DATA_PATH=str(data_path), TOKENIZER_PATH=str(tokenizer), VOCAB_SIZE=str(vocab_size),
+                    MAX_WALLCLOCK_SECONDS=str(seconds), RUN_ID=run_id,
+                    ARTIFACT_PATH=str(REPO_ROOT / "logs" / f"{run_id}.int8.ptz"))
+    if not torch.cuda.is_available():
+        settings["WARMUP_STEPS"] = "0"  # warm-up exists to compile CUDA kernels off the clock
+    return settings, [sys.executable, str(REPO_ROOT / "train_gpt.py")]
+
+
+def shell_line(settings: dict[str, str], command: list[str], cwd: Path) -> str:
+    """One line for a POSIX shell that runs exactly that: every word quoted, so paths with spaces work."""
+    return " ".join([f"cd {shlex.quote(str(cwd))} &&", *(f"{k}={shlex.quote(v)}" for k, v in settings.items()),
+                     shlex.join(command)])
+
+
 def train(data_path: Path, tokenizer: Path, vocab_size: int, seconds: float, run_id: str) -> dict:
     """Run train_gpt.py as a user would; stream its output; return the figures it printed."""
-    env = dict(os.environ)
-    env.update({k: str(v) for k, v in TINY_MODEL.items()})
-    env.update(DATA_PATH=str(data_path), TOKENIZER_PATH=str(tokenizer), VOCAB_SIZE=str(vocab_size),
-               MAX_WALLCLOCK_SECONDS=str(seconds), RUN_ID=run_id,
-               ARTIFACT_PATH=str(REPO_ROOT / "logs" / f"{run_id}.int8.ptz"))
-    if not torch.cuda.is_available():
-        env["WARMUP_STEPS"] = "0"  # warm-up exists to compile CUDA kernels off the clock
-    command = [sys.executable, str(REPO_ROOT / "train_gpt.py")]
-    print("quickstart: " + " ".join(f"{k}={env[k]}" for k in sorted(TINY_MODEL) + ["DATA_PATH", "TOKENIZER_PATH",
-          "VOCAB_SIZE", "MAX_WALLCLOCK_SECONDS", "RUN_ID", "ARTIFACT_PATH"]) + " python3 train_gpt.py", flush=True)
+    settings, command = train_command(data_path, tokenizer, vocab_size, seconds, run_id)
+    print("quickstart: training with this command (paste it to run it again):\n"
+          + shell_line(settings, command, REPO_ROOT), flush=True)
+    env = {**os.environ, **settings}
     figures, lines = {}, []
     with subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, bufsize=1) as proc:
@@ -230,7 +243,10 @@ def main(argv: list[str] | None = None) -> None:
         data_path = FINEWEB_DATA if torch.cuda.is_available() else fineweb_for_cpu()
         tokenizer, vocab_size, what = FINEWEB_TOKENIZER, 1024, "FineWeb sp1024"
     else:
-        data_path, tokenizer, vocab_size = stdlib_dataset(DATA_DIR, args.rebuild, args.workers)
+        try:
+            data_path, tokenizer, vocab_size = stdlib_dataset(DATA_DIR, args.rebuild, args.workers)
+        except build_shards.BuildError as exc:  # the message says what to do; a traceback would hide it
+            raise SystemExit(f"quickstart: {exc}") from None
         what = f"the Python {platform.python_version()} standard-library docs"
     run_id = time.strftime("quickstart_%Y%m%d_%H%M%S")
     figures = train(data_path, tokenizer, vocab_size, args.seconds, run_id)

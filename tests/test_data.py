@@ -279,3 +279,29 @@ def test_builder_on_real_fineweb_documents(tmp_path):
     x, y = tokens[:-1], tokens[1:]
     counted = int(base[y].sum() + (space[y] & ~boundary[x]).sum())
     assert counted == splits["val"]["normalized_bytes"]
+
+
+def test_bad_settings_are_rejected_before_any_folder_is_made(tmp_path, small_tokenizer):
+    docs = write_jsonl(tmp_path / "docs.jsonl", english_docs(50))
+    out = tmp_path / "new" / "out"
+    for flags, message in ((["--vocab-size", "100"], r"--vocab-size 100 must be in \(260, 65536\]"),
+                           (["--vocab-size", "70000"], r"--vocab-size 70000 must be in"),
+                           (["--workers", "0"], "--workers 0 must be at least 1"),
+                           (["--tokenizer", str(tmp_path / "nope.model")], "no such file")):
+        tokenizer_out = [] if "--tokenizer" in flags else ["--tokenizer-out", str(tmp_path / "t.model")]
+        with pytest.raises(SystemExit, match=message):
+            build_shards.main([str(docs), "--output", str(out), *tokenizer_out, *flags])
+        assert not (tmp_path / "new").exists() and not (tmp_path / "t.model").exists()
+
+
+def test_a_failed_build_leaves_no_folder_and_no_shards(tmp_path, small_tokenizer):
+    one = write_jsonl(tmp_path / "one.jsonl", ["a single document"])
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit, match="no document went to the"):
+        build_shards.main([str(one), "--output", str(out), "--tokenizer", str(small_tokenizer)])
+    assert not out.exists()
+    out.mkdir()  # a folder that was there before stays, without the shards of the failed build
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit, match="no document went to the"):
+        build_shards.main([str(one), "--output", str(out), "--tokenizer", str(small_tokenizer)])
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]

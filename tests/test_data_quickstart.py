@@ -6,10 +6,14 @@ Run: python3 -m pytest -q tests/test_data_quickstart.py
 """
 
 import json
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import sentencepiece as spm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,3 +82,83 @@ def test_cpu_fineweb_validation_prefix_ends_at_a_document_boundary(tmp_path, mon
     val = train_gpt.load_data_shard(out / "fineweb_val_000000.bin").numpy()
     assert val.size == 101 + 251 + 81  # the three whole documents that fit in 500 tokens
     assert (out / "fineweb_train_000000.bin").resolve() == (src / "fineweb_train_000000.bin").resolve()
+
+
+# ------------------------------------------------------------------------------------------------
+# quickstart.sh: what it installs, with a stand-in python3 that records its calls
+# ------------------------------------------------------------------------------------------------
+
+SYSTEM_PATH = "/usr/bin:/bin"
+
+
+def run_quickstart_sh(tmp_path: Path, *args: str, torch_installed: bool, gpu: bool = False,
+                      cpu_index_works: bool = True) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run quickstart.sh with python3 (and nvidia-smi when gpu) replaced by stubs; returns the result
+    and the python3 command lines it ran."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir(parents=True, exist_ok=True)
+    log = tmp_path / "python3_calls.txt"
+    (stubs / "python3").write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> "{log}"\n'
+        f'if [ "$1" = "-c" ]; then exit {0 if torch_installed else 1}; fi\n'
+        f'case "$*" in *--index-url*) exit {0 if cpu_index_works else 1};; esac\n'
+        "exit 0\n")
+    (stubs / "python3").chmod(0o755)
+    if gpu:
+        (stubs / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")
+        (stubs / "nvidia-smi").chmod(0o755)
+    elif shutil.which("nvidia-smi", path=SYSTEM_PATH):
+        pytest.skip("this machine has nvidia-smi in /usr/bin or /bin")
+    result = subprocess.run(["bash", str(ROOT / "quickstart.sh"), *args], capture_output=True, text=True,
+                            env={**os.environ, "PATH": f"{stubs}:{SYSTEM_PATH}"}, timeout=60)
+    calls = log.read_text().splitlines() if log.exists() else []
+    return result, calls
+
+
+def test_quickstart_sh_help_installs_nothing(tmp_path):
+    for flag in ("--help", "-h"):
+        result, calls = run_quickstart_sh(tmp_path, "--seconds", "5", flag, torch_installed=False)
+        assert result.returncode == 0 and result.stdout.startswith("usage: bash quickstart.sh")
+        assert calls == []
+        for option in vars(quickstart.parse_args([])):  # the usage lists every option of quickstart.py
+            assert f"--{option}" in result.stdout
+
+
+def test_quickstart_sh_installs_the_cpu_torch_only_without_a_gpu(tmp_path):
+    cpu_torch = "-m pip install torch --index-url https://download.pytorch.org/whl/cpu"
+    requirements = "-m pip install -r requirements.txt"
+    _, calls = run_quickstart_sh(tmp_path / "a", "--seconds", "5", torch_installed=False)
+    assert calls == ["-c import torch", cpu_torch, requirements, "data/quickstart.py --seconds 5"]
+    result, calls = run_quickstart_sh(tmp_path / "b", torch_installed=False, cpu_index_works=False)
+    assert result.returncode == 0 and "installing torch from the default index" in result.stdout
+    assert calls == ["-c import torch", cpu_torch, requirements, "data/quickstart.py"]
+    _, calls = run_quickstart_sh(tmp_path / "c", torch_installed=True)
+    assert calls == ["-c import torch", requirements, "data/quickstart.py"]
+    _, calls = run_quickstart_sh(tmp_path / "d", torch_installed=False, gpu=True)
+    assert calls == ["-c import torch", requirements, "data/quickstart.py"]
+
+
+def test_the_printed_command_reruns_exactly_what_ran(tmp_path, monkeypatch, capsys):
+    """From a folder with spaces: pasting the printed line into a shell runs train_gpt.py with the same
+    argv, working folder and settings as the quick start did (WARMUP_STEPS included)."""
+    repo = tmp_path / "my repo (copy)"
+    repo.mkdir()
+    (repo / "train_gpt.py").write_text(
+        "import json, os, sys\n"
+        "with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'runs.jsonl'), 'a') as f:\n"
+        "    f.write(json.dumps({'argv': sys.argv, 'cwd': os.getcwd(), 'env': dict(os.environ)}) + '\\n')\n"
+        "print('final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:1.5')\n")
+    monkeypatch.setattr(quickstart, "REPO_ROOT", repo)
+    data = tmp_path / "data with spaces" / "it's here"
+    figures = quickstart.train(data / "shards", data / "tok.model", 512, 1.5, "quickstart_test")
+    assert figures["val_bpb"] == "1.5"
+    out = capsys.readouterr().out.splitlines()
+    line = out[out.index("quickstart: training with this command (paste it to run it again):") + 1]
+    subprocess.run(["bash", "-c", line], check=True, capture_output=True, timeout=60)
+    first, second = (json.loads(x) for x in (repo / "runs.jsonl").read_text().splitlines())
+    settings, command = quickstart.train_command(data / "shards", data / "tok.model", 512, 1.5, "quickstart_test")
+    assert "WARMUP_STEPS" in settings or quickstart.torch.cuda.is_available()
+    assert first["argv"] == second["argv"] == command[1:] and first["cwd"] == second["cwd"] == str(repo)
+    for key, value in settings.items():
+        assert first["env"][key] == second["env"][key] == value, key
