@@ -97,7 +97,7 @@ class Hyperparameters:
     rope_dims: int = 0  # rotary on the first ROPE_DIMS dims of each head; 0: all
     logit_softcap: float = 30.0
     qk_gain_init: float = 1.5
-    xsa_last_n: int = 0  # exclusive self-attention in the last N layers
+    xsa_last_n: int = 0  # exclusive self-attention in the last N layers (N >= NUM_LAYERS: all)
     ln_scale: bool = False  # scale each block's normed inputs by 1/sqrt(layer+1)
     skip_gates_enabled: bool = False  # sigmoid gates on the U-Net skips
     parallel_residual_start: int = -1  # attention and MLP in parallel from this layer on; -1: off
@@ -190,7 +190,6 @@ class Hyperparameters:
              f"NUM_KV_HEADS={self.num_kv_heads} must divide NUM_HEADS={self.num_heads}.")
         need(self.embedding_dim in (0, self.model_dim), f"EMBEDDING_DIM={self.embedding_dim}: the factorised "
              f"embedding is not implemented; use 0 or MODEL_DIM={self.model_dim}.")
-        need(self.xsa_last_n <= self.num_layers, f"XSA_LAST_N={self.xsa_last_n} must be at most NUM_LAYERS={self.num_layers}.")
         need(-1 <= self.parallel_residual_start < self.num_layers, f"PARALLEL_RESIDUAL_START="
              f"{self.parallel_residual_start} must be -1 (off) or a layer index below NUM_LAYERS={self.num_layers}.")
         need(self.num_loops == 0 or 0 <= self.loop_start <= self.loop_end < self.num_layers,

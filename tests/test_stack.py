@@ -1,0 +1,301 @@
+"""Unit tests for the record stack's switches in train_gpt.py (layer 1), one or more per switch: each
+fails if its switch does nothing or does the wrong thing (a reference computed another way, a shape,
+a parameter count, an update).
+
+Run: python3 -m pytest -q tests/test_stack.py   (CPU only; tiny models; about 20 s on 2 cores)
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import train_gpt
+from train_gpt import ConfigError, Hyperparameters
+
+TINY = dict(NUM_LAYERS="4", MODEL_DIM="64", NUM_HEADS="4", NUM_KV_HEADS="2", VOCAB_SIZE="64", TRAIN_SEQ_LEN="16",
+            TRAIN_BATCH_TOKENS=str(8 * 16), VAL_BATCH_SIZE=str(8 * 16))
+
+
+def args_with(**overrides) -> Hyperparameters:
+    return Hyperparameters.from_env({**TINY, **{k: str(v) for k, v in overrides.items()}})
+
+
+def randomize(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Leave the identity start (zero projections) so every branch does something."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    return model
+
+
+def params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# ---- recipes and config --------------------------------------------------------------------------
+
+
+def test_record_recipe_builds_the_records_parameter_count():
+    # the 2026-04-05 record prints model_params:35943512 at sp8192 (11 layers, MLP 4x, 7 skip weights + gates)
+    model = train_gpt.GPT(Hyperparameters.from_env({"RECIPE": "record"}))
+    assert params(model) == 35_943_512
+    # and the defaults are the reference run's 17.06M
+    assert params(train_gpt.GPT(Hyperparameters.from_env({}))) == 17_059_912
+
+
+def test_recipe_values_apply_and_explicit_variables_win():
+    args = Hyperparameters.from_env({"RECIPE": "record", "NUM_LAYERS": "9", "EMA_DECAY": "0"})
+    assert (args.recipe, args.num_layers, args.ema_decay) == ("record", 9, 0.0)
+    assert (args.mlp_mult, args.mlp_act, args.xsa_last_n, args.warmdown_frac) == (4.0, "leaky_relu2", 11, 0.667)
+    defaults = Hyperparameters.from_env({})
+    assert (defaults.recipe, defaults.mlp_act, defaults.num_loops, defaults.ema_decay) == ("", "relu2", 0, 0.0)
+    with pytest.raises(ConfigError, match="RECIPE='recrod' is not one of record, p180"):
+        Hyperparameters.from_env({"RECIPE": "recrod"})
+
+
+def test_data_dir_uses_the_records_layout_and_explicit_paths_still_win():
+    args = Hyperparameters.from_env({"RECIPE": "record", "DATA_DIR": "/d"})
+    assert args.data_path == "/d/datasets/fineweb10B_sp8192"
+    assert args.tokenizer_path == "/d/tokenizers/fineweb_8192_bpe.model"
+    args = Hyperparameters.from_env({"DATA_DIR": "/d", "TOKENIZER_PATH": "/t.model"})
+    assert (args.data_path, args.tokenizer_path) == ("/d/datasets/fineweb10B_sp1024", "/t.model")
+
+
+@pytest.mark.parametrize("env, named", [
+    ({"ROPE_DIMS": "7"}, "ROPE_DIMS=7"), ({"ROPE_DIMS": "32"}, "ROPE_DIMS=32"),
+({"PARALLEL_RESIDUAL_START": "4"}, "PARALLEL_RESIDUAL_START=4"),
+    ({"NUM_LOOPS": "1", "LOOP_START": "2", "LOOP_END": "4"}, "LOOP_END=4"),
+    ({"NUM_LOOPS": "1", "LOOP_START": "3", "LOOP_END": "2"}, "LOOP_START=3"),
+    ({"MLP_ACT": "gelu"}, "MLP_ACT='gelu'"), ({"EMBEDDING_DIM": "32"}, "EMBEDDING_DIM=32"),
+    ({"WARMDOWN_FRAC": "1.5"}, "WARMDOWN_FRAC=1.5"), ({"EMA_DECAY": "1"}, "EMA_DECAY=1"),
+    ({"MUON_WD": "-0.1"}, "MUON_WD=-0.1"), ({"ENABLE_LOOPING_AT": "2"}, "ENABLE_LOOPING_AT=2"),
+])
+def test_switch_values_that_cannot_work_are_config_errors(env, named):
+    with pytest.raises(ConfigError, match=named):
+        args_with(**env)
+
+
+# ---- MLP -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mult, hidden", [(2, 128), (3.0, 192), (3.5, 224), (2.7, 172)])  # int(mult * 64)
+def test_mlp_mult_takes_fractions_rounded_down_as_the_record_does(mult, hidden):
+    block = train_gpt.GPT(args_with(MLP_MULT=mult)).blocks[0]
+    assert block.mlp.fc.weight.shape == (hidden, 64) and block.mlp.proj.weight.shape == (64, hidden)
+
+
+@pytest.mark.parametrize("act, slope", [("relu2", 0.0), ("leaky_relu2", 0.5)])
+def test_mlp_activation_is_the_squared_relu_or_leaky_relu(act, slope):
+    mlp = randomize(train_gpt.MLP(16, 2.0, act))
+    x = torch.randn(5, 16)
+    h = x @ mlp.fc.weight.T
+    expected = torch.where(h > 0, h, slope * h).square() @ mlp.proj.weight.T
+    torch.testing.assert_close(mlp(x), expected)
+
+
+# ---- attention ---------------------------------------------------------------------------------------
+
+
+def test_partial_rotary_rotates_the_first_rope_dims_only():
+    x = torch.randn(2, 3, 10, 16)  # (B, H, T, hd)
+    cos, sin = train_gpt.rotary_cos_sin(10, 8, 10_000.0, torch.device("cpu"))
+    out = train_gpt.apply_rotary(x, cos, sin)
+    torch.testing.assert_close(out[..., 8:], x[..., 8:], rtol=0, atol=0)  # passed through untouched
+    # the first 8 dims are rotated exactly as a head of size 8 would be with full rotary
+    full = train_gpt.apply_rotary(x[..., :8].contiguous(), cos, sin)
+    torch.testing.assert_close(out[..., :8], full)
+    assert not torch.allclose(out[..., :8], x[..., :8])
+    attn = train_gpt.CausalSelfAttention(args_with(ROPE_DIMS=8), xsa=False)
+    assert attn.rope_dims == 8 and train_gpt.CausalSelfAttention(args_with(), xsa=False).rope_dims == 16
+
+
+def test_exclusive_self_attention_removes_the_own_value_direction_gqa_aware():
+    B, H, Hkv, T, hd = 2, 4, 2, 5, 8
+    y, v = torch.randn(B, H, T, hd), torch.randn(B, Hkv, T, hd)
+    out = train_gpt.exclusive_self_attention(y, v)
+    # reference: repeat each kv head for its query heads (h reads kv head h // (H/Hkv)), project out
+    vn = F.normalize(v.repeat_interleave(H // Hkv, dim=1), dim=-1)
+    expected = y - (y * vn).sum(-1, keepdim=True) * vn
+    torch.testing.assert_close(out, expected)
+    assert (out * vn).sum(-1).abs().max() < 1e-5  # orthogonal to the own token's value
+
+
+def test_xsa_last_n_switches_on_exactly_the_last_n_layers():
+    model = train_gpt.GPT(args_with(XSA_LAST_N=3))
+    on = [b.attn.post is train_gpt.exclusive_self_attention for b in model.blocks]
+    assert on == [False, True, True, True]
+    assert all(b.attn.post is train_gpt.exclusive_self_attention for b in train_gpt.GPT(args_with(XSA_LAST_N=11)).blocks)
+    assert not any(b.attn.post is train_gpt.exclusive_self_attention for b in train_gpt.GPT(args_with()).blocks)
+
+
+# ---- blocks ------------------------------------------------------------------------------------------
+
+
+def block_reference(block: train_gpt.Block, x: torch.Tensor, x0: torch.Tensor, layer: int, ln_scale: bool,
+                    parallel: bool) -> torch.Tensor:
+    s = 1 / math.sqrt(layer + 1) if ln_scale else 1.0
+    x = block.resid_mix[0] * x + block.resid_mix[1] * x0
+    a = block.attn_scale * block.attn(train_gpt.rms_norm(x) * s)
+    if parallel:
+        return x + a + block.mlp_scale * block.mlp(train_gpt.rms_norm(x) * s)
+    x = x + a
+    return x + block.mlp_scale * block.mlp(train_gpt.rms_norm(x) * s)
+
+
+@pytest.mark.parametrize("ln_scale", [0, 1])
+@pytest.mark.parametrize("parallel_start", [-1, 0, 2])
+def test_block_wiring_ln_scale_and_parallel_residuals(ln_scale, parallel_start):
+    torch.manual_seed(0)
+    model = randomize(train_gpt.GPT(args_with(LN_SCALE=ln_scale, PARALLEL_RESIDUAL_START=parallel_start)))
+    x, x0 = torch.randn(2, 6, 64), torch.randn(2, 6, 64)
+    for layer in (1, 3):
+        parallel = 0 <= parallel_start <= layer
+        block = model.blocks[layer]
+        torch.testing.assert_close(block(x, x0), block_reference(block, x, x0, layer, bool(ln_scale), parallel))
+        # the switch matters: the other wiring gives another output
+        other = block_reference(block, x, x0, layer, not ln_scale, parallel)
+        assert (block(x, x0) - other).abs().max() > 1e-3
+
+
+def test_skip_gates_add_parameters_train_with_adam_and_start_halfway():
+    plain, gated = train_gpt.GPT(args_with()), train_gpt.GPT(args_with(SKIP_GATES_ENABLED=1))
+    assert params(gated) - params(plain) == 2 * 64 and gated.skip_gates.shape == (2, 64)
+    x, skip = torch.randn(3, 64), torch.randn(3, 64)
+    with torch.no_grad():
+        gated.skip_weights.fill_(2.0)
+        torch.testing.assert_close(gated.add_skip(x, skip, 1), 0.5 * (2.0 * skip) + 0.5 * x)  # sigmoid(0) = 1/2
+        gated.skip_gates[1].fill_(3.0)
+        g = torch.sigmoid(torch.tensor(3.0))
+        torch.testing.assert_close(gated.add_skip(x, skip, 1), (1 - g) * 2.0 * skip + g * x)
+    adam, _ = train_gpt.build_optimizers(gated, args_with(SKIP_GATES_ENABLED=1))
+    assert any(p is gated.skip_gates for group in adam.param_groups for p in group["params"])
+
+
+def test_layer_order_of_the_record_and_its_skip_count():
+    args = Hyperparameters.from_env({"RECIPE": "record"})
+    assert train_gpt.layer_order(args, False) == ([0, 1, 2, 3, 4], [5, 6, 7, 8, 9, 10])
+    enc, dec = train_gpt.layer_order(args, True)
+    assert enc + dec == [0, 1, 2, 3, 4, 5, 4, 5, 4, 5, 6, 7, 8, 9, 10] and len(enc) == 7
+    assert train_gpt.GPT(args).skip_weights.shape == (7, 512)  # min(7, 8) rows, as the record
+
+
+def test_looping_runs_the_blocks_in_the_loop_order_with_shared_weights():
+    model = train_gpt.GPT(args_with(NUM_LOOPS=2, LOOP_START=1, LOOP_END=2))
+    calls = []
+    for i, block in enumerate(model.blocks):
+        block.register_forward_hook(lambda *_, i=i: calls.append(i))
+    x = torch.randint(0, 64, (1, 16))
+    model(x, x)
+    assert calls == [0, 1, 2, 3]
+    calls.clear()
+    model.looping = True
+    model(x, x)
+    assert calls == [0, 1, 2, 1, 2, 1, 2, 3]
+    # loops share the blocks' weights: only the skip weights grow, to min(4, 4) rows from 2
+    assert params(model) - params(train_gpt.GPT(args_with())) == (4 - 2) * 64
+
+
+def test_ortho_init_makes_the_matrices_orthogonal_and_keeps_zero_projections():
+    torch.manual_seed(0)
+    model = train_gpt.GPT(args_with(ORTHO_INIT=1, MODEL_DIM=128, NUM_HEADS=2, NUM_KV_HEADS=1))
+    fc = model.blocks[0].mlp.fc.weight  # (256, 128): orthonormal columns
+    torch.testing.assert_close(fc.T @ fc, torch.eye(128), rtol=0, atol=1e-4)
+    c_q = model.blocks[1].attn.c_q.weight
+    torch.testing.assert_close(c_q @ c_q.T, torch.eye(128), rtol=0, atol=1e-4)
+    assert model.blocks[0].mlp.proj.weight.abs().max() == 0 and model.blocks[0].attn.proj.weight.abs().max() == 0
+    plain = train_gpt.GPT(args_with(MODEL_DIM=128, NUM_HEADS=2, NUM_KV_HEADS=1)).blocks[0].mlp.fc.weight
+    assert (plain.T @ plain - torch.eye(128)).abs().max() > 0.1
+
+
+# ---- optimizers ----------------------------------------------------------------------------------
+
+
+def test_muon_row_normalize_and_decoupled_weight_decay():
+    g = torch.Generator().manual_seed(0)
+    p0, grad = torch.randn(8, 16, generator=g), torch.randn(8, 16, generator=g) * torch.arange(1, 9.0)[:, None]
+    seen = []
+
+    def record(G, steps):
+        seen.append(G.clone())
+        return G
+
+    for row_normalize, wd in [(True, 0.0), (False, 0.5), (True, 0.5)]:
+        p = nn.Parameter(p0.clone())
+        opt = train_gpt.Muon([p], lr=0.1, momentum=0.0, backend_steps=5, orthogonalize=record,
+                             row_normalize=row_normalize, weight_decay=wd)
+        p.grad = grad.clone()
+        opt.step()
+        update = grad / grad.norm(dim=1, keepdim=True) if row_normalize else grad
+        torch.testing.assert_close(seen[-1], update)  # what Newton-Schulz receives
+        torch.testing.assert_close(p.detach(), p0 * (1 - 0.1 * wd) - 0.1 * update)
+
+
+def test_adam_weight_decay_per_group_is_decoupled():
+    args = args_with(EMBED_WD=0.5, ADAM_WD=0.25, TIED_EMBED_LR=0.1, SCALAR_LR=0.2)
+    model = train_gpt.GPT(args)
+    adam, _ = train_gpt.build_optimizers(model, args)
+    assert [group["weight_decay"] for group in adam.param_groups] == [0.5, 0.25]
+    emb, mix = model.tok_emb.weight.detach().clone(), model.blocks[0].resid_mix.detach().clone()
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    adam.step()  # zero gradients: only the decay moves the weights
+    torch.testing.assert_close(model.tok_emb.weight.detach(), emb * (1 - 0.1 * 0.5))
+    torch.testing.assert_close(model.blocks[0].resid_mix.detach(), mix * (1 - 0.2 * 0.25))
+
+
+# ---- schedule and EMA ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env, step, elapsed_ms, expected", [
+    (dict(WARMDOWN_FRAC=0.5, ITERATIONS=100, MAX_WALLCLOCK_SECONDS=0), 40, 0, 1.0),
+    (dict(WARMDOWN_FRAC=0.5, ITERATIONS=100, MAX_WALLCLOCK_SECONDS=0), 75, 0, 0.5),
+    (dict(WARMDOWN_FRAC=0.5, ITERATIONS=100, MAX_WALLCLOCK_SECONDS=0, WARMDOWN_ITERS=10), 75, 0, 0.5),  # frac wins
+    (dict(WARMDOWN_FRAC=0.5, ITERATIONS=100, MAX_WALLCLOCK_SECONDS=0, MIN_LR=0.1), 99, 0, 0.1),
+    (dict(WARMDOWN_FRAC=0.25, MAX_WALLCLOCK_SECONDS=100), 7, 90_000, 0.4),  # of the wallclock, not steps
+    (dict(WARMDOWN_ITERS=10, ITERATIONS=100, MAX_WALLCLOCK_SECONDS=0, MIN_LR=0.3), 95, 0, 0.5),
+    (dict(WARMDOWN_ITERS=10, ITERATIONS=100, MAX_WALLCLOCK_SECONDS=0, MIN_LR=0.3), 99, 0, 0.3),
+])
+def test_warmdown_frac_and_min_lr(env, step, elapsed_ms, expected):
+    assert train_gpt.lr_multiplier(step, elapsed_ms, args_with(**env)) == pytest.approx(expected)
+
+
+def test_ema_follows_the_weights_and_copies_the_average_back():
+    model = nn.Linear(3, 2)
+    start = [p.detach().clone() for p in model.parameters()]
+    ema = train_gpt.EMA(model, 0.9)
+    with torch.no_grad():
+        for k in range(3):
+            for p in model.parameters():
+                p.add_(1.0)
+            ema.update()
+    # ema_3 = 0.9^3 * w0 + 0.1 * (0.9^2 (w0+1) + 0.9 (w0+2) + (w0+3))
+    for s, p0 in zip(ema.shadow, start):
+        torch.testing.assert_close(s, p0 + 0.1 * (0.81 * 1 + 0.9 * 2 + 3))
+    ema.copy_to_model()
+    for p, p0 in zip(model.parameters(), start):
+        torch.testing.assert_close(p.detach(), p0 + 0.1 * (0.81 + 1.8 + 3))
+
+
+def test_warmup_compiles_both_loop_graphs_and_restores_everything(tmp_path, monkeypatch):
+    args = args_with(NUM_LOOPS=1, LOOP_START=1, LOOP_END=2, WARMUP_STEPS=2)
+    model = train_gpt.GPT(args)
+    seen = []
+    monkeypatch.setattr(train_gpt, "train_step", lambda m, *a: seen.append(m.looping))
+    monkeypatch.setattr(train_gpt, "DistributedTokenLoader", lambda *a: None)
+
+    class Log:
+        def log(self, **_):
+            pass
+
+        def text(self, *_, **__):
+            pass
+
+    ctx = train_gpt.DistContext(0, 1, 0, torch.device("cpu"), 8)
+    train_gpt.warmup_and_restore(model, model, [], args, ctx, None, Log())
+    assert seen == [False, False, True, True] and model.looping is False
