@@ -5,9 +5,13 @@ Trains a small GPT whose artifact (this file's bytes + int8/zlib-compressed weig
 quantize -> compress -> decompress round trip. Every setting is an environment variable (the
 `Hyperparameters` field name, upper-cased); the whole resolved config is logged.
 
-  # CPU smoke run (tiny model, a few steps; any shard folder and matching tokenizer):
-  ITERATIONS=20 NUM_LAYERS=2 MODEL_DIM=64 NUM_HEADS=2 NUM_KV_HEADS=1 TRAIN_SEQ_LEN=128 \
-    TRAIN_BATCH_TOKENS=8192 VAL_BATCH_SIZE=8192 MAX_WALLCLOCK_SECONDS=0 python3 train_gpt.py
+  # CPU smoke run (tiny model, 20 steps), from the repo root on the data that `bash quickstart.sh` built:
+  DATA_PATH=$(ls -d data/datasets/pystdlib_*_sp512 | tail -n1) VOCAB_SIZE=512 \
+    TOKENIZER_PATH=$(ls data/tokenizers/pystdlib_*_sp512.model | tail -n1) WARMUP_STEPS=0 ITERATIONS=20 \
+    NUM_LAYERS=2 MODEL_DIM=64 NUM_HEADS=2 NUM_KV_HEADS=1 TRAIN_SEQ_LEN=128 TRAIN_BATCH_TOKENS=8192 \
+    VAL_BATCH_SIZE=8192 MAX_WALLCLOCK_SECONDS=0 python3 train_gpt.py
+  # (where the quick start found FineWeb and no GPU: DATA_PATH=data/datasets/fineweb10B_sp1024_cpu_quickstart
+  #  TOKENIZER_PATH=data/tokenizers/fineweb_1024_bpe.model VOCAB_SIZE=1024)
   # one GPU:
   python3 train_gpt.py
   # eight GPUs (any count that divides 8 works; the global batch stays the same):
@@ -24,11 +28,13 @@ import copy
 import dataclasses
 import difflib
 import glob
+import hashlib
 import io
 import json
 import math
 import os
 import platform
+import signal
 import sys
 import time
 import uuid
@@ -204,14 +210,21 @@ def parse_env_value(name: str, raw: str, kind: type):
 
 
 def check_unknown_env(environ: dict[str, str], known: list[str]) -> None:
-    """A variable close to one of ours (NUM_LAYER for NUM_LAYERS) is almost surely a typo."""
+    """A variable that looks like one of ours is almost surely a typo: ours in another case (iterations),
+    a near spelling (NUM_LAYER), or ours abbreviated word by word, a plural "S" allowed (ITERS, NUM_LAY)."""
     for name in environ:
-        if name in known or not name.isupper() or name.startswith(ENV_PREFIXES_NOT_OURS):
+        upper = name.upper()
+        if name in known or upper.startswith(ENV_PREFIXES_NOT_OURS):
             continue
-        near = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+        near = [k for k in known if k == upper or is_abbreviation(upper.split("_"), k.split("_"))]
+        near = near or difflib.get_close_matches(upper, known, n=1, cutoff=0.85)
         if near:
             raise ConfigError(f"unknown environment variable {name}={environ[name]!r}: did you mean "
                               f"{near[0]}? Rename it, or unset it if it is not meant for this script.")
+
+
+def is_abbreviation(words: list[str], ours: list[str]) -> bool:
+    return len(words) == len(ours) and all(len(w) > 1 and o.startswith(w.removesuffix("S")) for w, o in zip(words, ours))
 
 
 # =================================================================================================
@@ -273,7 +286,7 @@ class Logger:
     """Rank 0 appends to the log file and prints; `log(**fields)` writes one key:value line."""
 
     def __init__(self, path: Path | None):
-        self.file = None
+        self.file, self.progress = None, {}  # progress: where training is, for the line an interrupt logs
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.file = open(path, "x", encoding="utf-8")  # "x": never overwrite an earlier run's log
@@ -369,10 +382,25 @@ def write_data_shard(path: str | Path, tokens) -> None:
 def find_shards(pattern: str, what: str) -> list[Path]:
     files = sorted(Path(p) for p in glob.glob(pattern))
     if not files:
+        here = sorted({str(p.parent) for p in Path("data/datasets").glob("*/fineweb_train_*.bin")})
         raise FileNotFoundError(f"no {what} shards match {pattern}. Set DATA_PATH to the folder with "
-                                "fineweb_train_*.bin and fineweb_val_*.bin, or fetch them: python3 "
+                                "fineweb_train_*.bin and fineweb_val_*.bin (under ./data/datasets: "
+                                f"{', '.join(here) or 'none'}), or fetch them: python3 "
                                 "data/cached_challenge_fineweb.py --variant sp1024 --train-shards 1")
     return files
+
+
+def check_token_ids(path: Path, vocab_size: int) -> int:
+    """Every id < VOCAB_SIZE, or the embedding indexes out of range hours into a run; returns the count.
+    A max over a memmap: 0.015 s per 100M-token shard from the page cache, 0.11-0.24 s from disk (measured
+    on 2 CPU cores), so start-up checks every token of every shard."""
+    num_tokens = read_shard_header(path)
+    tokens = np.memmap(path, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (num_tokens,)) if num_tokens else [0]
+    if (top := int(np.max(tokens))) >= vocab_size:
+        raise ShardError(f"{path}: token id {top} >= VOCAB_SIZE={vocab_size}: the shard was made with another "
+                         "tokenizer. Set VOCAB_SIZE and TOKENIZER_PATH to that tokenizer's, or rebuild the "
+                         "shard with data/build_shards.py.")
+    return num_tokens
 
 
 def check_train_shards(pattern: str) -> list[Path]:
@@ -938,7 +966,54 @@ def load_tokenizer(path: str, vocab_size: int):
     if sp.vocab_size() != vocab_size:
         raise ConfigError(f"TOKENIZER_PATH={path} has a vocabulary of {sp.vocab_size()} but VOCAB_SIZE="
                           f"{vocab_size}: set VOCAB_SIZE={sp.vocab_size()} or use the matching tokenizer.")
+    check_tokenizer_bytes(sp, f"TOKENIZER_PATH={path}")
     return sp
+
+
+# Probe texts for the byte rule above: runs of spaces, leading and trailing spaces, tabs, newlines,
+# digits and punctuation after a space, accents, CJK and emoji (byte fallback), NFKC forms, a literal "▁".
+TOKENIZER_PROBES = ["Hello world, 2024 (x) - y.", "  two  spaces,\ttab\n\nnew   line  ", " naïve 漢字 😀 ﬁne", "a \u2581 b"]
+
+
+def check_tokenizer_bytes(sp, name: str = "the tokenizer") -> None:
+    """The byte rule holds when SentencePiece strips and collapses whitespace and no piece has "▁" inside
+    (remove_extra_whitespaces=false or a user piece "▁▁" miscount); test it on probes, as after a BOS."""
+    base_bytes, has_leading_space, is_boundary = build_byte_luts(sp, sp.vocab_size())
+    for text in TOKENIZER_PROBES:
+        ids = sp.encode(text)
+        after_boundary = [True] + [bool(is_boundary[i]) for i in ids[:-1]]
+        counted = sum(int(base_bytes[i]) + int(has_leading_space[i] and not b) for i, b in zip(ids, after_boundary))
+        decoded = len(sp.decode(ids).encode("utf-8"))
+        if counted != decoded and sp.unk_id() not in ids:  # unknown pieces are uncounted: a worse score, not a better one
+            raise ConfigError(f"{name}: its pieces miscount the bytes of bits per byte: {text!r} decodes to "
+                              f"{decoded} UTF-8 bytes but its pieces count {counted}. The count assumes a leading "
+                              "'▁' is one space, dropped after BOS: use a SentencePiece model trained with "
+                              "remove_extra_whitespaces=true and no user pieces with '▁' inside (data/build_shards.py).")
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def check_tokenizer_matches_data(args: Hyperparameters) -> str:
+    """A manifest that records the data's tokenizer sha256 (data/build_shards.py writes DATA_PATH/manifest.json,
+    the downloader DATA_PATH/../manifest.json) must match TOKENIZER_PATH: a wrong tokenizer of the right size
+    scores silently. Returns the log's tokenizer_verified value: yes, or no_manifest (nothing to compare)."""
+    folder = Path(args.data_path)
+    for path in (folder / "manifest.json", folder.parent / "manifest.json"):
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        except ValueError as exc:
+            raise ConfigError(f"{path}: not a JSON manifest ({exc}): fix or delete it.") from None
+        names = {d.get("tokenizer_name") for d in manifest.get("datasets", []) if path.parent == folder or d.get("name") == folder.name}
+        recorded = [t["sha256"] for t in manifest.get("tokenizers", []) if t.get("name") in names and t.get("sha256")]
+        if recorded and file_sha256(args.tokenizer_path) not in recorded:
+            raise ConfigError(f"TOKENIZER_PATH={args.tokenizer_path} is not the tokenizer the data was made with: "
+                              f"{path} records sha256 {recorded[0]}, the file has {file_sha256(args.tokenizer_path)}."
+                              " Set TOKENIZER_PATH to that tokenizer (the manifest names it), or rebuild the shards.")
+        if recorded:
+            return "yes"
+    return "no_manifest"
 
 
 def build_byte_luts(sp, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -1064,9 +1139,20 @@ def save_artifact(model: nn.Module, path: str) -> int:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_bytes(blob)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(blob)
+        os.replace(tmp, path)
+    finally:  # interrupted: no half-written file left behind
+        tmp.unlink(missing_ok=True)
     return len(blob)
+
+
+def move_previous_artifact(path: str) -> str | None:
+    """An earlier run's artifact (its log has its sha256) is moved to PATH.<sha256[:12]>, never overwritten."""
+    if not Path(path).exists():
+        return None
+    os.replace(path, moved := f"{path}.{file_sha256(path)[:12]}")
+    return moved
 
 
 def load_artifact(path: str) -> dict[str, Tensor]:
@@ -1139,6 +1225,9 @@ def warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logge
     loader = DistributedTokenLoader(args.train_pattern, ctx)
     for step in range(args.warmup_steps):
         train_step(model, optimizers, loader, args, ctx, autocast, step, 1.0)
+        logger.progress = {"warmup_step": f"{step + 1}/{args.warmup_steps}"}
+        if step < 3 or (step + 1) % 10 == 0 or step + 1 == args.warmup_steps:
+            logger.log(**logger.progress)
     base_model.load_state_dict(model_state)
     for opt, state in zip(optimizers, optimizer_states):
         opt.load_state_dict(state)
@@ -1186,6 +1275,7 @@ def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logg
         bad_step = torch.minimum(bad_step, torch.where(torch.isfinite(loss), NO_BAD_STEP, step + 1))
         step += 1
         elapsed_ms = training_ms + 1000 * (time.perf_counter() - t0)
+        logger.progress = {"step": f"{step}/{args.iterations}", "train_time": f"{elapsed_ms:.0f}ms"}
         reached_cap = max_ms is not None and elapsed_ms >= max_ms
         if ctx.distributed and max_ms is not None:  # stop together, even if clocks differ a little
             flag = torch.tensor(int(reached_cap), device=ctx.device)
@@ -1209,10 +1299,12 @@ def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logg
 def export_and_roundtrip(base_model, args, ctx, autocast, val: ValData, logger) -> tuple[float, float]:
     """Rank 0 writes the artifact; every rank loads it back and the score is evaluated on that."""
     if ctx.is_main:
+        if moved := move_previous_artifact(args.artifact_path):
+            logger.log(artifact_previous_moved_to=moved)
         model_bytes = save_artifact(base_model, args.artifact_path)
         code_bytes = len(Path(__file__).read_bytes())
         total = code_bytes + model_bytes
-        logger.log(artifact=args.artifact_path, code_bytes=code_bytes, model_bytes=model_bytes, total_bytes=total,
+        logger.log(artifact=args.artifact_path, sha256=file_sha256(args.artifact_path), code_bytes=code_bytes, model_bytes=model_bytes, total_bytes=total,
                    limit_bytes=ARTIFACT_LIMIT_BYTES, within_limit="yes" if total <= ARTIFACT_LIMIT_BYTES else "NO")
     if ctx.distributed:
         dist.barrier()
@@ -1232,10 +1324,11 @@ def export_and_roundtrip(base_model, args, ctx, autocast, val: ValData, logger) 
 
 def check_inputs(args: Hyperparameters, world_size: int) -> Path:
     """Everything that can be checked before a process group or a GPU is touched; returns the log path."""
-    check_train_shards(args.train_pattern)
-    val_files = find_shards(args.val_pattern, "validation")
-    check_validation_length(sum(read_shard_header(p) for p in val_files), args, world_size, val_files[0].parent)
+    train_files, val_files = check_train_shards(args.train_pattern), find_shards(args.val_pattern, "validation")
+    val_tokens = sum([check_token_ids(p, args.vocab_size) for p in train_files + val_files][len(train_files):])
+    check_validation_length(val_tokens, args, world_size, val_files[0].parent)
     load_tokenizer(args.tokenizer_path, args.vocab_size)
+    check_tokenizer_matches_data(args)
     resolve_loss_impl(args.loss_impl, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     if not args.run_id:
         args.run_id = time.strftime("%Y%m%d_%H%M%S_") + uuid.uuid4().hex[:8]
@@ -1252,7 +1345,11 @@ def log_header(logger: Logger, args: Hyperparameters, ctx: DistContext, loss_imp
     logger.log(python=platform.python_version(), torch=torch.__version__, cuda=torch.version.cuda, gpu=gpu.replace(" ", "_"),
                world_size=ctx.world_size, grad_accum_steps=ctx.grad_accum_steps, device=ctx.device.type)
     logger.text("config:" + json.dumps(dataclasses.asdict(args), sort_keys=True))
-    logger.log(loss_impl=loss_impl, loss_impl_reason=why.replace(" ", "_"), compile=args.compile and ctx.device.type == "cuda")
+    logger.log(loss_impl=loss_impl, loss_impl_reason=why.replace(" ", "_"), compile=args.compile and ctx.device.type == "cuda",
+               tokenizer_verified=check_tokenizer_matches_data(args))
+    if ctx.device.type == "cpu" and args.train_batch_tokens >= Hyperparameters.train_batch_tokens:
+        smoke = " ".join(__doc__.split("CPU smoke run")[1].split("\n", 1)[1].split("\n  #")[0].replace("\\", "").split())
+        logger.text(f"cpu_note: these are GPU settings (minutes per step on a CPU). A CPU smoke run: {smoke}")
 
 
 def run(args: Hyperparameters, ctx: DistContext, logger: Logger) -> None:
@@ -1283,7 +1380,13 @@ def run(args: Hyperparameters, ctx: DistContext, logger: Logger) -> None:
     export_and_roundtrip(base_model, args, ctx, autocast, val, logger)
 
 
+def raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)  # SIGTERM too: unwind, log the step, clean up
+
+
 def main() -> None:
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, raise_interrupt)
     args = Hyperparameters.from_env()
     rank, world_size, _ = read_dist_env()
     log_path = check_inputs(args, world_size)
@@ -1296,6 +1399,9 @@ def main() -> None:
     except Exception as exc:  # keep the reason in the log, then fail as usual
         logger.text(f"error:{type(exc).__name__} {exc}")
         raise
+    except KeyboardInterrupt as exc:
+        logger.log(interrupted=exc.args[0], **logger.progress)
+        raise
     finally:
         logger.close()
         teardown_distributed()
@@ -1307,3 +1413,7 @@ if __name__ == "__main__":
     except (ConfigError, ShardError, FileNotFoundError, FloatingPointError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM through raise_interrupt: exit 128 + the signal
+        name = exc.args[0] if exc.args else "SIGINT"
+        print(f"interrupted: {name}; the log's last line says where training stopped", file=sys.stderr)
+        sys.exit(128 + getattr(signal, name))
