@@ -10,8 +10,6 @@ quantize -> compress -> decompress round trip. Every setting is an environment v
     TOKENIZER_PATH=$(ls data/tokenizers/pystdlib_*_sp512.model | tail -n1) WARMUP_STEPS=0 ITERATIONS=20 \
     NUM_LAYERS=2 MODEL_DIM=64 NUM_HEADS=2 NUM_KV_HEADS=1 TRAIN_SEQ_LEN=128 TRAIN_BATCH_TOKENS=8192 \
     VAL_BATCH_SIZE=8192 MAX_WALLCLOCK_SECONDS=0 python3 train_gpt.py
-  # (where the quick start found FineWeb and no GPU: DATA_PATH=data/datasets/fineweb10B_sp1024_cpu_quickstart
-  #  TOKENIZER_PATH=data/tokenizers/fineweb_1024_bpe.model VOCAB_SIZE=1024)
   # one GPU:
   python3 train_gpt.py
   # eight GPUs (any count that divides 8 works; the global batch stays the same):
@@ -210,21 +208,18 @@ def parse_env_value(name: str, raw: str, kind: type):
 
 
 def check_unknown_env(environ: dict[str, str], known: list[str]) -> None:
-    """A variable that looks like one of ours is almost surely a typo: ours in another case (iterations),
-    a near spelling (NUM_LAYER), or ours abbreviated word by word, a plural "S" allowed (ITERS, NUM_LAY)."""
+    """A typo of ours: another case (iterations), near (NUM_LAYER), abbreviated word by word (ITERS, NUM_LAY)."""
+    def abbreviates(name: str, ours: str) -> bool:  # each word a prefix of ours (a plural S dropped); ours itself too
+        words, full = name.split("_"), ours.split("_")
+        return len(words) == len(full) and all(len(w) > 1 and o.startswith(w.removesuffix("S")) for w, o in zip(words, full))
     for name in environ:
         upper = name.upper()
         if name in known or upper.startswith(ENV_PREFIXES_NOT_OURS):
             continue
-        near = [k for k in known if k == upper or is_abbreviation(upper.split("_"), k.split("_"))]
-        near = near or difflib.get_close_matches(upper, known, n=1, cutoff=0.85)
+        near = [k for k in known if abbreviates(upper, k)] or difflib.get_close_matches(upper, known, n=1, cutoff=0.85)
         if near:
             raise ConfigError(f"unknown environment variable {name}={environ[name]!r}: did you mean "
                               f"{near[0]}? Rename it, or unset it if it is not meant for this script.")
-
-
-def is_abbreviation(words: list[str], ours: list[str]) -> bool:
-    return len(words) == len(ours) and all(len(w) > 1 and o.startswith(w.removesuffix("S")) for w, o in zip(words, ours))
 
 
 # =================================================================================================
@@ -337,8 +332,9 @@ class ShardError(ValueError):
     """A shard file that is not in the format above; the message names the file."""
 
 
-def read_shard_header(path: str | Path) -> int:
-    """Check the header and exact file size of one shard; return its token count."""
+def read_shard_header(path: str | Path, vocab_size: int = 0) -> int:
+    """Check the header and exact file size of one shard, and with vocab_size that every id is below it (a max
+    over a memmap: 0.015-0.25 s per 100M-token shard, warm-cold, on 2 CPU cores); return its token count."""
     path = Path(path)
     size = path.stat().st_size
     if size < SHARD_HEADER_BYTES:
@@ -354,6 +350,10 @@ def read_shard_header(path: str | Path) -> int:
     if num_tokens < 0 or size != expected:
         raise ShardError(f"{path}: header says {num_tokens} tokens ({expected} bytes) but the file has "
                          f"{size} bytes. The file is truncated or corrupt: delete it and fetch it again.")
+    tokens = np.memmap(path, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (num_tokens,)) if vocab_size and num_tokens else [0]
+    if (top := int(np.max(tokens))) >= max(vocab_size, 1):
+        raise ShardError(f"{path}: token id {top} >= VOCAB_SIZE={vocab_size}: made with another tokenizer. Set "
+                         "VOCAB_SIZE and TOKENIZER_PATH to that tokenizer's, or rebuild it with data/build_shards.py.")
     return num_tokens
 
 
@@ -390,23 +390,10 @@ def find_shards(pattern: str, what: str) -> list[Path]:
     return files
 
 
-def check_token_ids(path: Path, vocab_size: int) -> int:
-    """Every id < VOCAB_SIZE, or the embedding indexes out of range hours into a run; returns the count.
-    A max over a memmap: 0.015 s per 100M-token shard from the page cache, 0.11-0.24 s from disk (measured
-    on 2 CPU cores), so start-up checks every token of every shard."""
-    num_tokens = read_shard_header(path)
-    tokens = np.memmap(path, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (num_tokens,)) if num_tokens else [0]
-    if (top := int(np.max(tokens))) >= vocab_size:
-        raise ShardError(f"{path}: token id {top} >= VOCAB_SIZE={vocab_size}: the shard was made with another "
-                         "tokenizer. Set VOCAB_SIZE and TOKENIZER_PATH to that tokenizer's, or rebuild the "
-                         "shard with data/build_shards.py.")
-    return num_tokens
-
-
-def check_train_shards(pattern: str) -> list[Path]:
+def check_train_shards(pattern: str, vocab_size: int = 0) -> list[Path]:
     """Validate every training shard now, not an hour into the run; an empty set would loop forever."""
     files = find_shards(pattern, "training")
-    if sum(read_shard_header(path) for path in files) == 0:
+    if sum(read_shard_header(path, vocab_size) for path in files) == 0:
         raise ShardError(f"the training shards {pattern} hold no tokens: rebuild or re-download them.")
     return files
 
@@ -970,25 +957,18 @@ def load_tokenizer(path: str, vocab_size: int):
     return sp
 
 
-# Probe texts for the byte rule above: runs of spaces, leading and trailing spaces, tabs, newlines,
-# digits and punctuation after a space, accents, CJK and emoji (byte fallback), NFKC forms, a literal "▁".
-TOKENIZER_PROBES = ["Hello world, 2024 (x) - y.", "  two  spaces,\ttab\n\nnew   line  ", " naïve 漢字 😀 ﬁne", "a \u2581 b"]
-
-
 def check_tokenizer_bytes(sp, name: str = "the tokenizer") -> None:
-    """The byte rule holds when SentencePiece strips and collapses whitespace and no piece has "▁" inside
-    (remove_extra_whitespaces=false or a user piece "▁▁" miscount); test it on probes, as after a BOS."""
+    """The byte rule above holds when SentencePiece strips and collapses whitespace and no piece has "▁" inside
+    (remove_extra_whitespaces=false or a user piece "▁▁" break it): test it on odd texts, each after a BOS."""
     base_bytes, has_leading_space, is_boundary = build_byte_luts(sp, sp.vocab_size())
-    for text in TOKENIZER_PROBES:
-        ids = sp.encode(text)
+    for text in ["Hello world, 2024 (x) - y.", "  two  spaces,\ttab\n\nnew   line  ", " naïve 漢字 😀 ﬁne", "a \u2581 b"]:
+        ids, decoded = sp.encode(text), len(sp.decode(sp.encode(text)).encode("utf-8"))
         after_boundary = [True] + [bool(is_boundary[i]) for i in ids[:-1]]
         counted = sum(int(base_bytes[i]) + int(has_leading_space[i] and not b) for i, b in zip(ids, after_boundary))
-        decoded = len(sp.decode(ids).encode("utf-8"))
-        if counted != decoded and sp.unk_id() not in ids:  # unknown pieces are uncounted: a worse score, not a better one
-            raise ConfigError(f"{name}: its pieces miscount the bytes of bits per byte: {text!r} decodes to "
-                              f"{decoded} UTF-8 bytes but its pieces count {counted}. The count assumes a leading "
-                              "'▁' is one space, dropped after BOS: use a SentencePiece model trained with "
-                              "remove_extra_whitespaces=true and no user pieces with '▁' inside (data/build_shards.py).")
+        if counted != decoded and sp.unk_id() not in ids:  # unknown pieces go uncounted: a worse score, not better
+            raise ConfigError(f"{name}: its pieces miscount the bytes for bits per byte ({text!r}: {decoded} bytes, "
+                              f"counted {counted}). Train it with remove_extra_whitespaces=true and no user pieces "
+                              "holding '▁'.")
 
 
 def file_sha256(path: str | Path) -> str:
@@ -996,24 +976,15 @@ def file_sha256(path: str | Path) -> str:
 
 
 def check_tokenizer_matches_data(args: Hyperparameters) -> str:
-    """A manifest that records the data's tokenizer sha256 (data/build_shards.py writes DATA_PATH/manifest.json,
-    the downloader DATA_PATH/../manifest.json) must match TOKENIZER_PATH: a wrong tokenizer of the right size
-    scores silently. Returns the log's tokenizer_verified value: yes, or no_manifest (nothing to compare)."""
-    folder = Path(args.data_path)
-    for path in (folder / "manifest.json", folder.parent / "manifest.json"):
-        try:
-            manifest = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-        except ValueError as exc:
-            raise ConfigError(f"{path}: not a JSON manifest ({exc}): fix or delete it.") from None
-        names = {d.get("tokenizer_name") for d in manifest.get("datasets", []) if path.parent == folder or d.get("name") == folder.name}
-        recorded = [t["sha256"] for t in manifest.get("tokenizers", []) if t.get("name") in names and t.get("sha256")]
-        if recorded and file_sha256(args.tokenizer_path) not in recorded:
-            raise ConfigError(f"TOKENIZER_PATH={args.tokenizer_path} is not the tokenizer the data was made with: "
-                              f"{path} records sha256 {recorded[0]}, the file has {file_sha256(args.tokenizer_path)}."
-                              " Set TOKENIZER_PATH to that tokenizer (the manifest names it), or rebuild the shards.")
-        if recorded:
-            return "yes"
-    return "no_manifest"
+    """A wrong tokenizer of the right size scores silently: the tokenizer sha256 that DATA_PATH/manifest.json records
+    (data/build_shards.py writes it) must match. Returns the log's tokenizer_verified: yes, or no_manifest."""
+    path = Path(args.data_path) / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    recorded = [t["sha256"] for t in manifest.get("tokenizers", []) if t.get("sha256")]
+    if recorded and (sha := file_sha256(args.tokenizer_path)) not in recorded:
+        raise ConfigError(f"TOKENIZER_PATH={args.tokenizer_path} is not the tokenizer the data was made with: {path} "
+                          f"records sha256 {recorded[0]}, the file has {sha}. Set TOKENIZER_PATH to the one it names.")
+    return "yes" if recorded else "no_manifest"
 
 
 def build_byte_luts(sp, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -1145,14 +1116,6 @@ def save_artifact(model: nn.Module, path: str) -> int:
     finally:  # interrupted: no half-written file left behind
         tmp.unlink(missing_ok=True)
     return len(blob)
-
-
-def move_previous_artifact(path: str) -> str | None:
-    """An earlier run's artifact (its log has its sha256) is moved to PATH.<sha256[:12]>, never overwritten."""
-    if not Path(path).exists():
-        return None
-    os.replace(path, moved := f"{path}.{file_sha256(path)[:12]}")
-    return moved
 
 
 def load_artifact(path: str) -> dict[str, Tensor]:
@@ -1299,12 +1262,14 @@ def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logg
 def export_and_roundtrip(base_model, args, ctx, autocast, val: ValData, logger) -> tuple[float, float]:
     """Rank 0 writes the artifact; every rank loads it back and the score is evaluated on that."""
     if ctx.is_main:
-        if moved := move_previous_artifact(args.artifact_path):
+        if Path(args.artifact_path).exists():  # an earlier run's, named by its sha256 in that run's log: keep it
+            os.replace(args.artifact_path, moved := f"{args.artifact_path}.{file_sha256(args.artifact_path)[:12]}")
             logger.log(artifact_previous_moved_to=moved)
         model_bytes = save_artifact(base_model, args.artifact_path)
         code_bytes = len(Path(__file__).read_bytes())
         total = code_bytes + model_bytes
-        logger.log(artifact=args.artifact_path, sha256=file_sha256(args.artifact_path), code_bytes=code_bytes, model_bytes=model_bytes, total_bytes=total,
+        logger.log(artifact=args.artifact_path, sha256=file_sha256(args.artifact_path), code_bytes=code_bytes,
+                   model_bytes=model_bytes, total_bytes=total,
                    limit_bytes=ARTIFACT_LIMIT_BYTES, within_limit="yes" if total <= ARTIFACT_LIMIT_BYTES else "NO")
     if ctx.distributed:
         dist.barrier()
@@ -1324,9 +1289,9 @@ def export_and_roundtrip(base_model, args, ctx, autocast, val: ValData, logger) 
 
 def check_inputs(args: Hyperparameters, world_size: int) -> Path:
     """Everything that can be checked before a process group or a GPU is touched; returns the log path."""
-    train_files, val_files = check_train_shards(args.train_pattern), find_shards(args.val_pattern, "validation")
-    val_tokens = sum([check_token_ids(p, args.vocab_size) for p in train_files + val_files][len(train_files):])
-    check_validation_length(val_tokens, args, world_size, val_files[0].parent)
+    check_train_shards(args.train_pattern, args.vocab_size)
+    val_files = find_shards(args.val_pattern, "validation")
+    check_validation_length(sum(read_shard_header(p, args.vocab_size) for p in val_files), args, world_size, val_files[0].parent)
     load_tokenizer(args.tokenizer_path, args.vocab_size)
     check_tokenizer_matches_data(args)
     resolve_loss_impl(args.loss_impl, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
@@ -1348,7 +1313,7 @@ def log_header(logger: Logger, args: Hyperparameters, ctx: DistContext, loss_imp
     logger.log(loss_impl=loss_impl, loss_impl_reason=why.replace(" ", "_"), compile=args.compile and ctx.device.type == "cuda",
                tokenizer_verified=check_tokenizer_matches_data(args))
     if ctx.device.type == "cpu" and args.train_batch_tokens >= Hyperparameters.train_batch_tokens:
-        smoke = " ".join(__doc__.split("CPU smoke run")[1].split("\n", 1)[1].split("\n  #")[0].replace("\\", "").split())
+        smoke = " ".join(__doc__.split("smoke run")[1].split("\n", 1)[1].split("\n  #")[0].replace("\\", "").split())
         logger.text(f"cpu_note: these are GPU settings (minutes per step on a CPU). A CPU smoke run: {smoke}")
 
 
@@ -1380,11 +1345,9 @@ def run(args: Hyperparameters, ctx: DistContext, logger: Logger) -> None:
     export_and_roundtrip(base_model, args, ctx, autocast, val, logger)
 
 
-def raise_interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)  # SIGTERM too: unwind, log the step, clean up
-
-
 def main() -> None:
+    def raise_interrupt(signum, frame):  # SIGINT and SIGTERM alike: unwind, log the step reached, clean up
+        raise KeyboardInterrupt(signal.Signals(signum).name)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, raise_interrupt)
     args = Hyperparameters.from_env()
