@@ -289,10 +289,10 @@ class Logger:
     def text(self, message: str, console: bool = True) -> None:
         if self.file is None:
             return
+        self.file.write(message + "\n")  # the file first: an interrupt between the two leaves the log complete
+        self.file.flush()
         if console:
             print(message, flush=True)
-        self.file.write(message + "\n")
-        self.file.flush()
 
     def log(self, **fields) -> None:
         self.text(" ".join(f"{k}:{format_value(v)}" for k, v in fields.items()))
@@ -959,9 +959,10 @@ def load_tokenizer(path: str, vocab_size: int):
 
 def check_tokenizer_bytes(sp, name: str = "the tokenizer") -> None:
     """The byte rule above holds when SentencePiece strips and collapses whitespace and no piece has "▁" inside
-    (remove_extra_whitespaces=false or a user piece "▁▁" break it): test it on odd texts, each after a BOS."""
+    (remove_extra_whitespaces=false, a user piece "of▁the" break it): test odd texts and such pieces, after a BOS."""
     base_bytes, has_leading_space, is_boundary = build_byte_luts(sp, sp.vocab_size())
-    for text in ["Hello world, 2024 (x) - y.", "  two  spaces,\ttab\n\nnew   line  ", " naïve 漢字 😀 ﬁne", "a \u2581 b"]:
+    inner = [p.replace("▁", " ") for p in map(sp.id_to_piece, range(sp.vocab_size())) if "▁" in p[1:]]
+    for text in ["Hello world, 2024 (x) - y.", "  two  spaces,\ttab\n\nnew   line  ", " naïve 漢字 😀 ﬁne", "a \u2581 b"] + inner:
         ids, decoded = sp.encode(text), len(sp.decode(sp.encode(text)).encode("utf-8"))
         after_boundary = [True] + [bool(is_boundary[i]) for i in ids[:-1]]
         counted = sum(int(base_bytes[i]) + int(has_leading_space[i] and not b) for i, b in zip(ids, after_boundary))
