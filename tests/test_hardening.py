@@ -313,3 +313,90 @@ def test_no_shards_error_lists_the_datasets_under_data_datasets(tmp_path, monkey
     with pytest.raises(FileNotFoundError) as error:
         train_gpt.find_shards("./data/datasets/fineweb10B_sp1024/fineweb_train_*.bin", "training")
     assert "under ./data/datasets: data/datasets/mytext_sp512, data/datasets/pystdlib_3.12.3_sp512)" in str(error.value)
+
+
+# =================================================================================================
+# README.md's "Bad input and faults" table: every row triggered, its quoted text found
+# =================================================================================================
+
+
+def fault_rows() -> list[tuple[str, list[str]]]:
+    """(first column, the quoted snippets of the second) for each row of the table."""
+    section = README.read_text(encoding="utf-8").split("## Bad input and faults")[1].split("\n## ")[0]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    return [(cells[0].lstrip("| "), re.findall(r"`([^`]+)`", cells[1])) for cells in rows[1:]]
+
+
+def error_text(call) -> str:
+    with pytest.raises(Exception) as error:
+        call()
+    return str(error.value)
+
+
+def trigger(key: str, data: TinyData, tmp_path: Path, request) -> str:
+    """Cause the row's fault; return what the user sees (message, printed lines, log lines)."""
+    args = lambda **kw: args_for(data, tmp_path, **kw)  # noqa: E731
+    if key == "misspelt":
+        return error_text(lambda: Hyperparameters.from_env({"iterations": "5"}))
+    if key == "parse":
+        return error_text(lambda: Hyperparameters.from_env({"MODEL_DIM": "sixty"}))
+    if key == "no shards":
+        return error_text(lambda: train_gpt.check_inputs(args(DATA_PATH=tmp_path / "nothing"), 1))
+    if key in ("truncated", "token id"):
+        folder = copy_data(data, tmp_path)
+        shard = folder / "fineweb_train_000001.bin"
+        if key == "truncated":
+            shard.write_bytes(shard.read_bytes()[:-3])
+        else:
+            train_gpt.write_data_shard(shard, np.append(train_gpt.load_data_shard(shard).numpy(), data.vocab_size + 7))
+        return error_text(lambda: train_gpt.check_inputs(args(DATA_PATH=folder), 1))
+    if key == "another vocabulary":
+        return error_text(lambda: train_gpt.load_tokenizer(str(data.tokenizer_path), 1024))
+    if key == "not the one":
+        folder = copy_data(data, tmp_path)
+        (folder / "manifest.json").write_text(json.dumps({"tokenizers": [{"name": "other", "sha256": "0" * 64}]}))
+        return error_text(lambda: train_gpt.check_inputs(args(DATA_PATH=folder), 1))
+    if key in ("no `manifest.json`", "artifact", "defaults"):
+        pair = request.getfixturevalue("pair")
+        text = "\n".join(pair[0].lines + pair[1].lines)
+        if key == "defaults":
+            ctx = train_gpt.DistContext(0, 1, 0, train_gpt.torch.device("cpu"), 8)
+            train_gpt.log_header(train_gpt.Logger(tmp_path / "h.txt"), args(TRAIN_BATCH_TOKENS=393_216), ctx, "torch", "")
+            text += "\n" + (tmp_path / "h.txt").read_text(encoding="utf-8")
+        return text
+    if key == "miscount":
+        train_tokenizer(data.train_docs, tmp_path / "odd.model", remove_extra_whitespaces=False)
+        return error_text(lambda: train_gpt.load_tokenizer(str(tmp_path / "odd.model"), 512))
+    if key == "exists":
+        (tmp_path / "logs").mkdir()
+        (tmp_path / "logs" / "test.txt").write_text("")
+        return error_text(lambda: train_gpt.check_inputs(args(), 1))
+    if key == "not finite":
+        ctx = train_gpt.DistContext(0, 1, 0, train_gpt.torch.device("cpu"), 8)
+        return error_text(lambda: train_gpt.check_finite(train_gpt.torch.tensor(3), ctx))
+    if key == "SIGTERM":
+        result, log, _ = request.getfixturevalue("interrupted")["SIGTERM"]
+        return f"exit {result.returncode}\n{result.stderr}\n" + "\n".join(log)
+    raise KeyError(key)
+
+
+ROW_KEYS = ["misspelt", "parse", "no shards", "truncated", "token id", "another vocabulary", "not the one",
+            "no `manifest.json`", "miscount", "exists", "artifact", "not finite", "SIGTERM", "defaults"]
+
+
+def test_every_row_of_the_fault_table_has_a_trigger():
+    rows = fault_rows()
+    assert len(rows) == len(ROW_KEYS)
+    for (fault, snippets), key in zip(rows, ROW_KEYS):
+        assert key in fault and snippets, (fault, key)
+
+
+@pytest.mark.parametrize("index", range(len(ROW_KEYS)), ids=ROW_KEYS)
+def test_readme_fault_table_is_true(tiny_data, tmp_path, request, index):
+    fault, snippets = fault_rows()[index]
+    seen = trigger(ROW_KEYS[index], tiny_data, tmp_path, request)
+    for snippet in snippets:
+        if any(name in snippet for name in ("DATA_PATH", "VOCAB_SIZE`", "LOG_DIR", "ARTIFACT_PATH")) and ":" not in snippet:
+            continue  # a variable named in the text, not quoted output
+        pattern = ".*?".join(re.escape(part) for part in snippet.split("…"))
+        assert re.search(pattern, seen, re.DOTALL), (fault, snippet, seen[-2000:])
