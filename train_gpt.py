@@ -962,7 +962,8 @@ def check_tokenizer_bytes(sp, name: str = "the tokenizer") -> None:
     (remove_extra_whitespaces=false, a user piece "of▁the" break it): test odd texts and such pieces, after a BOS."""
     base_bytes, has_leading_space, is_boundary = build_byte_luts(sp, sp.vocab_size())
     inner = [p.replace("▁", " ") for p in map(sp.id_to_piece, range(sp.vocab_size())) if "▁" in p[1:]]
-    for text in ["Hello world, 2024 (x) - y.", "  two  spaces,\ttab\n\nnew   line  ", " naïve 漢字 😀 ﬁne", "a \u2581 b"] + inner:
+    probes = ["Hello world, 2024 (x) - y.", "  two  spaces,\ttab\n\nnew   line  ", " naïve 漢字 😀 ﬁne", "a \u2581 b"]
+    for text in probes + inner:
         ids, decoded = sp.encode(text), len(sp.decode(sp.encode(text)).encode("utf-8"))
         after_boundary = [True] + [bool(is_boundary[i]) for i in ids[:-1]]
         counted = sum(int(base_bytes[i]) + int(has_leading_space[i] and not b) for i, b in zip(ids, after_boundary))
