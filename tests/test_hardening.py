@@ -1,0 +1,402 @@
+"""Bad input and faults (issue 10): what train_gpt.py refuses, and what it logs when a run is cut short.
+Each test fails without the check it covers; test_readme_fault_table_is_true keeps README.md's
+"Bad input and faults" table true, row by row.
+
+Run: python3 -m pytest -q tests/test_hardening.py   (CPU only; about 90 s on 2 cores: 7 tiny training runs)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+
+import train_gpt
+from helpers import ROOT, TinyData, tiny_data, tiny_env  # noqa: F401 (tiny_data: fixture)
+from test_end_to_end import FINAL_LINE, OUR_NAMES, SCRIPT, Run, launch, run_script
+
+sys.path.insert(0, str(ROOT / "data"))
+import build_shards  # noqa: E402
+import quickstart  # noqa: E402
+
+ConfigError, ShardError, Hyperparameters = train_gpt.ConfigError, train_gpt.ShardError, train_gpt.Hyperparameters
+KNOWN = [f.name.upper() for f in dataclasses.fields(Hyperparameters)]
+README = ROOT / "README.md"
+
+
+def train_tokenizer(docs: list[str], path: Path, **settings) -> spm.SentencePieceProcessor:
+    """The tests' tokenizer settings (tests/helpers.py), with overrides."""
+    lines = [line for doc in docs for line in doc.splitlines() if line.strip()]
+    options = dict(model_type="bpe", vocab_size=512, byte_fallback=True, split_digits=True,
+                   normalization_rule_name="nmt_nfkc", add_dummy_prefix=False, remove_extra_whitespaces=True,
+                   pad_id=0, bos_id=1, eos_id=2, unk_id=3, minloglevel=2)
+    with open(path, "wb") as f:
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=f, **{**options, **settings})
+    return spm.SentencePieceProcessor(model_file=str(path))
+
+
+def decoded_vs_counted_bytes(sp, docs: list[str]) -> tuple[int, int]:
+    """UTF-8 bytes of the decoded documents, and what bpb counts for them ([BOS] + ids, as in a shard)."""
+    base_bytes, has_space, is_boundary = train_gpt.build_byte_luts(sp, sp.vocab_size())
+    decoded = counted = 0
+    for doc in docs:
+        ids = sp.encode(doc)
+        decoded += len(sp.decode(ids).encode("utf-8"))
+        prev = [sp.bos_id()] + ids[:-1]
+        counted += sum(int(base_bytes[y]) + int(has_space[y] and not is_boundary[x]) for x, y in zip(prev, ids))
+    return decoded, counted
+
+
+def copy_data(data: TinyData, tmp_path: Path) -> Path:
+    folder = tmp_path / "shards"
+    shutil.copytree(data.data_path, folder)
+    return folder
+
+
+def args_for(data: TinyData, tmp_path: Path, **overrides) -> Hyperparameters:
+    return Hyperparameters.from_env(tiny_env(data, tmp_path, **overrides))
+
+
+# =================================================================================================
+# 1. The tokenizer: the one the data was made with, and one whose pieces count bytes right
+# =================================================================================================
+
+
+def test_the_tests_tokenizer_and_the_published_ones_pass_the_byte_probe(tiny_data):
+    train_gpt.check_tokenizer_bytes(tiny_data.sp)
+    for name in ("fineweb_1024_bpe.model", "fineweb_8192_bpe.model"):
+        path = ROOT.parent / "shared" / "data" / "tokenizers" / name
+        if path.is_file():
+            train_gpt.check_tokenizer_bytes(spm.SentencePieceProcessor(model_file=str(path)))
+
+
+@pytest.mark.parametrize("settings", [dict(remove_extra_whitespaces=False),
+                                      dict(user_defined_symbols=["of\u2581the"])], ids=["keeps_whitespace", "inner_space_piece"])
+def test_a_tokenizer_whose_pieces_miscount_bytes_is_refused(tiny_data, tmp_path, settings):
+    path = tmp_path / "odd.model"
+    sp = train_tokenizer(tiny_data.train_docs, path, **settings)
+    # it really miscounts on ordinary documents (the probe is not stricter than the rule)
+    docs = tiny_data.val_docs + ["  indented first line, and one of the others"]
+    decoded, counted = decoded_vs_counted_bytes(sp, docs)
+    assert decoded != counted
+    with pytest.raises(ConfigError) as error:
+        train_gpt.load_tokenizer(str(path), 512)
+    assert f"TOKENIZER_PATH={path}" in str(error.value) and "remove_extra_whitespaces=true" in str(error.value)
+
+
+def build_with_manifest(data: TinyData, tmp_path: Path) -> Path:
+    """data/build_shards.py's folder for the test documents, tokenized with the tests' tokenizer."""
+    source = tmp_path / "docs.jsonl"
+    source.write_text("".join(json.dumps({"text": d}) + "\n" for d in data.train_docs + data.val_docs))
+    out = tmp_path / "built"
+    build_shards.build(build_shards.parse_args([str(source), "--output", str(out), "--tokenizer",
+                                                str(data.tokenizer_path), "--val-fraction", "0.2", "--workers", "1"]))
+    return out
+
+
+def test_a_right_size_wrong_tokenizer_is_refused_when_the_manifest_records_another(tiny_data, tmp_path):
+    data_path = build_with_manifest(tiny_data, tmp_path)
+    recorded = json.loads((data_path / "manifest.json").read_text())["tokenizers"][0]["sha256"]
+    args = args_for(tiny_data, tmp_path, DATA_PATH=data_path)
+    train_gpt.check_inputs(args, 1)  # the right one passes
+    assert train_gpt.check_tokenizer_matches_data(args) == "yes"
+    wrong = tmp_path / "wrong.model"  # same settings, same size, other text: other ids for the same pieces
+    train_tokenizer(tiny_data.train_docs[::-1][: len(tiny_data.train_docs) // 2], wrong)
+    args = args_for(tiny_data, tmp_path, DATA_PATH=data_path, TOKENIZER_PATH=wrong, RUN_ID="wrong")
+    with pytest.raises(ConfigError) as error:
+        train_gpt.check_inputs(args, 1)
+    message = str(error.value)
+    assert f"TOKENIZER_PATH={wrong}" in message and str(data_path / "manifest.json") in message and recorded in message
+
+
+def test_a_folder_without_manifest_is_accepted_and_logged_unverified(tiny_data, tmp_path):
+    assert not (tiny_data.data_path / "manifest.json").exists()
+    assert train_gpt.check_tokenizer_matches_data(args_for(tiny_data, tmp_path)) == "no_manifest"
+
+
+# =================================================================================================
+# 2. Training shards with ids outside the vocabulary
+# =================================================================================================
+
+
+@pytest.mark.parametrize("name", ["fineweb_train_000001.bin", "fineweb_val_000000.bin"])
+def test_a_shard_with_an_id_outside_the_vocabulary_is_refused_before_training(tiny_data, tmp_path, name):
+    data_path = copy_data(tiny_data, tmp_path)
+    tokens = train_gpt.load_data_shard(data_path / name).numpy().copy()
+    tokens[len(tokens) // 2] = tiny_data.vocab_size + 7
+    train_gpt.write_data_shard(data_path / name, tokens)
+    with pytest.raises(ShardError) as error:
+        train_gpt.check_inputs(args_for(tiny_data, tmp_path, DATA_PATH=data_path), 1)
+    message = str(error.value)
+    assert str(data_path / name) in message and f"token id {tiny_data.vocab_size + 7}" in message
+    assert f"VOCAB_SIZE={tiny_data.vocab_size}" in message and "TOKENIZER_PATH" in message
+
+
+# =================================================================================================
+# 3. Typos that are not near misses
+# =================================================================================================
+
+
+@pytest.mark.parametrize("typo, ours", [("iterations", "ITERATIONS"), ("Num_Layers", "NUM_LAYERS"),
+                                        ("ITERS", "ITERATIONS"), ("NUM_LAY", "NUM_LAYERS"), ("WARMUP_STEP", "WARMUP_STEPS"),
+                                        ("warmdown_iter", "WARMDOWN_ITERS"), ("model_dim", "MODEL_DIM")])
+def test_ours_in_another_case_or_abbreviated_is_an_error_naming_ours(typo, ours):
+    with pytest.raises(ConfigError) as error:
+        Hyperparameters.from_env({typo: "5"})
+    assert re.search(rf"\b{typo}='5'.*did you mean {ours}\?", str(error.value))
+
+
+def test_no_false_alarm_on_common_variables_or_on_this_machines_environment():
+    common = ["HOME", "PATH", "USER", "SHELL", "TERM", "PWD", "OLDPWD", "LANG", "LANGUAGE", "HOSTNAME", "LOGNAME",
+              "MAIL", "EDITOR", "PAGER", "DISPLAY", "TZ", "SHLVL", "COLUMNS", "LINES", "TMPDIR", "SSH_TTY",
+              "SSH_CLIENT", "LS_COLORS", "HF_HOME", "HF_TOKEN", "VIRTUAL_ENV", "CONDA_PREFIX", "DEBIAN_FRONTEND",
+              "COMP_WORDBREAKS", "TOKENIZERS_PARALLELISM", "http_proxy", "no_proxy", "_"]
+    train_gpt.check_unknown_env({name: "x" for name in common}, KNOWN)
+    train_gpt.check_unknown_env(dict(os.environ), KNOWN)
+
+
+# =================================================================================================
+# 4 and 10. Two identical runs: the same numbers, and the first artifact is kept
+# =================================================================================================
+
+PAIR_SETTINGS = dict(MODEL_DIM=144, ITERATIONS=8, VAL_LOSS_EVERY=4, WARMUP_STEPS=12)
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_data, tmp_path_factory) -> tuple[Run, Run]:
+    """The same config twice, into the same ARTIFACT_PATH; two CPU threads each."""
+    directory = tmp_path_factory.mktemp("pair")
+    runs = []
+    for run_id in ("first", "second"):
+        env = tiny_env(tiny_data, directory, RUN_ID=run_id, **PAIR_SETTINGS)
+        run = run_script(env, directory)
+        assert run.result.returncode == 0, run.result.stderr
+        runs.append(run)
+    return runs[0], runs[1]
+
+
+def test_the_same_seed_and_config_give_the_same_losses_on_cpu(pair):
+    first, second = pair
+    for key in ("train_loss", "val_loss", "val_bpb"):
+        assert first.losses(key) and first.losses(key) == second.losses(key), key
+    assert first.lines[-1] == second.lines[-1] and FINAL_LINE.fullmatch(first.lines[-1])
+
+
+def test_a_second_run_moves_the_first_artifact_aside_and_logs_where(pair):
+    first, second = pair
+    [old] = first.events("artifact")
+    assert not first.events("artifact_previous_moved_to")
+    [moved] = second.events("artifact_previous_moved_to")
+    kept = Path(moved["artifact_previous_moved_to"])
+    assert kept == Path(f"{first.artifact_path}.{old['sha256'][:12]}")
+    assert hashlib.sha256(kept.read_bytes()).hexdigest() == old["sha256"]  # the first run's artifact, intact
+    [new] = second.events("artifact")
+    assert hashlib.sha256(second.artifact_path.read_bytes()).hexdigest() == new["sha256"]
+    assert sorted(p.name for p in first.artifact_path.parent.glob("*.ptz*")) == sorted([kept.name, "model.int8.ptz"])
+
+
+def test_an_interrupted_save_leaves_no_temp_file_and_the_old_artifact(tmp_path, monkeypatch):
+    path = tmp_path / "model.int8.ptz"
+    path.write_bytes(b"an earlier run's artifact")
+
+    def interrupted(src, dst):
+        raise KeyboardInterrupt("SIGTERM")
+
+    monkeypatch.setattr(train_gpt.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train_gpt.save_artifact(train_gpt.nn.Linear(4, 3), str(path))
+    assert os.listdir(tmp_path) == [path.name] and path.read_bytes() == b"an earlier run's artifact"
+
+
+# =================================================================================================
+# 5. SIGINT and SIGTERM
+# =================================================================================================
+
+
+def interrupt_run(data: TinyData, directory: Path, signum: int) -> tuple[subprocess.CompletedProcess, list[str], Path]:
+    """Start a long run, wait for a few steps, send the signal; (the finished process, its log lines, its folder)."""
+    env_vars = tiny_env(data, directory, ITERATIONS=1_000_000)
+    env = {k: v for k, v in os.environ.items() if k not in OUR_NAMES} | env_vars | {"OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, str(SCRIPT)], cwd=directory, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("step:3/"):
+            break
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    log = (Path(env_vars["LOG_DIR"]) / "test.txt").read_text(encoding="utf-8")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), log.splitlines(), directory
+
+
+@pytest.fixture(scope="module")
+def interrupted(tiny_data, tmp_path_factory) -> dict[str, tuple]:
+    return {name: interrupt_run(tiny_data, tmp_path_factory.mktemp(name), getattr(signal, name))
+            for name in ("SIGTERM", "SIGINT")}
+
+
+@pytest.mark.parametrize("name, code", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_an_interrupted_run_exits_128_plus_the_signal_and_logs_the_step_reached(interrupted, name, code):
+    result, log, directory = interrupted[name]
+    assert result.returncode == code
+    assert result.stderr.splitlines() == [f"interrupted: {name}; the log's last line says where training stopped"]
+    match = re.fullmatch(rf"interrupted:{name} step:(\d+)/1000000 train_time:(\d+)ms", log[-1])
+    assert match, log[-1]
+    last_logged = max(int(line.split()[0].split(":")[1].split("/")[0]) for line in log if line.startswith("step:"))
+    assert int(match.group(1)) >= last_logged >= 3
+    assert result.stdout.splitlines()[-1] == log[-1]
+    assert sorted(p.name for p in directory.rglob("*")) == ["logs", "test.txt"]  # no artifact, no temp file
+
+
+# =================================================================================================
+# 6 and 7. What a CPU user sees: warm-up progress, the GPU defaults, the docstring's smoke command
+# =================================================================================================
+
+
+def test_warmup_logs_its_progress(pair):
+    steps = [e["warmup_step"] for e in pair[0].events("warmup_step")]
+    assert steps == ["1/12", "2/12", "3/12", "10/12", "12/12"]
+    assert not any(line.startswith("cpu_note") for line in pair[0].lines)  # a small config: no note
+
+
+def docstring_smoke_command() -> str:
+    block = train_gpt.__doc__.split("# CPU smoke run")[1].split("\n", 1)[1].split("\n  #")[0]
+    return " ".join(block.replace("\\", " ").split())
+
+
+def test_on_cpu_the_defaults_log_a_note_with_the_smoke_command(tiny_data, tmp_path, capsys):
+    logger = train_gpt.Logger(tmp_path / "log.txt")
+    ctx = train_gpt.DistContext(0, 1, 0, train_gpt.torch.device("cpu"), 8)
+    train_gpt.log_header(logger, args_for(tiny_data, tmp_path, TRAIN_BATCH_TOKENS=393_216), ctx, "torch", "cpu")
+    [note] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cpu_note:")]
+    assert "GPU settings" in note and note.endswith("A CPU smoke run: " + docstring_smoke_command())
+    assert "WARMUP_STEPS=0" in note and "DATA_PATH=" in note
+
+
+def test_the_docstring_smoke_command_runs_from_the_repo_root_after_the_quick_start(tiny_data, tmp_path):
+    # A repo root as `bash quickstart.sh` leaves it without FineWeb (data/quickstart.py names the dataset
+    # and tokenizer), with the test data standing in for the standard-library text (also 512 pieces).
+    name = f"pystdlib_{platform.python_version()}_sp{quickstart.STDLIB_VOCAB_SIZE}"
+    (tmp_path / "data" / "datasets").mkdir(parents=True)
+    (tmp_path / "data" / "tokenizers").mkdir()
+    (tmp_path / "data" / "datasets" / name).symlink_to(tiny_data.data_path)
+    (tmp_path / "data" / "tokenizers" / f"{name}.model").symlink_to(tiny_data.tokenizer_path)
+    (tmp_path / "train_gpt.py").symlink_to(SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k not in OUR_NAMES} | {"OMP_NUM_THREADS": "1"}
+    result = subprocess.run(["bash", "-c", docstring_smoke_command()], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert FINAL_LINE.fullmatch(result.stdout.splitlines()[-1])
+    assert "\nstep:20/20 " in result.stdout and "\nwarmup_step:" not in result.stdout
+
+
+def test_no_shards_error_lists_the_datasets_under_data_datasets(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"under \./data/datasets: none\)"):
+        train_gpt.find_shards("./data/datasets/fineweb10B_sp1024/fineweb_train_*.bin", "training")
+    for name in ("mytext_sp512", "pystdlib_3.12.3_sp512"):
+        (tmp_path / "data" / "datasets" / name).mkdir(parents=True)
+        (tmp_path / "data" / "datasets" / name / "fineweb_train_000000.bin").write_bytes(b"")
+    (tmp_path / "data" / "datasets" / "empty").mkdir()
+    with pytest.raises(FileNotFoundError) as error:
+        train_gpt.find_shards("./data/datasets/fineweb10B_sp1024/fineweb_train_*.bin", "training")
+    assert "under ./data/datasets: data/datasets/mytext_sp512, data/datasets/pystdlib_3.12.3_sp512)" in str(error.value)
+
+
+# =================================================================================================
+# README.md's "Bad input and faults" table: every row triggered, its quoted text found
+# =================================================================================================
+
+
+def fault_rows() -> list[tuple[str, list[str]]]:
+    """(first column, the quoted snippets of the second) for each row of the table."""
+    section = README.read_text(encoding="utf-8").split("## Bad input and faults")[1].split("\n## ")[0]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    return [(cells[0].lstrip("| "), re.findall(r"`([^`]+)`", cells[1])) for cells in rows[1:]]
+
+
+def error_text(call) -> str:
+    with pytest.raises(Exception) as error:
+        call()
+    return str(error.value)
+
+
+def trigger(key: str, data: TinyData, tmp_path: Path, request) -> str:
+    """Cause the row's fault; return what the user sees (message, printed lines, log lines)."""
+    args = lambda **kw: args_for(data, tmp_path, **kw)  # noqa: E731
+    if key == "misspelt":
+        return error_text(lambda: Hyperparameters.from_env({"iterations": "5"}))
+    if key == "parse":
+        return error_text(lambda: Hyperparameters.from_env({"MODEL_DIM": "sixty"}))
+    if key == "no shards":
+        return error_text(lambda: train_gpt.check_inputs(args(DATA_PATH=tmp_path / "nothing"), 1))
+    if key in ("truncated", "token id"):
+        folder = copy_data(data, tmp_path)
+        shard = folder / "fineweb_train_000001.bin"
+        if key == "truncated":
+            shard.write_bytes(shard.read_bytes()[:-3])
+        else:
+            train_gpt.write_data_shard(shard, np.append(train_gpt.load_data_shard(shard).numpy(), data.vocab_size + 7))
+        return error_text(lambda: train_gpt.check_inputs(args(DATA_PATH=folder), 1))
+    if key == "another vocabulary":
+        return error_text(lambda: train_gpt.load_tokenizer(str(data.tokenizer_path), 1024))
+    if key == "not the one":
+        folder = copy_data(data, tmp_path)
+        (folder / "manifest.json").write_text(json.dumps({"tokenizers": [{"name": "other", "sha256": "0" * 64}]}))
+        return error_text(lambda: train_gpt.check_inputs(args(DATA_PATH=folder), 1))
+    if key in ("no `manifest.json`", "artifact", "defaults"):
+        pair = request.getfixturevalue("pair")
+        text = "\n".join(pair[0].lines + pair[1].lines)
+        if key == "defaults":
+            ctx = train_gpt.DistContext(0, 1, 0, train_gpt.torch.device("cpu"), 8)
+            train_gpt.log_header(train_gpt.Logger(tmp_path / "h.txt"), args(TRAIN_BATCH_TOKENS=393_216), ctx, "torch", "")
+            text += "\n" + (tmp_path / "h.txt").read_text(encoding="utf-8")
+        return text
+    if key == "miscount":
+        train_tokenizer(data.train_docs, tmp_path / "odd.model", remove_extra_whitespaces=False)
+        return error_text(lambda: train_gpt.load_tokenizer(str(tmp_path / "odd.model"), 512))
+    if key == "exists":
+        (tmp_path / "logs").mkdir()
+        (tmp_path / "logs" / "test.txt").write_text("")
+        return error_text(lambda: train_gpt.check_inputs(args(), 1))
+    if key == "not finite":
+        ctx = train_gpt.DistContext(0, 1, 0, train_gpt.torch.device("cpu"), 8)
+        return error_text(lambda: train_gpt.check_finite(train_gpt.torch.tensor(3), ctx))
+    if key == "SIGTERM":
+        result, log, _ = request.getfixturevalue("interrupted")["SIGTERM"]
+        return f"exit {result.returncode}\n{result.stderr}\n" + "\n".join(log)
+    raise KeyError(key)
+
+
+ROW_KEYS = ["misspelt", "parse", "no shards", "truncated", "token id", "another vocabulary", "not the one",
+            "no `manifest.json`", "miscount", "exists", "artifact", "not finite", "SIGTERM", "defaults"]
+
+
+def test_every_row_of_the_fault_table_has_a_trigger():
+    rows = fault_rows()
+    assert len(rows) == len(ROW_KEYS)
+    for (fault, snippets), key in zip(rows, ROW_KEYS):
+        assert key in fault and snippets, (fault, key)
+
+
+@pytest.mark.parametrize("index", range(len(ROW_KEYS)), ids=ROW_KEYS)
+def test_readme_fault_table_is_true(tiny_data, tmp_path, request, index):
+    fault, snippets = fault_rows()[index]
+    seen = trigger(ROW_KEYS[index], tiny_data, tmp_path, request)
+    for snippet in snippets:
+        if any(name in snippet for name in ("DATA_PATH", "VOCAB_SIZE`", "LOG_DIR", "ARTIFACT_PATH")) and ":" not in snippet:
+            continue  # a variable named in the text, not quoted output
+        pattern = ".*?".join(re.escape(part) for part in snippet.split("…"))
+        assert re.search(pattern, seen, re.DOTALL), (fault, snippet, seen[-2000:])
