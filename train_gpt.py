@@ -85,6 +85,7 @@ class Hyperparameters:
     min_lr: float = 0.0  # floor of the learning-rate multiplier
     warmup_steps: int = 20  # compile warm-up steps, undone before training starts
     train_batch_tokens: int = 393_216
+    train_shuffle: bool = False  # 0: contiguous spans of the shards in order; 1: the record's shuffled sequences
     train_seq_len: int = 4096
     max_wallclock_seconds: float = 600.0  # 0: no cap
     # model
@@ -219,12 +220,12 @@ RECIPES: dict[str, dict] = {
                    tokenizer_path="./data/tokenizers/fineweb_8192_bpe.model", num_layers=11, mlp_mult=4.0,
                    mlp_act="leaky_relu2", rope_dims=16, qk_gain_init=4.0, xsa_last_n=11, ln_scale=True,
                    skip_gates_enabled=True, num_loops=2, loop_start=4, loop_end=5, enable_looping_at=0.5,
-                   ortho_init=True, train_seq_len=2048, train_batch_tokens=786_432, warmdown_frac=0.667,
+                   ortho_init=True, train_shuffle=True, train_seq_len=2048, train_batch_tokens=786_432, warmdown_frac=0.667,
                    muon_row_normalize=True, muon_wd=0.085, adam_wd=0.02, embed_wd=0.085, grad_clip_norm=0.3,
                    ema_decay=0.997, train_log_every=500, val_loss_every=4000),
 }
-RECIPES["p180"] = dict(RECIPES["record"], num_loops=0, train_batch_tokens=262_144, warmdown_frac=0.5,
-                       ema_decay=0.0, val_loss_every=0, train_log_every=50)
+RECIPES["p180"] = dict(RECIPES["record"], num_layers=9, mlp_mult=3.0, num_loops=0, train_batch_tokens=262_144,
+                       warmdown_frac=0.6, ema_decay=0.0, val_loss_every=0, train_log_every=50)
 
 
 GRAD_ACCUM_TOTAL = 8  # micro-batches per step, summed over ranks: world size must divide it
@@ -489,9 +490,46 @@ class DistributedTokenLoader:
         span = micro_batch_tokens + 1
         chunk = self.stream.take(span * self.ctx.world_size)
         local = chunk[self.ctx.rank * span : (self.ctx.rank + 1) * span].to(torch.int64)
-        x, y = local[:-1].reshape(-1, seq_len), local[1:].reshape(-1, seq_len)
+        return self.to_device(local[:-1].reshape(-1, seq_len), local[1:].reshape(-1, seq_len))
+
+    def to_device(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         non_blocking = self.ctx.device.type == "cuda"
         return x.to(self.ctx.device, non_blocking=non_blocking), y.to(self.ctx.device, non_blocking=non_blocking)
+
+
+class ShuffledSequenceLoader(DistributedTokenLoader):
+    """TRAIN_SHUFFLE=1, the 2026-04-05 record's sampling: whole sequences (seq_len + 1 tokens) cut from each
+    shard at a random phase, drawn in a random order without replacement, reshuffled when too few are left
+    for a step. The order comes from SEED alone, so every rank draws the same global micro-batch and
+    keeps its part: the batch does not depend on the number of processes. Contiguous spans of a shard whose
+    documents are grouped by source (webmix) are less varied than this; see the README's fidelity figures."""
+
+    def __init__(self, pattern: str, ctx: DistContext, seed: int):
+        files = check_train_shards(pattern)
+        self.shards = [np.memmap(f, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (read_shard_header(f),)) for f in files]
+        self.ctx, self.rng, self.order, self.pos = ctx, np.random.default_rng(seed), np.empty((0, 2), np.int64), 0
+
+    def next_batch(self, micro_batch_tokens: int, seq_len: int) -> tuple[Tensor, Tensor]:
+        n = micro_batch_tokens // seq_len
+        step = n * GRAD_ACCUM_TOTAL  # a new epoch only between whole steps, so W does not change the order
+        if self.pos % step == 0 and self.pos + step > len(self.order):  # (shard, start) pairs, shuffled
+            pairs = [np.stack([np.full_like(s, i), s], 1) for i, shard in enumerate(self.shards)
+                     for s in [np.arange(int(self.rng.integers(seq_len)), len(shard) - seq_len, seq_len)]]
+            self.order, self.pos = np.concatenate(pairs), 0
+            self.order = self.order[self.rng.permutation(len(self.order))]
+            if len(self.order) < step:
+                raise ShardError(f"the training shards hold {len(self.order)} sequences of TRAIN_SEQ_LEN={seq_len}, "
+                                 f"fewer than one step ({step}): add data or set TRAIN_SHUFFLE=0.")
+        rows = self.order[self.pos + self.ctx.rank * n : self.pos + (self.ctx.rank + 1) * n]
+        self.pos += n * self.ctx.world_size
+        w = torch.from_numpy(np.stack([self.shards[i][s : s + seq_len + 1] for i, s in rows]).astype(np.int64))
+        return self.to_device(w[:, :-1], w[:, 1:])
+
+
+def make_train_loader(args: Hyperparameters, ctx: DistContext) -> DistributedTokenLoader:
+    if args.train_shuffle:
+        return ShuffledSequenceLoader(args.train_pattern, ctx, args.seed)
+    return DistributedTokenLoader(args.train_pattern, ctx)
 
 
 # =================================================================================================
@@ -1338,7 +1376,7 @@ def warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logge
     t0 = time.perf_counter()
     model_state = {k: v.detach().clone() for k, v in base_model.state_dict().items()}
     optimizer_states = [copy.deepcopy(opt.state_dict()) for opt in optimizers]
-    loader = DistributedTokenLoader(args.train_pattern, ctx)
+    loader = make_train_loader(args, ctx)
     for looping in sorted({False, args.num_loops > 0}):  # compile the looping graph too, off the clock
         base_model.looping = looping
         for step in range(args.warmup_steps):
@@ -1366,7 +1404,7 @@ def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
 
 
 def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logger) -> tuple[int, EMA | None]:
-    loader = DistributedTokenLoader(args.train_pattern, ctx)
+    loader = make_train_loader(args, ctx)
     ema = EMA(base_model, args.ema_decay) if args.ema_decay > 0 else None
     max_ms = 1000.0 * args.max_wallclock_seconds if args.max_wallclock_seconds > 0 else None
     training_ms, stop_after, step = 0.0, None, 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -213,6 +214,41 @@ def test_ortho_init_makes_the_matrices_orthogonal_and_keeps_zero_projections():
     assert (plain.T @ plain - torch.eye(128)).abs().max() > 0.1
 
 
+# ---- the record's shuffled sampling --------------------------------------------------------------
+
+
+def shuffled(seed: int = 5):
+    return lambda pattern, ctx: train_gpt.ShuffledSequenceLoader(pattern, ctx, seed)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_shuffled_global_batch_is_the_same_for_any_world_size(tmp_path, world_size):
+    from test_train_gpt import global_batches, write_counting_shards
+    write_counting_shards(tmp_path)
+    pattern = str(tmp_path / "fineweb_train_*.bin")
+    assert global_batches(pattern, world_size, 6, shuffled()) == global_batches(pattern, 1, 6, shuffled())
+    assert global_batches(pattern, 1, 6, shuffled(6)) != global_batches(pattern, 1, 6, shuffled())  # SEED matters
+
+
+def test_shuffled_sequences_are_whole_windows_of_one_shard_none_twice_per_epoch(tmp_path):
+    from test_train_gpt import SEQ_LEN, SHARD_SIZES, global_batches, write_counting_shards
+    stream = write_counting_shards(tmp_path)
+    bounds = np.cumsum([0] + list(SHARD_SIZES))
+    pattern = str(tmp_path / "fineweb_train_*.bin")
+    batches = global_batches(pattern, 1, 1, shuffled())
+    seen = []
+    for x, y in batches[0]:
+        window = x + y[-1:]  # tokens count up: a window is consecutive ids within one shard
+        assert window == list(range(window[0], window[0] + SEQ_LEN + 1))
+        shard = np.searchsorted(bounds, window[0], side="right") - 1
+        assert window[-1] < bounds[shard + 1], "a window crosses a shard boundary"
+        seen.append(window[0])
+    assert len(seen) == len(set(seen))  # without replacement
+    stream_batch = global_batches(pattern, 1, 1)[0]
+    assert sorted(batches[0]) != sorted(stream_batch)  # not the contiguous stream
+    assert len(stream) > 0
+
+
 # ---- optimizers ----------------------------------------------------------------------------------
 
 
@@ -287,7 +323,7 @@ def test_warmup_compiles_both_loop_graphs_and_restores_everything(tmp_path, monk
     model = train_gpt.GPT(args)
     seen = []
     monkeypatch.setattr(train_gpt, "train_step", lambda m, *a: seen.append(m.looping))
-    monkeypatch.setattr(train_gpt, "DistributedTokenLoader", lambda *a: None)
+    monkeypatch.setattr(train_gpt, "make_train_loader", lambda *a: None)
 
     class Log:
         def log(self, **_):

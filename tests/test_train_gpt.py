@@ -222,9 +222,9 @@ def write_counting_shards(directory: Path) -> np.ndarray:
     return np.concatenate(stream)
 
 
-def global_batches(pattern: str, world_size: int, steps: int) -> list[list[tuple[list, list]]]:
+def global_batches(pattern: str, world_size: int, steps: int, make=train_gpt.DistributedTokenLoader) -> list[list[tuple[list, list]]]:
     """Every (x, y) sequence of each step's global batch, micro-step by micro-step, rank by rank."""
-    loaders = [train_gpt.DistributedTokenLoader(pattern, dist_context(world_size, r)) for r in range(world_size)]
+    loaders = [make(pattern, dist_context(world_size, r)) for r in range(world_size)]
     batches = []
     for _ in range(steps):
         sequences = []
