@@ -59,10 +59,8 @@ except ImportError:
 # ten wasted minutes. An unknown variable that looks like one of ours is an error, not a no-op.
 # =================================================================================================
 
-
 class ConfigError(ValueError):
     """A setting that cannot work; the message names the variable and the fix."""
-
 
 @dataclass
 class Hyperparameters:
@@ -211,7 +209,6 @@ class Hyperparameters:
         need(bool(self.run_id) == bool(self.run_id.strip()) and "/" not in self.run_id,
              f"RUN_ID={self.run_id!r} must be a plain file name (no '/', not blank).")
 
-
 # Named sets of values (data, not code). "record" is the 2026-04-05 record
 # (SP8192_GPTQ-Embeddings_SDClip_Loop45x2, 1.0856 on 8xH100): its defaults where they differ from ours.
 # "p180" is the best we measured on the 180-second one-GPU proxy (README: the switch table).
@@ -227,11 +224,9 @@ RECIPES: dict[str, dict] = {
 RECIPES["p180"] = dict(RECIPES["record"], num_layers=9, mlp_mult=3.0, num_loops=0, train_batch_tokens=262_144,
                        warmdown_frac=0.6, ema_decay=0.0, val_loss_every=0, train_log_every=50)
 
-
 GRAD_ACCUM_TOTAL = 8  # micro-batches per step, summed over ranks: world size must divide it
 ENV_PREFIXES_NOT_OURS = ("OMP_", "CUDA_", "NCCL_", "TORCH", "PYTORCH_", "TRITON_", "MASTER_", "LOCAL_",
                          "GROUP_", "ROLE_", "NVIDIA_", "PYTHON", "LC_", "XDG_", "MKL_", "KMP_", "GLOO_")
-
 
 def parse_env_value(name: str, raw: str, kind: type):
     text = raw.strip()
@@ -260,7 +255,6 @@ def parse_env_value(name: str, raw: str, kind: type):
         expected = {bool: "0 or 1", int: "an integer", float: "a finite number"}[kind]
         raise ConfigError(f"{name}={raw!r} is not {expected}.") from None
 
-
 def check_unknown_env(environ: dict[str, str], known: list[str]) -> None:
     """A typo of ours: another case (iterations), near (NUM_LAYER), abbreviated word by word (ITERS, NUM_LAY)."""
     def abbreviates(name: str, ours: str) -> bool:  # each word a prefix of ours (a plural S dropped); ours itself too
@@ -275,13 +269,11 @@ def check_unknown_env(environ: dict[str, str], known: list[str]) -> None:
             raise ConfigError(f"unknown environment variable {name}={environ[name]!r}: did you mean "
                               f"{near[0]}? Rename it, or unset it if it is not meant for this script.")
 
-
 # =================================================================================================
 # Logging and distributed helpers
 # Rank 0 writes logs/RUN_ID.txt (flushed as it goes) and prints; other ranks stay silent. Every
 # event is one line of key:value tokens so that logs can be parsed; units are part of the names.
 # =================================================================================================
-
 
 @dataclass
 class DistContext:
@@ -299,7 +291,6 @@ class DistContext:
     def is_main(self) -> bool:
         return self.rank == 0
 
-
 def read_dist_env() -> tuple[int, int, int]:
     try:
         rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
@@ -310,7 +301,6 @@ def read_dist_env() -> tuple[int, int, int]:
         raise ConfigError(f"WORLD_SIZE={world_size} must divide {GRAD_ACCUM_TOTAL}: run with "
                           "--nproc_per_node of 1, 2, 4 or 8.")
     return rank, world_size, local_rank
-
 
 def setup_distributed() -> DistContext:
     rank, world_size, local_rank = read_dist_env()
@@ -325,11 +315,9 @@ def setup_distributed() -> DistContext:
         dist.init_process_group(backend=backend, **kwargs)
     return DistContext(rank, world_size, local_rank, device, GRAD_ACCUM_TOTAL // world_size)
 
-
 def teardown_distributed() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-
 
 class Logger:
     """Rank 0 appends to the log file and prints; `log(**fields)` writes one key:value line."""
@@ -355,17 +343,14 @@ class Logger:
         if self.file is not None:
             self.file.close()
 
-
 def format_value(value) -> str:
     if isinstance(value, float):
         return f"{value:.4f}" if abs(value) < 1e6 else f"{value:.0f}"
     return str(value)
 
-
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
 
 # =================================================================================================
 # Data
@@ -381,10 +366,8 @@ SHARD_HEADER_INTS = 256
 SHARD_HEADER_BYTES = SHARD_HEADER_INTS * 4
 SHARD_TOKEN_DTYPE = np.dtype("<u2")
 
-
 class ShardError(ValueError):
     """A shard file that is not in the format above; the message names the file."""
-
 
 def read_shard_header(path: str | Path, vocab_size: int = 0) -> int:
     """Check the header and exact file size of one shard, and with vocab_size that every id is below it (a max
@@ -410,13 +393,11 @@ def read_shard_header(path: str | Path, vocab_size: int = 0) -> int:
                          "VOCAB_SIZE and TOKENIZER_PATH to that tokenizer's, or rebuild it with data/build_shards.py.")
     return num_tokens
 
-
 def load_data_shard(path: str | Path) -> Tensor:
     """All tokens of a validated shard as a 1-D uint16 tensor."""
     num_tokens = read_shard_header(path)
     tokens = np.fromfile(path, dtype=SHARD_TOKEN_DTYPE, count=num_tokens, offset=SHARD_HEADER_BYTES)
     return torch.from_numpy(tokens.astype(np.uint16, copy=False))
-
 
 def write_data_shard(path: str | Path, tokens) -> None:
     """Write tokens (any int array-like, values < 65536) as a shard; atomic (temp file + rename)."""
@@ -425,13 +406,18 @@ def write_data_shard(path: str | Path, tokens) -> None:
         raise ShardError(f"{path}: tokens must be a 1-D array of ids in [0, 65536).")
     header = np.zeros(SHARD_HEADER_INTS, dtype="<i4")
     header[:3] = (SHARD_MAGIC, SHARD_VERSION, array.size)
-    path = Path(path)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(header.tobytes())
-        f.write(array.astype(SHARD_TOKEN_DTYPE).tobytes())
-    os.replace(tmp, path)
+    write_atomic(path, header.tobytes() + array.astype(SHARD_TOKEN_DTYPE).tobytes())
 
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """A temp file beside path, then a rename: no reader sees half a file, and an interrupt leaves none behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 def find_shards(pattern: str, what: str) -> list[Path]:
     files = sorted(Path(p) for p in glob.glob(pattern))
@@ -443,14 +429,12 @@ def find_shards(pattern: str, what: str) -> list[Path]:
                                 "data/cached_challenge_fineweb.py --variant sp1024 --train-shards 1")
     return files
 
-
 def check_train_shards(pattern: str, vocab_size: int = 0) -> list[Path]:
     """Validate every training shard now, not an hour into the run; an empty set would loop forever."""
     files = find_shards(pattern, "training")
     if sum(read_shard_header(path, vocab_size) for path in files) == 0:
         raise ShardError(f"the training shards {pattern} hold no tokens: rebuild or re-download them.")
     return files
-
 
 class TokenStream:
     """Reads shards in order and hands out contiguous spans, wrapping around at the end."""
@@ -478,7 +462,6 @@ class TokenStream:
             n -= k
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
-
 class DistributedTokenLoader:
     """Each call takes one micro-batch for every rank from the shared stream; keeps this rank's."""
 
@@ -495,7 +478,6 @@ class DistributedTokenLoader:
     def to_device(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         non_blocking = self.ctx.device.type == "cuda"
         return x.to(self.ctx.device, non_blocking=non_blocking), y.to(self.ctx.device, non_blocking=non_blocking)
-
 
 class ShuffledSequenceLoader(DistributedTokenLoader):
     """TRAIN_SHUFFLE=1, the 2026-04-05 record's sampling: whole sequences (seq_len + 1 tokens) cut from each
@@ -525,12 +507,10 @@ class ShuffledSequenceLoader(DistributedTokenLoader):
         w = torch.from_numpy(np.stack([self.shards[i][s : s + seq_len + 1] for i, s in rows]).astype(np.int64))
         return self.to_device(w[:, :-1], w[:, 1:])
 
-
 def make_train_loader(args: Hyperparameters, ctx: DistContext) -> DistributedTokenLoader:
     if args.train_shuffle:
         return ShuffledSequenceLoader(args.train_pattern, ctx, args.seed)
     return DistributedTokenLoader(args.train_pattern, ctx)
-
 
 # =================================================================================================
 # Output loss: logits = x @ W^T, softcap z = c*tanh(logits/c), cross entropy, mean over tokens.
@@ -540,15 +520,12 @@ def make_train_loader(args: Hyperparameters, ctx: DistContext) -> DistributedTok
 # The PyTorch version below is the reference; the Triton kernel after it fuses the elementwise work.
 # =================================================================================================
 
-
 LOSS_CHUNK_ELEMENTS = 2**27  # default chunk: 128M logits, a 256 MiB bf16 buffer (16384 tokens at V=8192)
-
 
 def loss_chunk_tokens(requested: int, vocab_size: int) -> int:
     """LOSS_CHUNK_TOKENS, or for 0 the most tokens whose (tokens, vocab) logits fit LOSS_CHUNK_ELEMENTS:
     small vocabularies then run in one chunk (fewer, larger GEMMs), large ones stay bounded in memory."""
     return requested if requested > 0 else max(1, LOSS_CHUNK_ELEMENTS // vocab_size)
-
 
 def softcap_ce_chunk_torch(logits: Tensor, targets: Tensor, softcap: float, scale: float,
                            need_grad: bool) -> tuple[Tensor, Tensor | None]:
@@ -562,7 +539,6 @@ def softcap_ce_chunk_torch(logits: Tensor, targets: Tensor, softcap: float, scal
     grad = torch.exp(z - lse[:, None])
     grad.scatter_add_(1, targets[:, None], torch.full_like(grad[:, :1], -1.0))
     return loss_sum, grad * ((1.0 - t * t) * scale)
-
 
 class ChunkedSoftcapCE(torch.autograd.Function):
     """Mean softcapped cross entropy of x @ weight^T, gradients computed chunk by chunk in forward."""
@@ -589,7 +565,6 @@ class ChunkedSoftcapCE(torch.autograd.Function):
         grad_x, grad_w = ctx.saved_tensors
         return grad_x * grad_loss.to(grad_x.dtype), grad_w * grad_loss.to(grad_w.dtype), None, None, None
 
-
 def softcap_ce_loss_torch(x: Tensor, weight: Tensor, targets: Tensor, softcap: float,
                           chunk_tokens: int) -> Tensor:
     """Chunked loss, PyTorch ops. x (N, d), weight (V, d), targets (N,) int64 -> mean loss, fp32."""
@@ -603,13 +578,11 @@ def softcap_ce_loss_torch(x: Tensor, weight: Tensor, targets: Tensor, softcap: f
                                                      softcap, 1.0, False)[0]
     return loss_sum / x.size(0)
 
-
 def softcap_ce_loss_naive(x: Tensor, weight: Tensor, targets: Tensor, softcap: float) -> Tensor:
     """The unchunked formula, for tests: holds all (N, V) logits."""
     logits = x @ weight.to(x.dtype).t()
     z = softcap * torch.tanh(logits.float() / softcap)
     return F.cross_entropy(z, targets)
-
 
 # ---- Triton kernel: softcap + cross entropy + dL/dlogits, one pass over each chunk's logits ----
 # The three GEMMs (logits, grad_x, grad_W) stay on cuBLAS. Between them the reference makes ~10
@@ -628,11 +601,9 @@ def softcap_ce_loss_naive(x: Tensor, weight: Tensor, targets: Tensor, softcap: f
 MAX_BLOCK_V = 8192
 FIXED_SHIFT_MAX_EXP2 = 120.0  # flush-to-zero starts below 2^-126; margin for the sum and rounding
 
-
 def softmax_shift_is_fixed(softcap: float) -> bool:
     """Whether the kernel may shift the softmax by the cap itself (no row max): 2c log2 e <= 120."""
     return 2.0 * softcap * math.log2(math.e) <= FIXED_SHIFT_MAX_EXP2
-
 
 if triton is not None:
     LOG2E = tl.constexpr(1.4426950408889634)  # exp(a) = exp2(a log2 e): exp2 is the hardware op
@@ -699,7 +670,6 @@ if triton is not None:
             lse_minus_zy = m + tl.log2(s) - t_y * c2
         tl.store(loss_ptr + row, lse_minus_zy / LOG2E)
 
-
 def triton_unavailable_reason() -> str | None:
     """None when the Triton loss can run here (CUDA, or CPU under TRITON_INTERPRET=1); else why not."""
     if triton is None:
@@ -707,7 +677,6 @@ def triton_unavailable_reason() -> str | None:
     if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
         return "no CUDA device (TRITON_INTERPRET=1 runs the kernel on CPU, slowly)"
     return None
-
 
 def softcap_ce_chunk_triton(logits: Tensor, targets: Tensor, loss_rows: Tensor, softcap: float,
                             grad_scale: float, need_grad: bool, block_v: int | None = None) -> None:
@@ -725,7 +694,6 @@ def softcap_ce_chunk_triton(logits: Tensor, targets: Tensor, loss_rows: Tensor, 
     num_warps = min(max(block_v // 512, 1), 16)  # 16 columns per thread: the fastest on an H100
     _softcap_ce_kernel[(n,)](logits, targets, loss_rows, float(softcap), float(grad_scale), V=V, BLOCK_V=block_v,
                              NEED_GRAD=need_grad, FIXED_SHIFT=fixed_shift, num_warps=num_warps)
-
 
 # A custom op is opaque to torch.compile (inductor would otherwise trace into the loop and the
 # in-place kernel); its autograd formula only scales the gradients the forward pass computed.
@@ -756,17 +724,14 @@ def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, ch
     grad_w = grad_w.to(weight.dtype) if need_grad else weight.new_empty(0)
     return loss_rows.sum() / n, grad_x, grad_w
 
-
 @softcap_ce_op.register_fake
 def _(x, weight, targets, softcap, chunk_tokens, need_grad):
     return (x.new_empty((), dtype=torch.float32), x.new_empty(x.shape if need_grad else (0,)),
             weight.new_empty(weight.shape if need_grad else (0,)))
 
-
 def _softcap_ce_setup_context(ctx, inputs, output):
     ctx.save_for_backward(output[1], output[2])
     ctx.set_materialize_grads(False)  # else autograd fills (N, d) and (V, d) zeros for the unused outputs
-
 
 def _softcap_ce_backward(ctx, grad_loss, _grad_grad_x, _grad_grad_w):
     if grad_loss is None:
@@ -774,9 +739,7 @@ def _softcap_ce_backward(ctx, grad_loss, _grad_grad_x, _grad_grad_w):
     grad_x, grad_w = ctx.saved_tensors
     return grad_x * grad_loss.to(grad_x.dtype), grad_w * grad_loss.to(grad_w.dtype), None, None, None, None
 
-
 softcap_ce_op.register_autograd(_softcap_ce_backward, setup_context=_softcap_ce_setup_context)
-
 
 def softcap_ce_loss_triton(x: Tensor, weight: Tensor, targets: Tensor, softcap: float,
                            chunk_tokens: int) -> Tensor:
@@ -784,7 +747,6 @@ def softcap_ce_loss_triton(x: Tensor, weight: Tensor, targets: Tensor, softcap: 
     Gradient work only when autograd will ask for it (no_grad evaluation runs the forward alone)."""
     need_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
     return softcap_ce_op(x, weight, targets, float(softcap), int(chunk_tokens), need_grad)[0]
-
 
 def resolve_loss_impl(requested: str, device: torch.device) -> tuple[str, str]:
     """LOSS_IMPL=auto picks Triton on CUDA; returns (impl, why) so the log says which path runs."""
@@ -800,13 +762,11 @@ def resolve_loss_impl(requested: str, device: torch.device) -> tuple[str, str]:
         return "triton", "auto_cuda"
     return requested, "forced_by_LOSS_IMPL"
 
-
 def softcap_ce_loss(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, chunk_tokens: int,
                     impl: str) -> Tensor:
     if impl == "triton":
         return softcap_ce_loss_triton(x, weight, targets, softcap, chunk_tokens)
     return softcap_ce_loss_torch(x, weight, targets, softcap, chunk_tokens)
-
 
 # =================================================================================================
 # Model
@@ -822,10 +782,8 @@ def softcap_ce_loss(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, 
 
 CONTROL_TENSOR_NAMES = ("attn_scale", "mlp_scale", "resid_mix", "q_gain", "skip_weights", "skip_gates")
 
-
 def rms_norm(x: Tensor) -> Tensor:
     return F.rms_norm(x, (x.size(-1),))
-
 
 class CastedLinear(nn.Linear):
     """A bias-free linear layer whose fp32 weight is cast to the input's dtype at the matmul."""
@@ -839,12 +797,10 @@ class CastedLinear(nn.Linear):
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight.to(x.dtype))
 
-
 def rotary_cos_sin(seq_len: int, rope_dims: int, base: float, device: torch.device) -> tuple[Tensor, Tensor]:
     inv_freq = 1.0 / base ** (torch.arange(0, rope_dims, 2, device=device, dtype=torch.float32) / rope_dims)
     freqs = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
     return freqs.cos()[None, None], freqs.sin()[None, None]  # (1, 1, T, rope_dims/2)
-
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotates the first 2*cos.size(-1) dims of x (pairs i, i+half); the rest pass through (partial rotary)."""
@@ -854,7 +810,6 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin, x[..., rd:]), dim=-1)
 
-
 def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
     """XSA: remove from each head's output y its component along the (normalised) value vector its own
     token wrote. y (B, H, T, hd), v (B, Hkv, T, hd); query head h reads kv head h // (H/Hkv), no repeat."""
@@ -862,7 +817,6 @@ def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
     y = y.view(B, v.size(1), H // v.size(1), T, hd)
     vn = F.normalize(v, dim=-1).unsqueeze(2)  # (B, Hkv, 1, T, hd)
     return (y - (y * vn).sum(-1, keepdim=True) * vn).view(B, H, T, hd)
-
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, args: Hyperparameters, xsa: bool):
@@ -890,10 +844,8 @@ class CausalSelfAttention(nn.Module):
                                            enable_gqa=self.num_kv_heads != self.num_heads)
         return self.proj(self.post(y, v).transpose(1, 2).reshape(B, T, C))
 
-
 MLP_ACTIVATIONS = {"relu2": lambda h: torch.relu(h).square(),
                    "leaky_relu2": lambda h: F.leaky_relu(h, negative_slope=0.5).square()}
-
 
 class MLP(nn.Module):
     def __init__(self, dim: int, mlp_mult: float, act: str = "relu2"):
@@ -905,7 +857,6 @@ class MLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.proj(self.act(self.fc(x)))
-
 
 class Block(nn.Module):
     """x = mix0*x + mix1*x0, then attention and MLP residual branches on RMS-normed inputs, in sequence
@@ -936,7 +887,6 @@ class Block(nn.Module):
         mix = self.resid_mix.to(x.dtype)
         return self.residual(mix[0] * x + mix[1] * x0)
 
-
 def layer_order(args: Hyperparameters, looping: bool) -> tuple[list[int], list[int]]:
     """(encoder, decoder) block indices. Looping runs LOOP_START..LOOP_END NUM_LOOPS extra times, shared
     weights: 11 layers, 4..5, 2 loops -> 0 1 2 3 4 5 4 | 5 4 5 6 7 8 9 10 (the 2026-04-05 record's order)."""
@@ -945,7 +895,6 @@ def layer_order(args: Hyperparameters, looping: bool) -> tuple[list[int], list[i
         segment = list(range(args.loop_start, args.loop_end + 1))
         order = order[: args.loop_start] + segment * (args.num_loops + 1) + order[args.loop_end + 1 :]
     return order[: len(order) // 2], order[len(order) // 2 :]
-
 
 class GPT(nn.Module):
     def __init__(self, args: Hyperparameters, loss_impl: str = "torch", activation_dtype=torch.float32):
@@ -990,7 +939,6 @@ class GPT(nn.Module):
         return softcap_ce_loss(x, head, target_ids.reshape(-1), self.logit_softcap, self.loss_chunk_tokens,
                                self.loss_impl)
 
-
 # =================================================================================================
 # Optimizers
 # Muon for the 2-D matrices inside the blocks: Nesterov momentum, then the update is replaced by
@@ -1000,7 +948,6 @@ class GPT(nn.Module):
 # =================================================================================================
 
 NEWTON_SCHULZ_COEFFS = (3.4445, -4.7750, 2.0315)  # quintic: pushes singular values toward ~1 fast
-
 
 def newton_schulz_orthogonalize(G: Tensor, steps: int, eps: float = 1e-7) -> Tensor:
     """Approximately U V^T for G = U S V^T, computed in bf16 (singular values end in ~[0.7, 1.2])."""
@@ -1014,7 +961,6 @@ def newton_schulz_orthogonalize(G: Tensor, steps: int, eps: float = 1e-7) -> Ten
         A = X @ X.T
         X = a * X + (b * A + c * A @ A) @ X
     return X.T if transposed else X
-
 
 class Muon(torch.optim.Optimizer):
     """row_normalize (MuonEq-R): each row of the Nesterov update is scaled to unit norm before Newton-Schulz.
@@ -1055,10 +1001,8 @@ class Muon(torch.optim.Optimizer):
                 p.add_(updates[offset : offset + p.numel()].view_as(p).to(p.dtype), alpha=-group["lr"])
                 offset += p.numel()
 
-
 def is_control_tensor(name: str) -> bool:
     return any(pattern in name for pattern in CONTROL_TENSOR_NAMES)
-
 
 def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> list[torch.optim.Optimizer]:
     block_params = list(model.blocks.named_parameters())
@@ -1079,7 +1023,6 @@ def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> l
         group["base_lr"] = args.matrix_lr
     return [adam, muon]
 
-
 # =================================================================================================
 # Evaluation: bits per byte
 # Loss per token depends on the tokenizer; bits per byte does not, so that is the score. Bytes are
@@ -1087,7 +1030,6 @@ def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> l
 # piece is its UTF-8 length, and its leading "▁" (a space) counts 1 byte only when the previous
 # token is not a control/unknown/unused token (after BOS, decoding drops that space).
 # =================================================================================================
-
 
 @dataclass
 class ValData:
@@ -1099,7 +1041,6 @@ class ValData:
     is_boundary: Tensor  # (V,) bool: control/unknown/unused tokens; no space is counted after them
     seq_len: int
     batch_seqs: int  # sequences per rank per evaluation batch
-
 
 def load_tokenizer(path: str, vocab_size: int):
     import sentencepiece as spm
@@ -1113,7 +1054,6 @@ def load_tokenizer(path: str, vocab_size: int):
                           f"{vocab_size}: set VOCAB_SIZE={sp.vocab_size()} or use the matching tokenizer.")
     check_tokenizer_bytes(sp, f"TOKENIZER_PATH={path}")
     return sp
-
 
 def check_tokenizer_bytes(sp, name: str = "the tokenizer") -> None:
     """The byte rule above holds when SentencePiece strips and collapses whitespace and no piece has "▁" inside
@@ -1130,10 +1070,8 @@ def check_tokenizer_bytes(sp, name: str = "the tokenizer") -> None:
                               f"counted {counted}). Train it with remove_extra_whitespaces=true and no user pieces "
                               "holding '▁'.")
 
-
 def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
 
 def check_tokenizer_matches_data(args: Hyperparameters) -> str:
     """A wrong tokenizer of the right size scores silently: the tokenizer sha256 that DATA_PATH/manifest.json records
@@ -1145,7 +1083,6 @@ def check_tokenizer_matches_data(args: Hyperparameters) -> str:
         raise ConfigError(f"TOKENIZER_PATH={args.tokenizer_path} is not the tokenizer the data was made with: {path} "
                           f"records sha256 {recorded[0]}, the file has {sha}. Set TOKENIZER_PATH to the one it names.")
     return "yes" if recorded else "no_manifest"
-
 
 def build_byte_luts(sp, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
     base_bytes = np.zeros(vocab_size, dtype=np.int16)
@@ -1164,12 +1101,10 @@ def build_byte_luts(sp, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
         base_bytes[i] = len(piece.encode("utf-8"))
     return torch.from_numpy(base_bytes), torch.from_numpy(has_leading_space), torch.from_numpy(is_boundary)
 
-
 def target_bytes(x: Tensor, y: Tensor, val: ValData) -> Tensor:
     """Bytes of text each target token y stands for, given the previous token x (same shapes)."""
     space = val.has_leading_space[y] & ~val.is_boundary[x]
     return val.base_bytes[y].to(torch.int64) + space.to(torch.int64)
-
 
 def load_validation(args: Hyperparameters, ctx: DistContext, sp) -> ValData:
     files = find_shards(args.val_pattern, "validation")
@@ -1182,7 +1117,6 @@ def load_validation(args: Hyperparameters, ctx: DistContext, sp) -> ValData:
     batch_seqs = args.val_batch_size // (ctx.world_size * ctx.grad_accum_steps) // args.train_seq_len
     return ValData(tokens[: usable + 1], *luts, args.train_seq_len, max(batch_seqs, 1))
 
-
 def check_validation_length(num_tokens: int, args: Hyperparameters, world_size: int, folder) -> int:
     """Tokens usable for validation (whole sequences); at least one sequence per rank."""
     usable = (num_tokens - 1) // args.train_seq_len * args.train_seq_len
@@ -1191,7 +1125,6 @@ def check_validation_length(num_tokens: int, args: Hyperparameters, world_size: 
                           f"TRAIN_SEQ_LEN={args.train_seq_len} sequence (+1) per rank: use more validation "
                           "data or a smaller TRAIN_SEQ_LEN.")
     return usable
-
 
 @torch.no_grad()
 def evaluate(model: nn.Module, val: ValData, ctx: DistContext, autocast) -> tuple[float, float]:
@@ -1218,7 +1151,6 @@ def evaluate(model: nn.Module, val: ValData, ctx: DistContext, autocast) -> tupl
     bits_per_token = val_loss / math.log(2.0)
     return val_loss, bits_per_token * (sums[1] / sums[2]).item()
 
-
 # =================================================================================================
 # Export: int8 + zlib, and the round trip that the score is measured after
 # Float tensors larger than 65,536 elements become int8 with one fp16 scale per row (clipped at a
@@ -1234,7 +1166,6 @@ QUANT_MAX = 127
 # 17M-parameter model: about 11.6 MB instead of 15.8 MB) for a round-trip cost of a few 0.001 bpb.
 QUANT_MIN_SCALE = 1.0 / QUANT_MAX
 ARTIFACT_LIMIT_BYTES = 16_000_000
-
 
 def quantize_state_dict(state_dict: dict[str, Tensor]) -> dict:
     quantized, scales, kept = {}, {}, {}
@@ -1253,7 +1184,6 @@ def quantize_state_dict(state_dict: dict[str, Tensor]) -> dict:
             scales[name] = scale
     return {"format": "int8_per_row_v1", "quantized": quantized, "scales": scales, "kept": kept}
 
-
 def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:
     out = dict(obj["kept"])
     for name, q in obj["quantized"].items():
@@ -1261,27 +1191,17 @@ def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:
         out[name] = (q.float().reshape(q.size(0), -1) * scale[:, None]).reshape(q.shape)
     return out
 
-
 def save_artifact(model: nn.Module, path: str) -> int:
     """Quantize, compress and write atomically; returns the compressed size in bytes."""
     buffer = io.BytesIO()
     torch.save(quantize_state_dict(model.state_dict()), buffer)
     blob = zlib.compress(buffer.getvalue(), level=9)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    try:
-        tmp.write_bytes(blob)
-        os.replace(tmp, path)
-    finally:  # interrupted: no half-written file left behind
-        tmp.unlink(missing_ok=True)
+    write_atomic(path, blob)
     return len(blob)
-
 
 def load_artifact(path: str) -> dict[str, Tensor]:
     blob = Path(path).read_bytes()
     return dequantize_state_dict(torch.load(io.BytesIO(zlib.decompress(blob)), map_location="cpu"))
-
 
 # =================================================================================================
 # Training
@@ -1295,13 +1215,11 @@ def load_artifact(path: str) -> dict[str, Tensor]:
 
 NO_BAD_STEP = 2**62  # "no non-finite loss seen yet", kept on the device to avoid a sync per step
 
-
 def training_fraction(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
     """How far training is: the share of the wallclock cap used, or without a cap of ITERATIONS."""
     if args.max_wallclock_seconds > 0:
         return elapsed_ms / (1000.0 * args.max_wallclock_seconds)
     return step / max(args.iterations, 1)
-
 
 def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
     if args.warmdown_frac > 0:  # WARMDOWN_FRAC wins over WARMDOWN_ITERS (the config line says which ran)
@@ -1317,7 +1235,6 @@ def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
         remaining_ms = max(1000.0 * args.max_wallclock_seconds - elapsed_ms, 0.0)
         mult = remaining_ms / max(warmdown_ms, 1e-9) if remaining_ms <= warmdown_ms else 1.0
     return max(mult, args.min_lr)
-
 
 class EMA:
     """An fp32 exponential moving average of the parameters: ema = decay * ema + (1 - decay) * p after
@@ -1335,11 +1252,9 @@ class EMA:
     def copy_to_model(self) -> None:
         torch._foreach_copy_(self.params, self.shadow)
 
-
 def muon_momentum(step: int, args: Hyperparameters) -> float:
     frac = min(step / args.muon_momentum_warmup_steps, 1.0) if args.muon_momentum_warmup_steps > 0 else 1.0
     return (1 - frac) * args.muon_momentum_warmup_start + frac * args.muon_momentum
-
 
 def train_step(model: nn.Module, optimizers: list, loader: DistributedTokenLoader, args: Hyperparameters,
                ctx: DistContext, autocast, step: int, lr_scale: float) -> Tensor:
@@ -1367,7 +1282,6 @@ def train_step(model: nn.Module, optimizers: list, loader: DistributedTokenLoade
         opt.zero_grad(set_to_none=True)
     return total_loss / ctx.grad_accum_steps
 
-
 def warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logger) -> float:
     """Run WARMUP_STEPS real steps so compilation happens off the clock, then undo them."""
     if args.warmup_steps == 0:
@@ -1393,7 +1307,6 @@ def warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logge
     logger.log(warmup_steps=args.warmup_steps, warmup_time=f"{warmup_ms:.0f}ms")
     return warmup_ms
 
-
 def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
     if ctx.distributed:
         dist.all_reduce(bad_step, op=dist.ReduceOp.MIN)
@@ -1401,7 +1314,6 @@ def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
     if step != NO_BAD_STEP:
         raise FloatingPointError(f"train_loss is not finite at step {step}: lower the learning rates "
                                  "(MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM.")
-
 
 def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logger) -> tuple[int, EMA | None]:
     loader = make_train_loader(args, ctx)
@@ -1460,7 +1372,6 @@ def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logg
         logger.log(stopping_early="wallclock_cap", train_time=f"{training_ms:.0f}ms", step=f"{step}/{args.iterations}")
     return step, ema
 
-
 def export_and_roundtrip(base_model, args, ctx, autocast, val: ValData, logger, weights: str) -> tuple[float, float]:
     """Rank 0 writes the artifact; every rank loads it back and the score is evaluated on that."""
     if ctx.is_main:
@@ -1483,11 +1394,9 @@ def export_and_roundtrip(base_model, args, ctx, autocast, val: ValData, logger, 
     logger.text(f"final_int8_zlib_roundtrip_exact val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f}")
     return val_loss, val_bpb
 
-
 # =================================================================================================
 # main
 # =================================================================================================
-
 
 def check_inputs(args: Hyperparameters, world_size: int) -> Path:
     """Everything that can be checked before a process group or a GPU is touched; returns the log path."""
@@ -1504,7 +1413,6 @@ def check_inputs(args: Hyperparameters, world_size: int) -> Path:
         raise ConfigError(f"{log_path} already exists: set another RUN_ID (logs are never overwritten).")
     return log_path
 
-
 def log_header(logger: Logger, args: Hyperparameters, ctx: DistContext, loss_impl: str, why: str) -> None:
     logger.text(Path(__file__).read_text(encoding="utf-8"), console=False)
     logger.text("=" * 100, console=False)
@@ -1517,7 +1425,6 @@ def log_header(logger: Logger, args: Hyperparameters, ctx: DistContext, loss_imp
     if ctx.device.type == "cpu" and args.train_batch_tokens >= Hyperparameters.train_batch_tokens:
         smoke = " ".join(__doc__.split("smoke run")[1].split("\n", 1)[1].split("\n  #")[0].replace("\\", "").split())
         logger.text(f"cpu_note: these are GPU settings (minutes per step on a CPU). A CPU smoke run: {smoke}")
-
 
 def run(args: Hyperparameters, ctx: DistContext, logger: Logger) -> None:
     sp = load_tokenizer(args.tokenizer_path, args.vocab_size)
@@ -1550,7 +1457,6 @@ def run(args: Hyperparameters, ctx: DistContext, logger: Logger) -> None:
         logger.log(step=f"{steps}/{args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights="ema")
     export_and_roundtrip(base_model, args, ctx, autocast, val, logger, "raw" if ema is None else "ema")
 
-
 def main() -> None:
     def raise_interrupt(signum, frame):  # SIGINT and SIGTERM alike: unwind, log the step reached, clean up
         raise KeyboardInterrupt(signal.Signals(signum).name)
@@ -1574,7 +1480,6 @@ def main() -> None:
     finally:
         logger.close()
         teardown_distributed()
-
 
 if __name__ == "__main__":
     try:

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import train_gpt
+from helpers import tiny_data  # noqa: F401 (fixture)
 from train_gpt import ConfigError, Hyperparameters
 
 TINY = dict(NUM_LAYERS="4", MODEL_DIM="64", NUM_HEADS="4", NUM_KV_HEADS="2", VOCAB_SIZE="64", TRAIN_SEQ_LEN="16",
@@ -335,3 +336,36 @@ def test_warmup_compiles_both_loop_graphs_and_restores_everything(tmp_path, monk
     ctx = train_gpt.DistContext(0, 1, 0, torch.device("cpu"), 8)
     train_gpt.warmup_and_restore(model, model, [], args, ctx, None, Log())
     assert seen == [False, False, True, True] and model.looping is False
+
+
+def test_too_little_data_for_a_shuffled_step_is_a_shard_error_naming_the_fix(tmp_path):
+    train_gpt.write_data_shard(tmp_path / "fineweb_train_000000.bin", np.arange(100))
+    loader = train_gpt.ShuffledSequenceLoader(str(tmp_path / "fineweb_train_*.bin"),
+                                              train_gpt.DistContext(0, 1, 0, torch.device("cpu"), 8), 0)
+    with pytest.raises(train_gpt.ShardError, match="fewer than one step .*TRAIN_SHUFFLE=0"):
+        loader.next_batch(32, 16)  # 8 micro-batches of 2 sequences: 16 needed, 5 there
+
+
+# ---- end to end -------------------------------------------------------------------------------
+
+
+def test_the_record_stack_runs_end_to_end_loops_on_time_and_scores_the_ema(tiny_data, tmp_path):
+    """RECIPE=record's switches at a tiny size, 1 and 2 processes: the loops switch on at half the steps,
+    the EMA is what is exported and scored, and both process counts train the same model."""
+    from test_end_to_end import launch
+    settings = dict(RECIPE="record", NUM_LAYERS=4, LOOP_START=1, LOOP_END=2, PARALLEL_RESIDUAL_START=3,
+                    ROPE_DIMS=16, ITERATIONS=8, EMA_DECAY=0.5, WARMUP_STEPS=1, TRAIN_LOG_EVERY=1, VAL_LOSS_EVERY=0)
+    runs = []
+    for n in (1, 2):
+        (tmp_path / f"n{n}").mkdir()
+        runs.append(launch(tiny_data, tmp_path / f"n{n}", nproc=n, **settings))
+    for run in runs:
+        assert run.result.returncode == 0, run.result.stderr
+        [loop] = run.events("layer_loop")
+        assert loop["step"] == "4" and loop["order"] == "0-1-2-1-2-1-2-3"
+        assert [e["looping"] for e in run.events("warmup_step")] == ["0", "1"]  # both graphs before the clock
+        assert [e["weights"] for e in run.events("val_bpb")] == ["raw", "ema"]
+        assert run.events("roundtrip_val_bpb")[0]["weights"] == "ema"
+    one, two = (run.losses("train_loss") for run in runs)
+    assert one.keys() == two.keys() and max(abs(one[k] - two[k]) for k in one) < 1e-4
+    assert abs(runs[0].final_score()[1] - runs[1].final_score()[1]) < 1e-4
