@@ -14,6 +14,8 @@ quantize -> compress -> decompress round trip. Every setting is an environment v
   python3 train_gpt.py
   # eight GPUs (any count that divides 8 works; the global batch stays the same):
   torchrun --standalone --nproc_per_node=8 train_gpt.py
+  # the 2026-04-05 record's techniques at once (sp8192 data; README: the record stack):
+  RECIPE=record torchrun --standalone --nproc_per_node=8 train_gpt.py
 
 Sections, in order: config, logging and distributed helpers, data, the output loss (PyTorch
 reference and Triton kernel), model, optimizers, evaluation, export, training, main().
