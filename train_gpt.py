@@ -1423,7 +1423,8 @@ def log_header(logger: Logger, args: Hyperparameters, ctx: DistContext, loss_imp
                world_size=ctx.world_size, grad_accum_steps=ctx.grad_accum_steps, device=ctx.device.type)
     logger.text("config:" + json.dumps(dataclasses.asdict(args), sort_keys=True))
     logger.log(loss_impl=loss_impl, loss_impl_reason=why.replace(" ", "_"), compile=args.compile and ctx.device.type == "cuda",
-               tokenizer_verified=check_tokenizer_matches_data(args))
+               tokenizer_verified=check_tokenizer_matches_data(args), warmdown=f"frac_{args.warmdown_frac}_wins_over_"
+               f"WARMDOWN_ITERS" if args.warmdown_frac > 0 else f"iters_{args.warmdown_iters}")
     if ctx.device.type == "cpu" and args.train_batch_tokens >= Hyperparameters.train_batch_tokens:
         smoke = " ".join(__doc__.split("smoke run")[1].split("\n", 1)[1].split("\n  #")[0].replace("\\", "").split())
         logger.text(f"cpu_note: these are GPU settings (minutes per step on a CPU). A CPU smoke run: {smoke}")

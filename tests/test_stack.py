@@ -366,6 +366,7 @@ def test_the_record_stack_runs_end_to_end_loops_on_time_and_scores_the_ema(tiny_
         assert [e["looping"] for e in run.events("warmup_step")] == ["0", "1"]  # both graphs before the clock
         assert [e["weights"] for e in run.events("val_bpb")] == ["raw", "ema"]
         assert run.events("roundtrip_val_bpb")[0]["weights"] == "ema"
+        assert run.events("loss_impl")[0]["warmdown"] == "frac_0.667_wins_over_WARMDOWN_ITERS"
     one, two = (run.losses("train_loss") for run in runs)
     assert one.keys() == two.keys() and max(abs(one[k] - two[k]) for k in one) < 1e-4
     assert abs(runs[0].final_score()[1] - runs[1].final_score()[1]) < 1e-4
