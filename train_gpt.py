@@ -31,6 +31,7 @@ import glob
 import hashlib
 import io
 import json
+import lzma
 import math
 import os
 import platform
@@ -135,10 +136,30 @@ class Hyperparameters:
     loss_chunk_tokens: int = 0  # tokens per chunk of the output loss; 0: LOSS_CHUNK_ELEMENTS // vocab
     loss_impl: str = "auto"  # auto (triton on CUDA, torch elsewhere) | triton | torch
     compile: bool = True  # torch.compile on CUDA; always off on CPU
+    # export and scoring
+    matrix_bits: int = 8  # bits per weight of the block matrices (the record: 6)
+    embed_bits: int = 8  # bits per weight of the embedding
+    matrix_clip_sigmas: float = 0.0  # > 0: SD clip, each row's step k * std(row) / qmax; 0: int8's quantile clip
+    embed_clip_sigmas: float = 0.0
+    gptq_calibration_batches: int = 0  # > 0: GPTQ on this many training micro-batches' Hessians; 0: round to nearest
+    gptq_reserve_seconds: float = 0.0  # training stops this long before MAX_WALLCLOCK_SECONDS, leaving it to GPTQ
+    compressor: str = "zlib"  # zlib | lzma | brotli (the optional brotli package)
+    eval_stride: int = 0  # > 0: the score also from sliding windows, each scoring its last EVAL_STRIDE tokens
+    eval_seq_len: int = 0  # window of validation and scoring; 0: TRAIN_SEQ_LEN
+    eval_only: bool = False  # score the artifact at ARTIFACT_PATH with this config; no training
 
     @property
     def train_pattern(self) -> str:
         return os.path.join(self.data_path, "fineweb_train_*.bin")
+
+    @property
+    def train_cap_ms(self) -> float:
+        """The training clock's cap: MAX_WALLCLOCK_SECONDS less GPTQ_RESERVE_SECONDS (GPTQ runs in the rest); 0: none."""
+        return 1000.0 * (self.max_wallclock_seconds - self.gptq_reserve_seconds) if self.max_wallclock_seconds > 0 else 0.0
+
+    @property
+    def val_seq_len(self) -> int:
+        return self.eval_seq_len or self.train_seq_len
 
     @property
     def val_pattern(self) -> str:
@@ -176,13 +197,16 @@ class Hyperparameters:
                  ">= 0": (lambda v: v >= 0, "loss_chunk_tokens val_loss_every iterations warmdown_iters warmup_steps "
                           "max_wallclock_seconds muon_momentum_warmup_steps grad_clip_norm matrix_lr scalar_lr "
                           "tied_embed_lr embed_lr head_lr tied_embed_init_std muon_wd adam_wd embed_wd num_loops "
-                          "rope_dims xsa_last_n embedding_dim"),
+                          "rope_dims xsa_last_n embedding_dim matrix_clip_sigmas embed_clip_sigmas "
+                          "gptq_calibration_batches gptq_reserve_seconds eval_stride eval_seq_len"),
+                 "in [2, 8]": (lambda v: 2 <= v <= 8, "matrix_bits embed_bits"),
                  "in [0, 1)": (lambda v: 0 <= v < 1, "muon_momentum muon_momentum_warmup_start beta1 beta2 ema_decay"),
                  "in [0, 1]": (lambda v: 0 <= v <= 1, "warmdown_frac min_lr enable_looping_at")}
         for rule, (ok, names) in rules.items():
             for name in names.split():
                 need(ok(getattr(self, name)), f"{name.upper()}={getattr(self, name)} must be {rule}.")
-        for name, allowed in [("loss_impl", ("auto", "triton", "torch")), ("mlp_act", ("relu2", "leaky_relu2"))]:
+        for name, allowed in [("loss_impl", ("auto", "triton", "torch")), ("mlp_act", ("relu2", "leaky_relu2")),
+                              ("compressor", ("zlib", "lzma", "brotli"))]:
             need(getattr(self, name) in allowed, f"{name.upper()}={getattr(self, name)!r} must be one of {', '.join(allowed)}.")
         need(self.model_dim % self.num_heads == 0,
              f"NUM_HEADS={self.num_heads} must divide MODEL_DIM={self.model_dim}.")
@@ -205,9 +229,17 @@ class Hyperparameters:
              f"TRAIN_BATCH_TOKENS={self.train_batch_tokens} must be a multiple of "
              f"{GRAD_ACCUM_TOTAL}*TRAIN_SEQ_LEN={GRAD_ACCUM_TOTAL * self.train_seq_len} (8 micro-batches "
              "of whole sequences, split over the ranks).")
-        need(self.val_batch_size >= GRAD_ACCUM_TOTAL * self.train_seq_len,
-             f"VAL_BATCH_SIZE={self.val_batch_size} must be at least {GRAD_ACCUM_TOTAL}*TRAIN_SEQ_LEN="
-             f"{GRAD_ACCUM_TOTAL * self.train_seq_len} (one sequence per micro-batch).")
+        seq = "EVAL_SEQ_LEN" if self.eval_seq_len else "TRAIN_SEQ_LEN"
+        need(self.val_batch_size >= GRAD_ACCUM_TOTAL * self.val_seq_len, f"VAL_BATCH_SIZE={self.val_batch_size} must "
+             f"be at least {GRAD_ACCUM_TOTAL}*{seq}={GRAD_ACCUM_TOTAL * self.val_seq_len} (one sequence per micro-batch).")
+        need(self.eval_stride <= self.val_seq_len, f"EVAL_STRIDE={self.eval_stride} must be at most {seq}="
+             f"{self.val_seq_len}: each window scores its last EVAL_STRIDE tokens.")
+        for bits, sigmas in (("matrix_bits", "matrix_clip_sigmas"), ("embed_bits", "embed_clip_sigmas")):
+            need(getattr(self, bits) == 8 or getattr(self, sigmas) > 0, f"{bits.upper()}={getattr(self, bits)} needs "
+                 f"{sigmas.upper()} > 0 (the record: 12.85 for matrices, 20 for the embedding): the quantile clip is int8's.")
+        need(self.gptq_reserve_seconds == 0 or self.gptq_reserve_seconds < self.max_wallclock_seconds,
+             f"GPTQ_RESERVE_SECONDS={self.gptq_reserve_seconds} must be below MAX_WALLCLOCK_SECONDS="
+             f"{self.max_wallclock_seconds} (it is taken from the training time under that cap).")
         need(bool(self.run_id) == bool(self.run_id.strip()) and "/" not in self.run_id,
              f"RUN_ID={self.run_id!r} must be a plain file name (no '/', not blank).")
 
@@ -529,56 +561,18 @@ def loss_chunk_tokens(requested: int, vocab_size: int) -> int:
     small vocabularies then run in one chunk (fewer, larger GEMMs), large ones stay bounded in memory."""
     return requested if requested > 0 else max(1, LOSS_CHUNK_ELEMENTS // vocab_size)
 
-def softcap_ce_chunk_torch(logits: Tensor, targets: Tensor, softcap: float, scale: float,
-                           need_grad: bool) -> tuple[Tensor, Tensor | None]:
-    """One chunk: (summed loss, dL/dlogits * scale or None). logits (n, V), any float dtype."""
+def softcap_ce_chunk_torch(logits: Tensor, targets: Tensor, loss_rows: Tensor, softcap: float, grad_scale: float,
+                           need_grad: bool, block_v: int | None = None) -> None:
+    """The reference for softcap_ce_chunk_triton, with its contract: loss_rows (n,) fp32 <- each row's loss;
+    logits (n, V), any float dtype, <- dL/dlogits * grad_scale if need_grad. fp32 math; block_v is unused."""
     t = torch.tanh(logits.float() / softcap)
     z = softcap * t
     lse = torch.logsumexp(z, dim=-1)
-    loss_sum = (lse - z.gather(1, targets[:, None]).squeeze(1)).sum()
-    if not need_grad:
-        return loss_sum, None
-    grad = torch.exp(z - lse[:, None])
-    grad.scatter_add_(1, targets[:, None], torch.full_like(grad[:, :1], -1.0))
-    return loss_sum, grad * ((1.0 - t * t) * scale)
-
-class ChunkedSoftcapCE(torch.autograd.Function):
-    """Mean softcapped cross entropy of x @ weight^T, gradients computed chunk by chunk in forward."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, targets: Tensor, softcap: float, chunk_tokens: int):
-        n = x.size(0)
-        w = weight.to(x.dtype)
-        grad_x = torch.empty_like(x)
-        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
-        loss_sum = torch.zeros((), dtype=torch.float32, device=x.device)
-        for start in range(0, n, chunk_tokens):
-            xc, tc = x[start : start + chunk_tokens], targets[start : start + chunk_tokens]
-            chunk_loss, grad = softcap_ce_chunk_torch(xc @ w.t(), tc, softcap, 1.0 / n, True)
-            grad = grad.to(x.dtype)
-            loss_sum = loss_sum + chunk_loss
-            grad_x[start : start + chunk_tokens] = grad @ w
-            grad_w += (grad.t() @ xc).float()
-        ctx.save_for_backward(grad_x, grad_w.to(weight.dtype))
-        return loss_sum / n
-
-    @staticmethod
-    def backward(ctx, grad_loss: Tensor):
-        grad_x, grad_w = ctx.saved_tensors
-        return grad_x * grad_loss.to(grad_x.dtype), grad_w * grad_loss.to(grad_w.dtype), None, None, None
-
-def softcap_ce_loss_torch(x: Tensor, weight: Tensor, targets: Tensor, softcap: float,
-                          chunk_tokens: int) -> Tensor:
-    """Chunked loss, PyTorch ops. x (N, d), weight (V, d), targets (N,) int64 -> mean loss, fp32."""
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        return ChunkedSoftcapCE.apply(x, weight, targets, softcap, chunk_tokens)
-    w = weight.to(x.dtype)
-    loss_sum = torch.zeros((), dtype=torch.float32, device=x.device)
-    for start in range(0, x.size(0), chunk_tokens):
-        logits = x[start : start + chunk_tokens] @ w.t()
-        loss_sum = loss_sum + softcap_ce_chunk_torch(logits, targets[start : start + chunk_tokens],
-                                                     softcap, 1.0, False)[0]
-    return loss_sum / x.size(0)
+    loss_rows.copy_(lse - z.gather(1, targets[:, None]).squeeze(1))
+    if need_grad:
+        grad = torch.exp(z - lse[:, None])
+        grad.scatter_add_(1, targets[:, None], torch.full_like(grad[:, :1], -1.0))
+        logits.copy_(grad * ((1.0 - t * t) * grad_scale))
 
 def softcap_ce_loss_naive(x: Tensor, weight: Tensor, targets: Tensor, softcap: float) -> Tensor:
     """The unchunked formula, for tests: holds all (N, V) logits."""
@@ -697,12 +691,16 @@ def softcap_ce_chunk_triton(logits: Tensor, targets: Tensor, loss_rows: Tensor, 
     _softcap_ce_kernel[(n,)](logits, targets, loss_rows, float(softcap), float(grad_scale), V=V, BLOCK_V=block_v,
                              NEED_GRAD=need_grad, FIXED_SHIFT=fixed_shift, num_warps=num_warps)
 
-# A custom op is opaque to torch.compile (inductor would otherwise trace into the loop and the
-# in-place kernel); its autograd formula only scales the gradients the forward pass computed.
+# One custom op for both chunk implementations. It is opaque to torch.compile (inductor would otherwise
+# trace into the loop and the in-place kernel); its autograd formula only scales the gradients the
+# forward pass computed.
+CHUNK_IMPLS = {"torch": softcap_ce_chunk_torch, "triton": softcap_ce_chunk_triton}
+
 @torch.library.custom_op("parameter_golf::softcap_ce", mutates_args=())
 def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, chunk_tokens: int,
-                  need_grad: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """(mean loss fp32, dL/dx (N, d), dL/dW (V, d) in weight's dtype); empty grads if not need_grad."""
+                  need_grad: bool, impl: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(mean loss fp32, per-token losses (N,) fp32, dL/dx (N, d), dL/dW (V, d) in weight's dtype); the
+    gradients are empty if not need_grad. impl: "torch" or "triton", the chunk function of each chunk."""
     n, V = x.size(0), weight.size(0)
     w = weight.to(x.dtype)  # (V, d): the cast the matmul would make, done once for every chunk
     logits = x.new_empty(min(chunk_tokens, n), V)  # one buffer for every chunk, then dL/dlogits
@@ -716,7 +714,7 @@ def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, ch
         end = min(start + chunk_tokens, n)
         xc, buf = x[start:end], logits[: end - start]
         torch.mm(xc, w.t(), out=buf)  # (n_c, V)
-        softcap_ce_chunk_triton(buf, targets[start:end], loss_rows[start:end], softcap, 1.0 / n, need_grad)
+        CHUNK_IMPLS[impl](buf, targets[start:end], loss_rows[start:end], softcap, 1.0 / n, need_grad)
         if need_grad:
             torch.mm(buf, w, out=grad_x[start:end])  # (n_c, d)
             if fp32_out:
@@ -724,31 +722,24 @@ def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, ch
             else:
                 grad_w += (buf.t() @ xc).float()
     grad_w = grad_w.to(weight.dtype) if need_grad else weight.new_empty(0)
-    return loss_rows.sum() / n, grad_x, grad_w
+    return loss_rows.sum() / n, loss_rows, grad_x, grad_w
 
 @softcap_ce_op.register_fake
-def _(x, weight, targets, softcap, chunk_tokens, need_grad):
-    return (x.new_empty((), dtype=torch.float32), x.new_empty(x.shape if need_grad else (0,)),
-            weight.new_empty(weight.shape if need_grad else (0,)))
+def _(x, weight, targets, softcap, chunk_tokens, need_grad, impl):
+    return (x.new_empty((), dtype=torch.float32), x.new_empty(x.size(0), dtype=torch.float32),
+            x.new_empty(x.shape if need_grad else (0,)), weight.new_empty(weight.shape if need_grad else (0,)))
 
 def _softcap_ce_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(output[1], output[2])
+    ctx.save_for_backward(output[2], output[3])
     ctx.set_materialize_grads(False)  # else autograd fills (N, d) and (V, d) zeros for the unused outputs
 
-def _softcap_ce_backward(ctx, grad_loss, _grad_grad_x, _grad_grad_w):
+def _softcap_ce_backward(ctx, grad_loss, _grad_rows, _grad_grad_x, _grad_grad_w):
     if grad_loss is None:
-        return None, None, None, None, None, None
+        return None, None, None, None, None, None, None
     grad_x, grad_w = ctx.saved_tensors
-    return grad_x * grad_loss.to(grad_x.dtype), grad_w * grad_loss.to(grad_w.dtype), None, None, None, None
+    return grad_x * grad_loss.to(grad_x.dtype), grad_w * grad_loss.to(grad_w.dtype), None, None, None, None, None
 
 softcap_ce_op.register_autograd(_softcap_ce_backward, setup_context=_softcap_ce_setup_context)
-
-def softcap_ce_loss_triton(x: Tensor, weight: Tensor, targets: Tensor, softcap: float,
-                           chunk_tokens: int) -> Tensor:
-    """softcap_ce_loss_torch with the fused kernel: x (N, d), weight (V, d), targets (N,) -> mean loss.
-    Gradient work only when autograd will ask for it (no_grad evaluation runs the forward alone)."""
-    need_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-    return softcap_ce_op(x, weight, targets, float(softcap), int(chunk_tokens), need_grad)[0]
 
 def resolve_loss_impl(requested: str, device: torch.device) -> tuple[str, str]:
     """LOSS_IMPL=auto picks Triton on CUDA; returns (impl, why) so the log says which path runs."""
@@ -765,10 +756,14 @@ def resolve_loss_impl(requested: str, device: torch.device) -> tuple[str, str]:
     return requested, "forced_by_LOSS_IMPL"
 
 def softcap_ce_loss(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, chunk_tokens: int,
-                    impl: str) -> Tensor:
-    if impl == "triton":
-        return softcap_ce_loss_triton(x, weight, targets, softcap, chunk_tokens)
-    return softcap_ce_loss_torch(x, weight, targets, softcap, chunk_tokens)
+                    impl: str, per_token: bool = False) -> Tensor:
+    """Mean softcapped cross entropy of x (N, d) @ weight (V, d)^T against targets (N,), fp32; per_token:
+    the (N,) losses, forward only. Gradient work only when autograd will ask for it."""
+    need_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+    if per_token and need_grad:
+        raise ValueError("per-token losses are forward-only: compute them under torch.no_grad()")
+    mean, rows, _, _ = softcap_ce_op(x, weight, targets, float(softcap), int(chunk_tokens), need_grad, impl)
+    return rows if per_token else mean
 
 # =================================================================================================
 # Model
@@ -924,9 +919,9 @@ class GPT(nn.Module):
             return x + skip
         return torch.lerp(skip, x, torch.sigmoid(self.skip_gates[i].to(x.dtype)))  # gate 0.5 at init
 
-    def forward(self, input_ids: Tensor, target_ids: Tensor) -> Tensor:
-        """input_ids, target_ids: (B, T) int64 -> mean cross entropy over all B*T tokens (fp32)."""
-        x = rms_norm(self.tok_emb(input_ids)).to(self.activation_dtype)  # (B, T, C)
+    def hidden(self, input_ids: Tensor) -> Tensor:
+        """input_ids (B, T) int64 -> the normed final hidden states (B, T, C) that the tied head reads."""
+        x = rms_norm(self.tok_emb(input_ids)).to(self.activation_dtype)
         x0, skips = x, []
         encoder, decoder = self.orders[self.looping]
         for i in encoder:
@@ -936,10 +931,17 @@ class GPT(nn.Module):
             if skips:
                 x = self.add_skip(x, skips.pop(), j)
             x = self.blocks[i](x, x0)
-        x = rms_norm(x).to(self.activation_dtype).reshape(-1, x.size(-1))  # (B*T, C)
+        return rms_norm(x).to(self.activation_dtype)
+
+    def loss(self, h: Tensor, target_ids: Tensor, per_token: bool = False) -> Tensor:
+        """Hidden states (..., C) and their targets (...) -> mean cross entropy (fp32), or each token's."""
         head = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
-        return softcap_ce_loss(x, head, target_ids.reshape(-1), self.logit_softcap, self.loss_chunk_tokens,
-                               self.loss_impl)
+        return softcap_ce_loss(h.reshape(-1, h.size(-1)), head, target_ids.reshape(-1), self.logit_softcap,
+                               self.loss_chunk_tokens, self.loss_impl, per_token)
+
+    def forward(self, input_ids: Tensor, target_ids: Tensor) -> Tensor:
+        """input_ids, target_ids: (B, T) int64 -> mean cross entropy over all B*T tokens (fp32)."""
+        return self.loss(self.hidden(input_ids), target_ids)
 
 # =================================================================================================
 # Optimizers
@@ -1116,48 +1118,66 @@ def load_validation(args: Hyperparameters, ctx: DistContext, sp) -> ValData:
         raise ConfigError(f"validation shards in {files[0].parent} hold token id {int(tokens.max())} >= "
                           f"VOCAB_SIZE={args.vocab_size}: they were made with another tokenizer.")
     luts = [t.to(ctx.device) for t in build_byte_luts(sp, args.vocab_size)]
-    batch_seqs = args.val_batch_size // (ctx.world_size * ctx.grad_accum_steps) // args.train_seq_len
-    return ValData(tokens[: usable + 1], *luts, args.train_seq_len, max(batch_seqs, 1))
+    batch_seqs = args.val_batch_size // (ctx.world_size * ctx.grad_accum_steps) // args.val_seq_len
+    return ValData(tokens[: usable + 1], *luts, args.val_seq_len, max(batch_seqs, 1))
 
 def check_validation_length(num_tokens: int, args: Hyperparameters, world_size: int, folder) -> int:
     """Tokens usable for validation (whole sequences); at least one sequence per rank."""
-    usable = (num_tokens - 1) // args.train_seq_len * args.train_seq_len
-    if usable < args.train_seq_len * world_size:
+    T, seq = args.val_seq_len, "EVAL_SEQ_LEN" if args.eval_seq_len else "TRAIN_SEQ_LEN"
+    usable = (num_tokens - 1) // T * T
+    if usable < T * world_size:
         raise ConfigError(f"the validation split ({num_tokens} tokens in {folder}) is shorter than one "
-                          f"TRAIN_SEQ_LEN={args.train_seq_len} sequence (+1) per rank: use more validation "
-                          "data or a smaller TRAIN_SEQ_LEN.")
+                          f"{seq}={T} sequence (+1) per rank: use more validation data or a smaller {seq}.")
     return usable
 
 @torch.no_grad()
-def evaluate(model: nn.Module, val: ValData, ctx: DistContext, autocast) -> tuple[float, float]:
-    """(val_loss in nats per token, val_bpb) over the whole split; each rank takes a contiguous part."""
-    T = val.seq_len
-    total_seqs = (val.tokens.numel() - 1) // T
-    first, last = total_seqs * ctx.rank // ctx.world_size, total_seqs * (ctx.rank + 1) // ctx.world_size
+def score_windows(model: GPT, val: ValData, ctx: DistContext, autocast, stride: int = 0) -> Tensor:
+    """(summed loss, scored tokens, their bytes), fp64, summed over ranks. Windows of val.seq_len tokens start
+    every `stride` tokens (0: every seq_len, no overlap); the first window scores all its tokens and each later
+    one its last `stride` (the rest is left context), so every token is scored exactly once, the tail too.
+    Ranks take contiguous runs of windows; a short last batch is padded with windows that score nothing,
+    so one compiled shape serves."""
+    T, total = val.seq_len, val.tokens.numel() - 1
+    context = T - (stride or T)
+    starts = torch.arange(0, total - context, stride or T)  # the last window still scores a token
+    starts = starts[len(starts) * ctx.rank // ctx.world_size : len(starts) * (ctx.rank + 1) // ctx.world_size]
+    batch = min(val.batch_seqs, len(starts))
+    hidden = getattr(model, "compiled_hidden", model.hidden)
     sums = torch.zeros(3, dtype=torch.float64, device=ctx.device)  # loss * tokens, tokens, bytes
     was_training = model.training
     model.eval()
-    for start in range(first, last, val.batch_seqs):
-        end = min(start + val.batch_seqs, last)
-        local = val.tokens[start * T : end * T + 1].to(ctx.device, non_blocking=True)
-        x, y = local[:-1].view(-1, T), local[1:].view(-1, T)
+    for i in range(0, len(starts), batch):
+        s = torch.cat([starts[i : i + batch], starts.new_full((batch - len(starts[i : i + batch]),), total)])
+        w = val.tokens[(s[:, None] + torch.arange(T + 1)).clamp_max(total)].to(ctx.device, non_blocking=True)
+        lo = 0 if s[0] == 0 else context  # only the split's first window scores its first tokens
+        x, y = w[:, :-1], w[:, lo + 1 :]
         with autocast():
-            loss = model(x, y)
-        sums[0] += loss.double() * y.numel()
-        sums[1] += y.numel()
-        sums[2] += target_bytes(x, y, val).sum()
+            losses = model.loss(hidden(x)[:, lo:], y, per_token=True).view(batch, T - lo)
+        s, pos = s.to(ctx.device)[:, None], torch.arange(lo, T, device=ctx.device)
+        scored = (pos >= torch.where(s == 0, 0, context)) & (s + pos < total)
+        sums += torch.stack([(losses.double() * scored).sum(), scored.sum(),
+                             (target_bytes(x[:, lo:], y, val) * scored).sum()])
     if ctx.distributed:
         dist.all_reduce(sums)
     model.train(was_training)
-    val_loss = (sums[0] / sums[1]).item()
-    bits_per_token = val_loss / math.log(2.0)
-    return val_loss, bits_per_token * (sums[1] / sums[2]).item()
+    return sums
+
+def evaluate(model: GPT, val: ValData, ctx: DistContext, autocast, stride: int = 0) -> tuple[float, float]:
+    """(val_loss in nats per token, val_bpb) over the whole split."""
+    loss_sum, tokens, num_bytes = score_windows(model, val, ctx, autocast, stride).tolist()
+    return loss_sum / tokens, loss_sum / tokens / math.log(2.0) * tokens / num_bytes
 
 # =================================================================================================
-# Export: int8 + zlib, and the round trip that the score is measured after
-# Float tensors larger than 65,536 elements become int8 with one fp16 scale per row (clipped at a
-# high percentile of |w| so one outlier does not waste the row's range); smaller tensors stay
-# fp16, control tensors fp32 (they are few and sensitive). zlib level 9 compresses the result.
+# Export: quantize -> compress -> artifact, and the round trip that the score is measured after
+# Float tensors larger than 65,536 elements get one fp16 scale per row and integer codes of
+# MATRIX_BITS (EMBED_BITS for the embedding), stored one per int8. The step comes from a clip per
+# row: by default (int8) a high percentile of |w|, so one outlier does not waste the row's range;
+# with *_CLIP_SIGMAS > 0 (the record's SD clip) k * std(row) / (2^(bits-1) - 1). Rounding is to
+# nearest, or with GPTQ_CALIBRATION_BATCHES > 0 GPTQ: columns are rounded one at a time and each
+# error is spread over the columns not yet rounded, weighted by the Hessian X^T X of the layer's
+# inputs on training tokens. Smaller tensors stay fp16 (control tensors fp32 in the int8 format).
+# The artifact is a header line (JSON: format, bits, compressor, model shape) and the compressed
+# torch.save payload, its bytes shuffled by plane for lzma and brotli.
 # =================================================================================================
 
 QUANT_KEEP_FLOAT_MAX_NUMEL = 65_536
@@ -1167,24 +1187,68 @@ QUANT_MAX = 127
 # rows then use only a few dozen int8 levels, which zlib packs far better (the reference run's
 # 17M-parameter model: about 11.6 MB instead of 15.8 MB) for a round-trip cost of a few 0.001 bpb.
 QUANT_MIN_SCALE = 1.0 / QUANT_MAX
+GPTQ_BLOCK = 128  # columns rounded before their error reaches the rest in one matmul
 ARTIFACT_LIMIT_BYTES = 16_000_000
+ARTIFACT_MAGIC = b"parameter-golf artifact v1\n"
+BYTE_SHUFFLE = {"zlib": 1, "lzma": 2, "brotli": 2}  # planes: 2 puts the fp16 scales' high bytes together
+MODEL_FIELDS = ("vocab_size num_layers model_dim embedding_dim num_heads num_kv_heads mlp_mult mlp_act tie_embeddings "
+                "rope_base rope_dims logit_softcap xsa_last_n ln_scale skip_gates_enabled parallel_residual_start "
+                "num_loops loop_start loop_end").split()
 
-def quantize_state_dict(state_dict: dict[str, Tensor]) -> dict:
+def gptq_round(w: Tensor, hessian: Tensor, scale: Tensor, qmax: int) -> Tensor:
+    """GPTQ codes of w (rows, cols) fp32 for per-row steps scale (rows, 1), given H = X^T X (cols, cols) of
+    its inputs. Columns go in order of decreasing H diagonal; the upper Cholesky factor U of H^-1 gives
+    each column's error weight, as in Frantar et al. 2022. Dead inputs (H_ii = 0) are zeroed."""
+    H = hessian.clone()
+    dead = H.diagonal() == 0
+    H[dead, dead] = 1.0
+    H.diagonal().add_(0.01 * H.diagonal().mean())  # dampening: H stays positive definite
+    perm = torch.argsort(H.diagonal(), descending=True)
+    w = w[:, perm].clone()
+    w[:, dead[perm]] = 0.0
+    U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H[perm][:, perm])), upper=True)
+    q = torch.empty_like(w, dtype=torch.int8)
+    for i in range(0, w.size(1), GPTQ_BLOCK):
+        j = min(i + GPTQ_BLOCK, w.size(1))
+        block, err = w[:, i:j], torch.empty_like(w[:, i:j])  # block is a view: updated in place
+        for c in range(j - i):
+            qc = torch.clamp(torch.round(block[:, c] / scale[:, 0]), -qmax, qmax)
+            q[:, i + c] = qc.to(torch.int8)
+            err[:, c] = (block[:, c] - qc * scale[:, 0]) / U[i + c, i + c]
+            block[:, c:] -= err[:, c : c + 1] * U[i + c, i + c : j]
+        w[:, j:] -= err @ U[i:j, j:]
+    return q[:, torch.argsort(perm)]
+
+def quantize_rows(w: Tensor, bits: int, clip_sigmas: float, hessian: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """(int8 codes, fp16 scale per row) of w (rows, cols), on w's device."""
+    qmax = 2 ** (bits - 1) - 1
+    if clip_sigmas > 0:
+        scale = (clip_sigmas * w.std(dim=1) / qmax).clamp_min(1e-10).half()
+    else:  # the int8 reference: clamp at the quantile, then round
+        clip = torch.quantile(w.abs(), QUANT_CLIP_QUANTILE, dim=1)
+        scale = (clip / qmax).clamp_min(QUANT_MIN_SCALE).half()
+        w = torch.clamp(w, -clip[:, None], clip[:, None])
+    s = scale.float()[:, None]  # stored in fp16: round with that
+    if hessian is not None:
+        return gptq_round(w, hessian.to(w.device), s, qmax), scale
+    return torch.clamp(torch.round(w / s), -qmax, qmax).to(torch.int8), scale
+
+def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, hessians: dict | None = None) -> dict:
+    """The payload: codes and scales of the large tensors, the small ones kept. With hessians (GPTQ), each
+    large tensor is rounded on the device of its Hessian; otherwise on the CPU."""
     quantized, scales, kept = {}, {}, {}
     for name, tensor in state_dict.items():
-        t = tensor.detach().to("cpu")
+        t = tensor.detach().to("cpu" if not hessians else next(iter(hessians.values())).device)
         if not t.is_floating_point():
-            kept[name] = t
+            kept[name] = t.cpu()
         elif t.numel() <= QUANT_KEEP_FLOAT_MAX_NUMEL:
-            kept[name] = t.float() if is_control_tensor(name) else t.half()
+            kept[name] = (t.float() if is_control_tensor(name) and args.matrix_clip_sigmas == 0 else t.half()).cpu()
         else:
-            t32 = t.float().reshape(t.size(0), -1)  # (rows, cols); rows are output channels
-            clip = torch.quantile(t32.abs(), QUANT_CLIP_QUANTILE, dim=1)
-            scale = (clip / QUANT_MAX).clamp_min(QUANT_MIN_SCALE).half()  # stored in fp16: round with that
-            q = torch.round(torch.clamp(t32, -clip[:, None], clip[:, None]) / scale.float()[:, None])
-            quantized[name] = q.clamp(-QUANT_MAX, QUANT_MAX).to(torch.int8).reshape(t.shape)
-            scales[name] = scale
-    return {"format": "int8_per_row_v1", "quantized": quantized, "scales": scales, "kept": kept}
+            embed = name.startswith("tok_emb")
+            bits, sigmas = (args.embed_bits, args.embed_clip_sigmas) if embed else (args.matrix_bits, args.matrix_clip_sigmas)
+            q, scale = quantize_rows(t.float().reshape(t.size(0), -1), bits, sigmas, (hessians or {}).get(name))
+            quantized[name], scales[name] = q.reshape(t.shape).cpu(), scale.cpu()
+    return {"quantized": quantized, "scales": scales, "kept": kept}
 
 def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:
     out = dict(obj["kept"])
@@ -1193,17 +1257,88 @@ def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:
         out[name] = (q.float().reshape(q.size(0), -1) * scale[:, None]).reshape(q.shape)
     return out
 
-def save_artifact(model: nn.Module, path: str) -> int:
-    """Quantize, compress and write atomically; returns the compressed size in bytes."""
-    buffer = io.BytesIO()
-    torch.save(quantize_state_dict(model.state_dict()), buffer)
-    blob = zlib.compress(buffer.getvalue(), level=9)
-    write_atomic(path, blob)
-    return len(blob)
+@torch.no_grad()
+def collect_hessians(model: GPT, args: Hyperparameters, ctx: DistContext, autocast) -> dict[str, Tensor]:
+    """H = X^T X of the inputs of every quantized matrix over GPTQ_CALIBRATION_BATCHES micro-batches of a fresh
+    *training* loader (never a validation token), summed over ranks. The tied embedding's X are the final
+    hidden states it reads as the output head. Looped blocks add each pass."""
+    hessians: dict[str, Tensor] = {}
+    def add(name: str, x: Tensor) -> None:
+        x = x.detach().reshape(-1, x.size(-1)).float()
+        hessians.setdefault(name, x.new_zeros(x.size(1), x.size(1))).addmm_(x.T, x)
+    hooks = [m.register_forward_hook(lambda m, inputs, out, name=n + ".weight": add(name, inputs[0]))
+             for n, m in model.named_modules() if isinstance(m, CastedLinear) and m.weight.numel() > QUANT_KEEP_FLOAT_MAX_NUMEL]
+    loader = make_train_loader(args, ctx)
+    for _ in range(args.gptq_calibration_batches):
+        x, _ = loader.next_batch(args.train_batch_tokens // GRAD_ACCUM_TOTAL, args.train_seq_len)
+        with autocast():
+            h = model.hidden(x)
+        if model.lm_head is None:
+            add("tok_emb.weight", h)
+    for hook in hooks:
+        hook.remove()
+    for H in hessians.values() if ctx.distributed else []:
+        dist.all_reduce(H)
+    return hessians
 
-def load_artifact(path: str) -> dict[str, Tensor]:
+def compress(data: bytes, compressor: str) -> bytes:
+    planes = BYTE_SHUFFLE[compressor]
+    if planes > 1:  # byte k of every planes-byte word together: [b0 b2 b4 ... | b1 b3 b5 ...]
+        data = np.frombuffer(data + bytes(-len(data) % planes), np.uint8).reshape(-1, planes).T.tobytes()
+    if compressor == "brotli":
+        return import_brotli().compress(data, quality=11)
+    return lzma.compress(data, preset=9 | lzma.PRESET_EXTREME) if compressor == "lzma" else zlib.compress(data, level=9)
+
+def decompress(blob: bytes, compressor: str, planes: int, size: int) -> bytes:
+    data = {"zlib": zlib.decompress, "lzma": lzma.decompress}.get(compressor, lambda b: import_brotli().decompress(b))(blob)
+    return np.frombuffer(data, np.uint8).reshape(planes, -1).T.tobytes()[:size] if planes > 1 else data
+
+def import_brotli():
+    try:
+        import brotli
+    except ImportError:
+        raise ConfigError("COMPRESSOR=brotli needs the optional brotli package: pip install brotli "
+                          "(or use COMPRESSOR=lzma, in the standard library).") from None
+    return brotli
+
+def artifact_header(args: Hyperparameters, weights: str, looping: bool) -> dict:
+    return dict(matrix_bits=args.matrix_bits, embed_bits=args.embed_bits, matrix_clip_sigmas=args.matrix_clip_sigmas,
+                embed_clip_sigmas=args.embed_clip_sigmas, gptq_calibration_batches=args.gptq_calibration_batches,
+                compressor=args.compressor, byte_shuffle=BYTE_SHUFFLE[args.compressor], weights=weights,
+                looping=looping, model={f: getattr(args, f) for f in MODEL_FIELDS})
+
+def payload_bytes(obj: dict) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+def save_artifact(obj: dict, header: dict, path: str) -> tuple[int, int]:
+    """Header line + compressed payload, written atomically; returns (raw payload bytes, file bytes)."""
+    raw = payload_bytes(obj)
+    header = dict(header, payload_bytes=len(raw))
+    blob = ARTIFACT_MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + compress(raw, header["compressor"])
+    write_atomic(path, blob)
+    return len(raw), len(blob)
+
+def load_artifact(path: str) -> tuple[dict, dict[str, Tensor]]:
+    """(header, state dict) of an artifact; the header says how to decompress, never a guess."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"ARTIFACT_PATH={path}: no such file. Point it at the .ptz a run wrote (its log's "
+                                "artifact: line names it).")
     blob = Path(path).read_bytes()
-    return dequantize_state_dict(torch.load(io.BytesIO(zlib.decompress(blob)), map_location="cpu"))
+    if not blob.startswith(ARTIFACT_MAGIC):
+        raise ConfigError(f"ARTIFACT_PATH={path} is not an artifact of this script (no '{ARTIFACT_MAGIC.decode().strip()}' "
+                          "header; artifacts from before the header, or another script's, cannot be read): re-export it.")
+    line, payload = blob[len(ARTIFACT_MAGIC) :].split(b"\n", 1)
+    header = json.loads(line)
+    raw = decompress(payload, header["compressor"], header["byte_shuffle"], header["payload_bytes"])
+    return header, dequantize_state_dict(torch.load(io.BytesIO(raw), map_location="cpu"))
+
+def check_artifact_matches(header: dict, args: Hyperparameters, path: str) -> None:
+    diff = [f"{f.upper()}={v} (config: {getattr(args, f)})" for f, v in header["model"].items() if getattr(args, f) != v]
+    if diff:
+        raise ConfigError(f"ARTIFACT_PATH={path} holds another model: {', '.join(diff)}. Set these variables as the run "
+                          "that made it did (its log's config: line has them all).")
 
 # =================================================================================================
 # Training
@@ -1219,8 +1354,8 @@ NO_BAD_STEP = 2**62  # "no non-finite loss seen yet", kept on the device to avoi
 
 def training_fraction(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
     """How far training is: the share of the wallclock cap used, or without a cap of ITERATIONS."""
-    if args.max_wallclock_seconds > 0:
-        return elapsed_ms / (1000.0 * args.max_wallclock_seconds)
+    if args.train_cap_ms > 0:
+        return elapsed_ms / args.train_cap_ms
     return step / max(args.iterations, 1)
 
 def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
@@ -1229,12 +1364,12 @@ def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
         mult = (1.0 - frac) / args.warmdown_frac if frac >= 1.0 - args.warmdown_frac else 1.0
     elif args.warmdown_iters <= 0:
         mult = 1.0
-    elif args.max_wallclock_seconds <= 0:
+    elif args.train_cap_ms <= 0:
         warmdown_start = max(args.iterations - args.warmdown_iters, 0)
         mult = (args.iterations - step) / args.warmdown_iters if step >= warmdown_start else 1.0
     else:
         warmdown_ms = args.warmdown_iters * elapsed_ms / max(step, 1)
-        remaining_ms = max(1000.0 * args.max_wallclock_seconds - elapsed_ms, 0.0)
+        remaining_ms = max(args.train_cap_ms - elapsed_ms, 0.0)
         mult = remaining_ms / max(warmdown_ms, 1e-9) if remaining_ms <= warmdown_ms else 1.0
     return max(mult, args.min_lr)
 
@@ -1317,10 +1452,10 @@ def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
         raise FloatingPointError(f"train_loss is not finite at step {step}: lower the learning rates "
                                  "(MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM.")
 
-def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logger) -> tuple[int, EMA | None]:
+def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logger) -> tuple[int, EMA | None, float]:
     loader = make_train_loader(args, ctx)
     ema = EMA(base_model, args.ema_decay) if args.ema_decay > 0 else None
-    max_ms = 1000.0 * args.max_wallclock_seconds if args.max_wallclock_seconds > 0 else None
+    max_ms = args.train_cap_ms or None
     training_ms, stop_after, step = 0.0, None, 0
     bad_step = torch.full((), NO_BAD_STEP, dtype=torch.int64, device=ctx.device)
     sync(ctx.device)
@@ -1372,29 +1507,56 @@ def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logg
                        tokens_per_s=f"{step * args.train_batch_tokens / (elapsed_ms / 1000):.0f}")
     if stop_after is not None and stop_after < args.iterations:
         logger.log(stopping_early="wallclock_cap", train_time=f"{training_ms:.0f}ms", step=f"{step}/{args.iterations}")
-    return step, ema
+    return step, ema, training_ms
 
-def export_and_roundtrip(base_model, args, ctx, autocast, val: ValData, logger, weights: str) -> tuple[float, float]:
-    """Rank 0 writes the artifact; every rank loads it back and the score is evaluated on that."""
+def export(base_model: GPT, args: Hyperparameters, ctx: DistContext, autocast, logger, weights: str, train_ms: float) -> None:
+    """GPTQ's Hessians (every rank) and rounding (rank 0), timed as part of training; rank 0 writes the artifact."""
+    sync(ctx.device)
+    t0 = time.perf_counter()
+    hessians = collect_hessians(base_model, args, ctx, autocast) if args.gptq_calibration_batches > 0 else None
     if ctx.is_main:
+        obj = quantize_state_dict(base_model.state_dict(), args, hessians)
+        if hessians is not None:
+            sync(ctx.device)
+            gptq_ms, cap_ms = 1000 * (time.perf_counter() - t0), 1000 * args.max_wallclock_seconds
+            logger.log(gptq_hessians=len(hessians), calibration_tokens=args.gptq_calibration_batches *
+                       args.train_batch_tokens // ctx.grad_accum_steps, gptq_time=f"{gptq_ms:.0f}ms", train_plus_gptq_time=
+                       f"{train_ms + gptq_ms:.0f}ms", within_cap="yes" if not cap_ms or train_ms + gptq_ms <= cap_ms else "NO")
         if Path(args.artifact_path).exists():  # an earlier run's, named by its sha256 in that run's log: keep it
             os.replace(args.artifact_path, moved := f"{args.artifact_path}.{file_sha256(args.artifact_path)[:12]}")
             logger.log(artifact_previous_moved_to=moved)
-        model_bytes = save_artifact(base_model, args.artifact_path)
-        code_bytes = len(Path(__file__).read_bytes())
-        total = code_bytes + model_bytes
-        logger.log(artifact=args.artifact_path, sha256=file_sha256(args.artifact_path), code_bytes=code_bytes,
-                   model_bytes=model_bytes, total_bytes=total,
-                   limit_bytes=ARTIFACT_LIMIT_BYTES, within_limit="yes" if total <= ARTIFACT_LIMIT_BYTES else "NO")
+        raw_bytes, model_bytes = save_artifact(obj, artifact_header(args, weights, base_model.looping), args.artifact_path)
+        log_artifact(args, logger, model_bytes, raw_bytes)
     if ctx.distributed:
         dist.barrier()
-    base_model.load_state_dict(load_artifact(args.artifact_path), strict=True)
-    sync(ctx.device)
-    t0 = time.perf_counter()
-    val_loss, val_bpb = evaluate(base_model, val, ctx, autocast)
-    logger.log(roundtrip_val_loss=val_loss, roundtrip_val_bpb=val_bpb, weights=weights, eval_time=f"{1000 * (time.perf_counter() - t0):.0f}ms")
-    logger.text(f"final_int8_zlib_roundtrip_exact val_loss:{val_loss:.8f} val_bpb:{val_bpb:.8f}")
-    return val_loss, val_bpb
+
+def log_artifact(args: Hyperparameters, logger, model_bytes: int, raw_bytes: int) -> None:
+    code_bytes = len(Path(__file__).read_bytes())
+    total = code_bytes + model_bytes
+    logger.log(artifact=args.artifact_path, sha256=file_sha256(args.artifact_path), code_bytes=code_bytes,
+               model_bytes=model_bytes, total_bytes=total, limit_bytes=ARTIFACT_LIMIT_BYTES,
+               within_limit="yes" if total <= ARTIFACT_LIMIT_BYTES else "NO", payload_raw_bytes=raw_bytes,
+               compression_ratio=f"{raw_bytes / model_bytes:.3f}")
+
+def score_artifact(base_model: GPT, args: Hyperparameters, ctx: DistContext, autocast, val: ValData, logger) -> None:
+    """Rebuild the weights from the artifact on disk and score them: the final lines, named by the artifact's
+    format (final_int8_zlib_roundtrip_exact for the defaults; with EVAL_STRIDE, a sliding_window line after)."""
+    header, state = load_artifact(args.artifact_path)
+    check_artifact_matches(header, args, args.artifact_path)
+    if args.eval_only:
+        log_artifact(args, logger, Path(args.artifact_path).stat().st_size, header["payload_bytes"])
+    base_model.load_state_dict(state, strict=True)
+    base_model.looping = header["looping"]
+    for kind, stride in [("roundtrip", 0)] + [("sliding_window", args.eval_stride)] * (args.eval_stride > 0):
+        sync(ctx.device)
+        t0 = time.perf_counter()
+        val_loss, val_bpb = evaluate(base_model, val, ctx, autocast, stride)
+        eval_ms = 1000 * (time.perf_counter() - t0)
+        window = dict(eval_stride=stride, eval_seq_len=val.seq_len) if stride else {}
+        logger.log(**{f"{kind}_val_loss": val_loss, f"{kind}_val_bpb": val_bpb}, weights=header["weights"], **window,
+                   eval_time=f"{eval_ms:.0f}ms", eval_time_8gpu_est=f"{eval_ms * ctx.world_size / 8:.0f}ms")
+        logger.text(f"final_int{header['matrix_bits']}_{header['compressor']}_{kind}_exact val_loss:{val_loss:.8f} "
+                    f"val_bpb:{val_bpb:.8f}")
 
 # =================================================================================================
 # main
@@ -1402,7 +1564,10 @@ def export_and_roundtrip(base_model, args, ctx, autocast, val: ValData, logger, 
 
 def check_inputs(args: Hyperparameters, world_size: int) -> Path:
     """Everything that can be checked before a process group or a GPU is touched; returns the log path."""
-    check_train_shards(args.train_pattern, args.vocab_size)
+    if not args.eval_only:
+        check_train_shards(args.train_pattern, args.vocab_size)
+    if args.compressor == "brotli":
+        import_brotli()
     val_files = find_shards(args.val_pattern, "validation")
     check_validation_length(sum(read_shard_header(p, args.vocab_size) for p in val_files), args, world_size, val_files[0].parent)
     load_tokenizer(args.tokenizer_path, args.vocab_size)
@@ -1441,16 +1606,22 @@ def run(args: Hyperparameters, ctx: DistContext, logger: Logger) -> None:
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if on_cuda else contextlib.nullcontext
     torch.manual_seed(args.seed)
     base_model = GPT(args, loss_impl, torch.bfloat16 if on_cuda else torch.float32).to(ctx.device)
-    logger.log(model_params=sum(p.numel() for p in base_model.parameters()), val_tokens=val.tokens.numel() - 1,
-               loss_chunk_tokens=base_model.loss_chunk_tokens)
     use_compile = args.compile and on_cuda
+    if use_compile:  # scoring's forward pass, without the loss; one shape per window length
+        base_model.compiled_hidden = torch.compile(base_model.hidden, dynamic=False, fullgraph=True)
+    if args.eval_only:
+        return score_artifact(base_model, args, ctx, autocast, val, logger)
+    raw_bytes, code_bytes = len(payload_bytes(quantize_state_dict(base_model.state_dict(), args))), len(Path(__file__).read_bytes())
+    logger.log(model_params=sum(p.numel() for p in base_model.parameters()), payload_raw_bytes=raw_bytes, code_bytes=code_bytes,
+               limit_bytes=ARTIFACT_LIMIT_BYTES, compression_needed=f"{raw_bytes / max(ARTIFACT_LIMIT_BYTES - code_bytes, 1):.2f}x",
+               val_tokens=val.tokens.numel() - 1, loss_chunk_tokens=base_model.loss_chunk_tokens)
     model = torch.compile(base_model, dynamic=False, fullgraph=True) if use_compile else base_model
     if ctx.distributed:
         model = nn.parallel.DistributedDataParallel(model, device_ids=[ctx.local_rank] if on_cuda else None)
     orthogonalize = torch.compile(newton_schulz_orthogonalize) if use_compile else None
     optimizers = build_optimizers(base_model, args, orthogonalize)
     warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logger)
-    steps, ema = train(model, base_model, optimizers, args, ctx, autocast, val, logger)
+    steps, ema, train_ms = train(model, base_model, optimizers, args, ctx, autocast, val, logger)
     if on_cuda:
         logger.log(peak_memory_allocated=f"{torch.cuda.max_memory_allocated() // 2**20}MiB",
                    peak_memory_reserved=f"{torch.cuda.max_memory_reserved() // 2**20}MiB", steps=steps)
@@ -1458,7 +1629,8 @@ def run(args: Hyperparameters, ctx: DistContext, logger: Logger) -> None:
         ema.copy_to_model()
         val_loss, val_bpb = evaluate(base_model, val, ctx, autocast)
         logger.log(step=f"{steps}/{args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights="ema")
-    export_and_roundtrip(base_model, args, ctx, autocast, val, logger, "raw" if ema is None else "ema")
+    export(base_model, args, ctx, autocast, logger, "raw" if ema is None else "ema", train_ms)
+    score_artifact(base_model, args, ctx, autocast, val, logger)
 
 def main() -> None:
     def raise_interrupt(signum, frame):  # SIGINT and SIGTERM alike: unwind, log the step reached, clean up

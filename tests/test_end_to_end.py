@@ -152,7 +152,7 @@ def test_the_artifact_is_the_model_that_was_scored(one_process, tiny_data):
     config = json.loads(next(line for line in run.lines if line.startswith("config:"))[len("config:"):])
     args = train_gpt.Hyperparameters(**config)
     model = train_gpt.GPT(args)
-    model.load_state_dict(train_gpt.load_artifact(str(run.artifact_path)), strict=True)
+    model.load_state_dict(train_gpt.load_artifact(str(run.artifact_path))[1], strict=True)
     ctx = train_gpt.DistContext(0, 1, 0, torch.device("cpu"), train_gpt.GRAD_ACCUM_TOTAL)
     val = train_gpt.load_validation(args, ctx, tiny_data.sp)
     val_loss, val_bpb = train_gpt.evaluate(model, val, ctx, contextlib.nullcontext)

@@ -217,7 +217,7 @@ def test_an_interrupted_save_leaves_no_temp_file_and_the_old_artifact(tmp_path, 
 
     monkeypatch.setattr(train_gpt.os, "replace", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        train_gpt.save_artifact(train_gpt.nn.Linear(4, 3), str(path))
+        train_gpt.save_artifact({"w": train_gpt.torch.ones(3)}, {"compressor": "zlib"}, str(path))
     assert os.listdir(tmp_path) == [path.name] and path.read_bytes() == b"an earlier run's artifact"
 
 

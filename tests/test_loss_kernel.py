@@ -54,11 +54,11 @@ def naive(x, weight, targets):
 
 
 def torch_ref(chunk):
-    return lambda x, weight, targets: tg.softcap_ce_loss_torch(x, weight, targets, SOFTCAP, chunk)
+    return lambda x, weight, targets: tg.softcap_ce_loss(x, weight, targets, SOFTCAP, chunk, "torch")
 
 
 def triton_loss(chunk):
-    return lambda x, weight, targets: tg.softcap_ce_loss_triton(x, weight, targets, SOFTCAP, chunk)
+    return lambda x, weight, targets: tg.softcap_ce_loss(x, weight, targets, SOFTCAP, chunk, "triton")
 
 
 def assert_close(got, want, loss_tol, grad_tol):
@@ -98,7 +98,9 @@ def test_kernel_chunk_matches_torch_chunk(dtype, block_v, saturated, softcap):
     logits = torch.randn(37, V, generator=gen) * softcap / 10
     logits = (saturate(logits) if saturated else logits).to(DEVICE, dtype)
     targets = torch.randint(0, V, (37,), generator=gen).to(DEVICE)
-    want_loss, want_grad = tg.softcap_ce_chunk_torch(logits, targets, softcap, 0.25, True)
+    want_grad, want_rows = logits.float().clone(), torch.empty(37, device=DEVICE)
+    tg.softcap_ce_chunk_torch(want_grad, targets, want_rows, softcap, 0.25, True)
+    want_loss = want_rows.sum()
     for need_grad in (False, True):
         buf, loss_rows = logits.clone(), torch.empty(37, device=DEVICE)
         tg.softcap_ce_chunk_triton(buf, targets, loss_rows, softcap, 0.25, need_grad, block_v)
@@ -168,7 +170,7 @@ def test_triton_loss_forward_only_under_no_grad():
     x, weight, targets = make_inputs(torch.bfloat16)
     with torch.no_grad():
         loss = triton_loss(50)(x, weight, targets)
-        _, grad_x, grad_w = tg.softcap_ce_op(x, weight, targets, SOFTCAP, 50, False)
+        _, rows, grad_x, grad_w = tg.softcap_ce_op(x, weight, targets, SOFTCAP, 50, False, "triton")
     assert not loss.requires_grad and grad_x.numel() == 0 and grad_w.numel() == 0
     want = loss_and_grads(triton_loss(50), x, weight, targets)[0]
     assert abs(loss.item() - want.item()) <= 1e-6 * want.item()  # same kernel, same order of sums
@@ -189,7 +191,9 @@ def test_triton_loss_gradient_to_weight_only():
 def test_custom_op_registration():
     """Fake (meta) outputs match the real ones and autograd is registered: what torch.compile uses."""
     x, weight, targets = make_inputs(torch.float32, n=20, vocab=70, d=8)
-    torch.library.opcheck(tg.softcap_ce_op, (x, weight, targets, SOFTCAP, 8, True),
+    torch.library.opcheck(tg.softcap_ce_op, (x, weight, targets, SOFTCAP, 8, True, "torch"),
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+    torch.library.opcheck(tg.softcap_ce_op, (x, weight, targets, SOFTCAP, 8, True, "triton"),
                           test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
 
 
@@ -202,7 +206,7 @@ def test_triton_loss_inside_torch_compile_fullgraph():
 
     def step(x, weight, targets):
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            return tg.softcap_ce_loss_triton((x * 2.0).bfloat16(), weight, targets, SOFTCAP, 1000)
+            return tg.softcap_ce_loss((x * 2.0).bfloat16(), weight, targets, SOFTCAP, 1000, "triton")
 
     got = loss_and_grads(torch.compile(step, fullgraph=True), x, weight, targets, grad_output=0.5)
     assert_close(got, loss_and_grads(step, x, weight, targets, grad_output=0.5), 1e-6, 1e-6)
@@ -210,3 +214,16 @@ def test_triton_loss_inside_torch_compile_fullgraph():
     assert_close(got, want, BF16_LOSS_TOL, BF16_GRAD_TOL)
     with torch.no_grad():
         assert abs(torch.compile(step, fullgraph=True)(x, weight, targets).item() / got[0].item() - 1) < 1e-6
+
+
+@pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=needs_triton)])
+def test_per_token_losses_match_naive(impl):
+    """What scoring reads: each token's loss, in order, over ragged chunks; forward only."""
+    x, weight, targets = make_inputs(torch.float32)
+    z = SOFTCAP * torch.tanh((x @ weight.t()).float() / SOFTCAP)
+    want = torch.nn.functional.cross_entropy(z, targets, reduction="none")
+    with torch.no_grad():
+        rows = tg.softcap_ce_loss(x, weight, targets, SOFTCAP, 50, impl, per_token=True)
+    assert rows.shape == (N,) and rel(rows, want) <= FP32_TOL
+    with pytest.raises(ValueError, match="forward-only"):
+        tg.softcap_ce_loss(x, weight, targets, SOFTCAP, 50, impl, per_token=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import _thread
 import contextlib
 import io
+import json
 import math
 import os
 import re
@@ -496,15 +497,19 @@ def test_target_bytes_count_the_utf8_bytes_of_the_decoded_text(tiny_data, which)
 
 
 class LossStub(nn.Module):
-    """Returns a loss computed from the targets alone and records the mode it was called in."""
+    """Per-token losses computed from the targets alone; records the mode the forward pass ran in."""
 
     def __init__(self, loss_of_targets):
         super().__init__()
         self.loss_of_targets, self.modes = loss_of_targets, []
 
-    def forward(self, x, y):
+    def hidden(self, x):
         self.modes.append(self.training)
-        return self.loss_of_targets(y)
+        return x[..., None].float()
+
+    def loss(self, h, y, per_token=False):
+        assert per_token and h.shape[:2] == y.shape
+        return self.loss_of_targets(y).reshape(-1)
 
 
 def test_evaluate_gives_bits_per_byte_of_the_decoded_validation_text(tiny_data, tmp_path):
@@ -514,7 +519,7 @@ def test_evaluate_gives_bits_per_byte_of_the_decoded_validation_text(tiny_data, 
                                              VAL_BATCH_SIZE=8 * n))
     val = train_gpt.load_validation(args, dist_context(), tiny_data.sp)
     assert val.tokens.numel() == n + 1
-    model = LossStub(lambda y: torch.tensor(2.5))
+    model = LossStub(lambda y: torch.full(y.shape, 2.5))
     model.train()
     val_loss, val_bpb = train_gpt.evaluate(model, val, dist_context(), contextlib.nullcontext)
     text_bytes = sum(len(tiny_data.sp.decode(tiny_data.sp.encode(doc)).encode("utf-8")) for doc in tiny_data.val_docs)
@@ -527,7 +532,7 @@ def test_evaluate_weights_every_token_equally_across_uneven_batches(tiny_data, t
     args = Hyperparameters.from_env(tiny_env(tiny_data, tmp_path, TRAIN_SEQ_LEN=64, VAL_BATCH_SIZE=8 * 64 * 5))
     val = train_gpt.load_validation(args, dist_context(), tiny_data.sp)
     assert val.batch_seqs == 5 and ((val.tokens.numel() - 1) // 64) % 5 != 0  # the last batch is short
-    model = LossStub(lambda y: y.double().mean())  # per-batch mean of the target ids
+    model = LossStub(lambda y: y.double())  # each token's loss is its target id
     val_loss, val_bpb = train_gpt.evaluate(model, val, dist_context(), contextlib.nullcontext)
     targets = val.tokens[1:]
     assert val_loss == pytest.approx(targets.double().mean().item(), rel=1e-12)
@@ -553,7 +558,7 @@ def weights_with_outliers() -> torch.Tensor:
 
 
 def quantization_errors(w: torch.Tensor):
-    obj = train_gpt.quantize_state_dict({"w": w})
+    obj = train_gpt.quantize_state_dict({"w": w}, Hyperparameters())
     restored = train_gpt.dequantize_state_dict(obj)["w"]
     scale = obj["scales"]["w"].float()[:, None]  # the step as stored
     clip = torch.quantile(w.abs(), train_gpt.QUANT_CLIP_QUANTILE, dim=1)[:, None]
@@ -589,7 +594,7 @@ def test_small_tensors_stay_fp16_control_tensors_fp32_and_non_floats_pass_throug
              "blocks.0.mlp.fc.weight": torch.randn(128, 64, generator=g),
              "at_the_limit": torch.randn(256, 256, generator=g), "over_the_limit": torch.randn(257, 256, generator=g),
              "counts": torch.tensor([3, 1, 4]), "mask": torch.tensor([True, False])}
-    obj = train_gpt.quantize_state_dict(state)
+    obj = train_gpt.quantize_state_dict(state, Hyperparameters())
     assert set(obj["quantized"]) == {"over_the_limit"}  # QUANT_KEEP_FLOAT_MAX_NUMEL = 65,536 = 256 * 256
     restored = train_gpt.dequantize_state_dict(obj)
     assert set(restored) == set(state)
@@ -630,15 +635,19 @@ def test_artifact_round_trip_restores_a_model_with_nearly_the_same_loss(tmp_path
     path = tmp_path / "artifacts" / "model.int8.ptz"
     path.parent.mkdir()
     path.write_bytes(b"an older artifact")
-    size = train_gpt.save_artifact(model, str(path))
+    obj = train_gpt.quantize_state_dict(model.state_dict(), args)
+    raw_size, size = train_gpt.save_artifact(obj, train_gpt.artifact_header(args, "raw", False), str(path))
     # written whole to a temp file next to the target, then renamed over it; nothing else left behind
     assert len(replaced) == 1 and replaced[0][1] == path and replaced[0][0].parent == path.parent
     assert replaced[0][2] == path.read_bytes() and size == path.stat().st_size
     assert os.listdir(path.parent) == [path.name]
-    raw = torch.load(io.BytesIO(zlib.decompress(path.read_bytes())))
-    assert "tok_emb.weight" in raw["quantized"]  # the int8 path really ran
+    magic, header_line, payload = path.read_bytes().split(b"\n", 2)
+    assert magic + b"\n" == train_gpt.ARTIFACT_MAGIC and json.loads(header_line)["compressor"] == "zlib"
+    raw = torch.load(io.BytesIO(zlib.decompress(payload)))  # the default: zlib, bytes not shuffled
+    assert "tok_emb.weight" in raw["quantized"] and len(zlib.decompress(payload)) == raw_size  # int8 really ran
     restored, _ = trained_looking_model(seed=1)
-    restored.load_state_dict(train_gpt.load_artifact(str(path)), strict=True)
+    header, state = train_gpt.load_artifact(str(path))
+    restored.load_state_dict(state, strict=True)
     with torch.no_grad():
         restored_loss = restored(x, y).item()
     # measured over 5 seeds: loss ~7.5, round trip shifts it by at most 0.0045 (fp16 alone: 1e-4)
