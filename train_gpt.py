@@ -237,7 +237,7 @@ class Hyperparameters:
         for bits, sigmas in (("matrix_bits", "matrix_clip_sigmas"), ("embed_bits", "embed_clip_sigmas")):
             need(getattr(self, bits) == 8 or getattr(self, sigmas) > 0, f"{bits.upper()}={getattr(self, bits)} needs "
                  f"{sigmas.upper()} > 0 (the record: 12.85 for matrices, 20 for the embedding): the quantile clip is int8's.")
-        need(self.gptq_reserve_seconds == 0 or self.gptq_reserve_seconds < self.max_wallclock_seconds,
+        need(self.max_wallclock_seconds == 0 or self.gptq_reserve_seconds < self.max_wallclock_seconds,
              f"GPTQ_RESERVE_SECONDS={self.gptq_reserve_seconds} must be below MAX_WALLCLOCK_SECONDS="
              f"{self.max_wallclock_seconds} (it is taken from the training time under that cap).")
         need(bool(self.run_id) == bool(self.run_id.strip()) and "/" not in self.run_id,
@@ -253,7 +253,9 @@ RECIPES: dict[str, dict] = {
                    skip_gates_enabled=True, num_loops=2, loop_start=4, loop_end=5, enable_looping_at=0.5,
                    ortho_init=True, train_shuffle=True, train_seq_len=2048, train_batch_tokens=786_432, warmdown_frac=0.667,
                    muon_row_normalize=True, muon_wd=0.085, adam_wd=0.02, embed_wd=0.085, grad_clip_norm=0.3,
-                   ema_decay=0.997, train_log_every=500, val_loss_every=4000),
+                   ema_decay=0.997, train_log_every=500, val_loss_every=4000, matrix_bits=6, embed_bits=8,
+                   matrix_clip_sigmas=12.85, embed_clip_sigmas=20.0, gptq_calibration_batches=64,
+                   gptq_reserve_seconds=12.0, compressor="brotli", eval_stride=64),
 }
 RECIPES["p180"] = dict(RECIPES["record"], num_layers=9, mlp_mult=3.0, num_loops=0, train_batch_tokens=262_144,
                        warmdown_frac=0.6, ema_decay=0.0, val_loss_every=0, train_log_every=50)
@@ -1260,8 +1262,8 @@ def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:
 @torch.no_grad()
 def collect_hessians(model: GPT, args: Hyperparameters, ctx: DistContext, autocast) -> dict[str, Tensor]:
     """H = X^T X of the inputs of every quantized matrix over GPTQ_CALIBRATION_BATCHES micro-batches of a fresh
-    *training* loader (never a validation token), summed over ranks. The tied embedding's X are the final
-    hidden states it reads as the output head. Looped blocks add each pass."""
+    *training* loader (never a validation token), shared out over the ranks and summed. The output head's X
+    (the tied embedding's too) are the final hidden states. Looped blocks add each pass."""
     hessians: dict[str, Tensor] = {}
     def add(name: str, x: Tensor) -> None:
         x = x.detach().reshape(-1, x.size(-1)).float()
@@ -1269,12 +1271,10 @@ def collect_hessians(model: GPT, args: Hyperparameters, ctx: DistContext, autoca
     hooks = [m.register_forward_hook(lambda m, inputs, out, name=n + ".weight": add(name, inputs[0]))
              for n, m in model.named_modules() if isinstance(m, CastedLinear) and m.weight.numel() > QUANT_KEEP_FLOAT_MAX_NUMEL]
     loader = make_train_loader(args, ctx)
-    for _ in range(args.gptq_calibration_batches):
+    for _ in range(math.ceil(args.gptq_calibration_batches / ctx.world_size)):  # the ranks share the micro-batches
         x, _ = loader.next_batch(args.train_batch_tokens // GRAD_ACCUM_TOTAL, args.train_seq_len)
         with autocast():
-            h = model.hidden(x)
-        if model.lm_head is None:
-            add("tok_emb.weight", h)
+            add("tok_emb.weight" if model.lm_head is None else "lm_head.weight", model.hidden(x))
     for hook in hooks:
         hook.remove()
     for H in hessians.values() if ctx.distributed else []:
@@ -1320,8 +1320,8 @@ def save_artifact(obj: dict, header: dict, path: str) -> tuple[int, int]:
     write_atomic(path, blob)
     return len(raw), len(blob)
 
-def load_artifact(path: str) -> tuple[dict, dict[str, Tensor]]:
-    """(header, state dict) of an artifact; the header says how to decompress, never a guess."""
+def read_artifact(path: str) -> tuple[dict, bytes]:
+    """(header, compressed payload) of an artifact; the header says how to decompress, never a guess."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"ARTIFACT_PATH={path}: no such file. Point it at the .ptz a run wrote (its log's "
                                 "artifact: line names it).")
@@ -1330,7 +1330,10 @@ def load_artifact(path: str) -> tuple[dict, dict[str, Tensor]]:
         raise ConfigError(f"ARTIFACT_PATH={path} is not an artifact of this script (no '{ARTIFACT_MAGIC.decode().strip()}' "
                           "header; artifacts from before the header, or another script's, cannot be read): re-export it.")
     line, payload = blob[len(ARTIFACT_MAGIC) :].split(b"\n", 1)
-    header = json.loads(line)
+    return json.loads(line), payload
+
+def load_artifact(path: str) -> tuple[dict, dict[str, Tensor]]:
+    header, payload = read_artifact(path)
     raw = decompress(payload, header["compressor"], header["byte_shuffle"], header["payload_bytes"])
     return header, dequantize_state_dict(torch.load(io.BytesIO(raw), map_location="cpu"))
 
@@ -1514,13 +1517,16 @@ def export(base_model: GPT, args: Hyperparameters, ctx: DistContext, autocast, l
     sync(ctx.device)
     t0 = time.perf_counter()
     hessians = collect_hessians(base_model, args, ctx, autocast) if args.gptq_calibration_batches > 0 else None
+    sync(ctx.device)
+    hessian_ms = 1000 * (time.perf_counter() - t0)
     if ctx.is_main:
         obj = quantize_state_dict(base_model.state_dict(), args, hessians)
         if hessians is not None:
             sync(ctx.device)
             gptq_ms, cap_ms = 1000 * (time.perf_counter() - t0), 1000 * args.max_wallclock_seconds
-            logger.log(gptq_hessians=len(hessians), calibration_tokens=args.gptq_calibration_batches *
-                       args.train_batch_tokens // ctx.grad_accum_steps, gptq_time=f"{gptq_ms:.0f}ms", train_plus_gptq_time=
+            logger.log(gptq_hessians=len(hessians), calibration_tokens=math.ceil(args.gptq_calibration_batches / ctx.world_size)
+                       * args.train_batch_tokens // ctx.grad_accum_steps, hessian_time=f"{hessian_ms:.0f}ms",
+                       gptq_time=f"{gptq_ms:.0f}ms", train_plus_gptq_time=
                        f"{train_ms + gptq_ms:.0f}ms", within_cap="yes" if not cap_ms or train_ms + gptq_ms <= cap_ms else "NO")
         if Path(args.artifact_path).exists():  # an earlier run's, named by its sha256 in that run's log: keep it
             os.replace(args.artifact_path, moved := f"{args.artifact_path}.{file_sha256(args.artifact_path)[:12]}")
@@ -1566,7 +1572,9 @@ def check_inputs(args: Hyperparameters, world_size: int) -> Path:
     """Everything that can be checked before a process group or a GPU is touched; returns the log path."""
     if not args.eval_only:
         check_train_shards(args.train_pattern, args.vocab_size)
-    if args.compressor == "brotli":
+    else:  # the artifact to score must exist, be ours and match the model of this config
+        check_artifact_matches(read_artifact(args.artifact_path)[0], args, args.artifact_path)
+    if (read_artifact(args.artifact_path)[0]["compressor"] if args.eval_only else args.compressor) == "brotli":
         import_brotli()
     val_files = find_shards(args.val_pattern, "validation")
     check_validation_length(sum(read_shard_header(p, args.vocab_size) for p in val_files), args, world_size, val_files[0].parent)
