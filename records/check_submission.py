@@ -335,7 +335,7 @@ def check_submission_matches_logs(s: Submission) -> Verdict:
         if close(written, actual, ulp):
             agreed.append(name)
         else:
-            problems.append(f"{name} {written} but {what} {actual:.8g}")
+            problems.append(f"{name} {written} but {what} {actual:.8f}")
 
     for key in ("val_loss", "val_bpb"):
         mean, _ = R.mean_std([getattr(log, key) for log in scored])
@@ -428,17 +428,19 @@ def check_significance(s: Submission, against: Path | None) -> tuple[Verdict, R.
     bpb_mean = R.mean_std([log.val_bpb for log in scored])[0] if scored else float("nan")
     bpb_note = f"val_bpb {bpb_mean:.5f} vs {R.mean_std(ref_bpb)[0]:.5f}"
     if ref_vocab and vocabs and vocabs != {ref_vocab}:
-        return Verdict("significance", False, f"val_loss is nats per token and the vocabularies differ ({sorted(vocabs)} "
-                       f"vs {ref_vocab} in {against.name}): the losses are not comparable; {bpb_note}"), None
+        ours = ", ".join(map(str, sorted(vocabs)))
+        return Verdict("significance", False, f"val_loss is nats per token and the vocabularies differ ({ours} here, "
+                       f"{ref_vocab} in {against.name}): the losses are not comparable; {bpb_note}"), None
     try:
         r = R.improvement_test([log.val_loss for log in scored], ref_loss)
     except ValueError as exc:
         return Verdict("significance", False, str(exc)), None
     ref = f"{r.ref_mean:.5f}" + (f" ± {r.ref_std:.5f}" if r.ref_std is not None else "")
     verdict = "clears" if r.clears else "does not clear"
-    evidence = (f"val_loss {r.mean:.5f} ± {r.std:.5f} ({r.n} seeds) vs {against.name} {ref} ({r.ref_n}, {source}): "
-                f"improvement {r.improvement:.5f} nats; {r.method} of improvement > {r.margin}: t={r.t:.3f} "
-                f"df={r.df:.2f} one-sided p={r.p:.4g}: {verdict} {r.margin} nats at p < {R.P_MAX}; {bpb_note}")
+    evidence = (f"val_loss {r.mean:.5f} ± {r.std:.5f} ({r.n} seeds) vs {against.name} {ref} ({r.ref_n} run(s), "
+                f"from the {source}): improvement {r.improvement:.5f} nats; {r.method} of improvement > {r.margin}: "
+                f"t={r.t:.3f} df={r.df:.2f} one-sided p={r.p:.4g}: {verdict} {r.margin} nats at p < {R.P_MAX}; "
+                f"{bpb_note}")
     return Verdict("significance", r.clears, evidence), r
 
 

@@ -372,7 +372,7 @@ def improvement_test(new: list[float], reference: list[float], margin: float = M
     ref_mean, ref_std = mean_std(reference)
     improvement = ref_mean - mean
     if ref_std is None:
-        se2, df, method = std ** 2 / len(new), len(new) - 1.0, "one-sample t-test against the record's single value"
+        se2, df, method = std ** 2 / len(new), len(new) - 1.0, "one-sample t-test (the record has one run)"
     else:
         a, b = std ** 2 / len(new), ref_std ** 2 / len(reference)
         se2, method = a + b, "Welch's t-test"
