@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from dataclasses import asdict, dataclass
@@ -263,7 +264,8 @@ def check_hardware(s: Submission) -> Verdict:
         gpus = sorted(set(log.gpus))
         found.append((log.name, f"world_size {log.world_size} on {', '.join(gpus) or 'a GPU the log does not name'}"))
         if log.world_size != 8:
-            problems.append((log.name, f"world_size {log.world_size}, not 8"))
+            problems.append((log.name, "no world_size logged" if log.world_size is None else
+                             f"world_size {log.world_size}, not 8"))
         if not gpus:
             problems.append((log.name, "the log names no GPU"))
         elif any("H100" not in g for g in gpus):
@@ -461,8 +463,13 @@ def check(folder: Path, against: Path | None = None) -> tuple[list[Verdict], dic
     report = dict(folder=str(folder), track=s.track, track_note=s.track_note,
                   verdict="pass" if all(v.ok for v in verdicts) else "fail",
                   rules=[dict(rule=v.rule, status="pass" if v.ok else "fail", evidence=v.evidence) for v in verdicts],
-                  runs=runs, significance=None if test is None else asdict(test) | {"clears": test.clears})
+                  runs=runs, significance=None if test is None else finite(asdict(test) | {"clears": test.clears}))
     return verdicts, report
+
+
+def finite(values: dict) -> dict:
+    """JSON has no NaN or infinity (a t-test of identical runs has an infinite t and no df): null instead."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in values.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

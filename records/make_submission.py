@@ -28,6 +28,7 @@ import check_submission
 import recordlib as R
 
 ROOT = Path(__file__).resolve().parents[1]
+NOT_LITERAL = object()
 
 
 class MakeError(ValueError):
@@ -78,22 +79,33 @@ def build_submission(logs: list[R.RunLog], code_bytes: int, *, name: str, author
 
 
 def script_defaults(code: str) -> tuple[dict, dict] | None:
-    """The Hyperparameters defaults and the RECIPES of our train_gpt.py, read from its source (not run)."""
+    """The Hyperparameters defaults and the RECIPES of our train_gpt.py, read from its source (not run);
+    a default or recipe that is not a literal is left out (its setting then shows in the command)."""
     try:
         tree = ast.parse(code)
-        defaults, recipes = {}, {}
-        for node in tree.body:
-            if isinstance(node, ast.ClassDef) and node.name == "Hyperparameters":
-                for item in node.body:
-                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value:
-                        defaults[item.target.id] = ast.literal_eval(item.value)
-            target = node.target if isinstance(node, ast.AnnAssign) else (node.targets[0] if isinstance(node, ast.Assign) else None)
-            if isinstance(target, ast.Name) and target.id == "RECIPES" and isinstance(node.value, ast.Dict):
-                for key, value in zip(node.value.keys, node.value.values):
-                    if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "dict":
-                        recipes[ast.literal_eval(key)] = {kw.arg: ast.literal_eval(kw.value) for kw in value.keywords}
-    except (SyntaxError, ValueError):
+    except SyntaxError:
         return None
+
+    def literal(node):
+        try:
+            return ast.literal_eval(node)
+        except ValueError:
+            return NOT_LITERAL
+
+    defaults, recipes = {}, {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "Hyperparameters":
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value:
+                    if (value := literal(item.value)) is not NOT_LITERAL:
+                        defaults[item.target.id] = value
+        target = node.target if isinstance(node, ast.AnnAssign) else (node.targets[0] if isinstance(node, ast.Assign) else None)
+        if isinstance(target, ast.Name) and target.id == "RECIPES" and isinstance(node.value, ast.Dict):
+            for key, value in zip(node.value.keys, node.value.values):
+                if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "dict":
+                    recipe = {kw.arg: literal(kw.value) for kw in value.keywords}
+                    if key is not None and NOT_LITERAL not in recipe.values():
+                        recipes[literal(key)] = recipe
     return (defaults, recipes) if defaults else None
 
 

@@ -292,6 +292,16 @@ def test_the_readme_skeleton_has_the_results_and_a_command_that_reruns_the_seed(
     assert command.endswith(" python3 train_gpt.py")
 
 
+def test_the_command_leaves_out_what_the_defaults_and_the_recipe_already_set():
+    defaults, recipes = make_submission.script_defaults(SCRIPT.read_text(encoding="utf-8"))
+    assert defaults == {f.name: f.default for f in dataclasses.fields(train_gpt.Hyperparameters)}
+    assert recipes["record"] == train_gpt.RECIPES["record"]
+    config = defaults | recipes["record"] | dict(recipe="record", seed=7, num_layers=12, run_id="x", log_dir="y")
+    log = R.RunLog(Path("seed7.txt"), "", json.loads(json.dumps(config)), "config:{json} line", world_size=8)
+    assert make_submission.command_line(log, SCRIPT.read_text(encoding="utf-8")) == \
+        "SEED=7 NUM_LAYERS=12 RECIPE=record torchrun --standalone --nproc_per_node=8 train_gpt.py"
+
+
 def test_a_made_folder_passes_every_rule_once_its_readme_is_written(made, capsys):
     assert failing(made["unfilled"]) == {"files"}
     assert "README.md still holds the maker's TODO" in evidence(made["unfilled"], "files")
