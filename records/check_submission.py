@@ -70,7 +70,8 @@ def load(folder: Path) -> Submission:
     submission, submission_error = R.read_submission(folder)
     track, note = find_track(folder, submission)
     logs = [R.read_log(p) for p in R.log_paths(folder)]
-    return Submission(folder, track, note, script, code, packed, pack_error, code_files, logs, submission, submission_error)
+    return Submission(folder, track, note, script, code, packed, pack_error, code_files, logs, submission,
+                      submission_error)
 
 
 def find_track(folder: Path, submission: dict | None) -> tuple[str, str]:
@@ -142,7 +143,8 @@ def check_script_matches_logs(s: Submission) -> Verdict:
     problems = []
     for log in s.logs:
         if log.script is None:
-            problems.append((log.name, "the log does not hold the script it ran (train_gpt.py logs its own source first)"))
+            problems.append((log.name, "the log does not hold the script it ran "
+                                       "(train_gpt.py logs its own source first)"))
             continue
         logged = log.script.encode("utf-8")
         if logged != s.script:
@@ -171,10 +173,10 @@ def check_packed_script(s: Submission) -> Verdict:
     human = s.folder / R.HUMAN_COPY
     if not human.is_file():
         return Verdict("packed_script", True, f"{evidence}; no {R.HUMAN_COPY} beside it")
-    if human.read_bytes() != unpacked:
-        return Verdict("packed_script", False, f"{evidence}, but {R.HUMAN_COPY} ({human.stat().st_size:,} bytes) is not "
-                       f"that code (they differ from line {first_difference(human.read_bytes(), unpacked)}): the "
-                       "readable copy is not the code that ran")
+    if (readable := human.read_bytes()) != unpacked:
+        return Verdict("packed_script", False, f"{evidence}, but {R.HUMAN_COPY} ({len(readable):,} bytes) is not "
+                       f"that code (they differ from line {first_difference(readable, unpacked)}): the readable "
+                       "copy is not the code that ran")
     return Verdict("packed_script", True, f"{evidence}; {R.HUMAN_COPY} is that code, byte for byte")
 
 
@@ -206,7 +208,7 @@ def check_time(s: Submission, rule: str, limit_ms: float, what: str) -> Verdict:
     for log in s.logs:
         if rule == "train_time":
             ms, logged = (None if log.train_ms is None else log.train_ms + log.gptq_ms), log.train_ms
-            part = f"{seconds(log.train_ms)} + GPTQ {seconds(log.gptq_ms)} = " if log.gptq_ms and logged is not None else ""
+            part = f"{seconds(logged)} + GPTQ {seconds(log.gptq_ms)} = " if log.gptq_ms and logged is not None else ""
         else:
             ms, part = log.eval_ms, ""
         if ms is None:
@@ -293,7 +295,8 @@ def check_submission_fields(s: Submission) -> Verdict:
     missing = [k for k in FIELDS if k not in j]
     wrong = [f"{k} is {type(j[k]).__name__}" for k, kind in FIELDS.items()
              if k in j and (not isinstance(j[k], kind) or isinstance(j[k], bool))]
-    wrong += [f"{k} is empty" for k in ("author", "github_id", "name") if isinstance(j.get(k), str) and not j[k].strip()]
+    wrong += [f"{k} is empty" for k in ("author", "github_id", "name")
+              if isinstance(j.get(k), str) and not j[k].strip()]
     if isinstance(j.get("date"), str) and not re.match(r"\d{4}-\d{2}-\d{2}", j["date"]):
         wrong.append(f"date {j['date']!r} is not YYYY-MM-DD")
     if isinstance(j.get("track"), str) and j["track"].removeprefix("track_") not in R.TRACKS:
@@ -373,7 +376,8 @@ def check_submission_matches_logs(s: Submission) -> Verdict:
     if isinstance(j.get("bytes_total"), int) and totals:
         largest, mean = max(totals), round(sum(totals) / len(totals))
         if j["bytes_total"] in (largest, mean):
-            agreed.append("bytes_total (" + ("the largest" if j["bytes_total"] == largest else "the mean") + " of the logs')")
+            which = "the largest" if j["bytes_total"] == largest else "the mean"
+            agreed.append(f"bytes_total ({which} of the logs')")
         else:
             problems.append(f"bytes_total {j['bytes_total']} but the logs' code + model totals are {totals} "
                             f"(largest {largest}, mean {mean})")

@@ -72,7 +72,8 @@ def build_submission(logs: list[R.RunLog], code_bytes: int, *, name: str, author
         val_bpb_std=None if bpb_std is None else round(bpb_std, 8),
         seeds=[log.seed for log in logs],
         seed_results={str(log.seed): dict(val_loss=log.val_loss, val_bpb=log.val_bpb,
-                                          artifact_bytes=code_bytes + log.model_bytes, steps=log.steps) for log in logs},
+                                          artifact_bytes=code_bytes + log.model_bytes, steps=log.steps)
+                      for log in logs},
         hardware=hardware(logs[0]), pytorch_version=logs[0].torch_version,
         bytes_total=max(code_bytes + log.model_bytes for log in logs),  # every seed's artifact must fit
         bytes_code=code_bytes)
@@ -99,7 +100,8 @@ def script_defaults(code: str) -> tuple[dict, dict] | None:
                 if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value:
                     if (value := literal(item.value)) is not NOT_LITERAL:
                         defaults[item.target.id] = value
-        target = node.target if isinstance(node, ast.AnnAssign) else (node.targets[0] if isinstance(node, ast.Assign) else None)
+        target = node.target if isinstance(node, ast.AnnAssign) else \
+            node.targets[0] if isinstance(node, ast.Assign) else None
         if isinstance(target, ast.Name) and target.id == "RECIPES" and isinstance(node.value, ast.Dict):
             for key, value in zip(node.value.keys, node.value.values):
                 if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "dict":

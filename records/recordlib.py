@@ -279,7 +279,8 @@ def local_modules(code: str, folder: Path) -> list[Path]:
         tree = ast.parse(code)
     except SyntaxError:
         return []
-    names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for alias in node.names}
     names |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     found = []
     for name in sorted(names):

@@ -60,7 +60,8 @@ def train(script: Path, cwd: Path, settings: dict[str, str]) -> Path:
     env.update(settings)
     env["OMP_NUM_THREADS"] = "1"
     cwd.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run([sys.executable, str(script)], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, str(script)], cwd=cwd, env=env, capture_output=True, text=True,
+                            timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return cwd / settings["LOG_DIR"] / f"{settings['RUN_ID']}.txt"
 
@@ -283,8 +284,8 @@ def test_submission_json_is_filled_from_the_logs(runs, made):
 def test_the_readme_skeleton_has_the_results_and_a_command_that_reruns_the_seed(made):
     readme = (made["unfilled"] / "README.md").read_text()
     assert R.README_PLACEHOLDER in readme
-    assert all(re.search(rf"^\| {s} \| 6 \| [0-9.]+ s \| [0-9.]+ s \| \d\.\d{{8}} \| \d\.\d{{8}} \| [\d,]+ \|$", readme, re.M)
-               for s in SEEDS)
+    row = r"^\| {} \| 6 \| [0-9.]+ s \| [0-9.]+ s \| \d\.\d{{8}} \| \d\.\d{{8}} \| [\d,]+ \|$"
+    assert all(re.search(row.format(s), readme, re.M) for s in SEEDS)
     command = next(line for line in readme.splitlines() if line.startswith("SEED=1337 "))
     # tiny_env's settings that differ from the defaults, and nothing that names the run
     assert " ITERATIONS=6 " in command and " MODEL_DIM=64 " in command and " SEED=" not in command[1:]
@@ -509,7 +510,8 @@ def test_the_maker_cli_needs_the_names_the_logs_cannot_give(runs, capsys):
 def test_the_published_logs_are_read_in_all_three_formats():
     baseline = R.read_log(BASELINE / "train.log")
     assert (baseline.val_loss, baseline.val_bpb, baseline.steps) == (2.07269931, 1.2243657, 13780)
-    assert (baseline.train_ms, baseline.eval_ms, baseline.model_bytes, baseline.code_bytes) == (600038, 1401, 15815847, 47642)
+    assert (baseline.train_ms, baseline.eval_ms) == (600038, 1401)
+    assert (baseline.model_bytes, baseline.code_bytes) == (15815847, 47642)
     assert baseline.script is None and baseline.seed == 1337 and baseline.world_size == 8 and baseline.gpus == []
     seq = R.read_log(SEQ4096 / "train_seed1338.log")
     assert seq.script == (SEQ4096 / "train_gpt.py").read_text(encoding="utf-8")
@@ -518,7 +520,8 @@ def test_the_published_logs_are_read_in_all_three_formats():
     loop = R.read_log(LOOP45 / "train_seed1.log")
     assert (loop.score_label, loop.val_loss, loop.val_bpb) == ("quantized_sliding_window", 2.80405024, 1.08553523)
     assert (loop.train_ms, loop.gptq_ms, loop.eval_ms) == (588138, 11300, 7531 + 83990)  # pre-quant eval excluded
-    assert (loop.steps, loop.code_bytes, loop.model_bytes, loop.seed, loop.vocab_size) == (4988, 15516, 15972031, 1, 8192)
+    assert (loop.steps, loop.code_bytes, loop.model_bytes) == (4988, 15516, 15972031)
+    assert (loop.seed, loop.vocab_size) == (1, 8192)
     assert [(p.step, p.train_ms) for p in loop.val_bpb_curve] == [(0, None), (4000, 450_000), (4988, 588138)]
 
 
@@ -573,7 +576,8 @@ def test_the_plot_reads_the_curves_of_our_logs(runs):
 def test_the_plot_without_matplotlib_says_how_to_install_it(runs):
     records = ROOT / "records"
     block = ("import sys, runpy; sys.modules['matplotlib'] = None; sys.argv = ['plot_runs.py'] + sys.argv[1:]; "
-             f"sys.path.insert(0, {str(records)!r}); runpy.run_path({str(records / 'plot_runs.py')!r}, run_name='__main__')")
+             f"sys.path.insert(0, {str(records)!r}); "
+             f"runpy.run_path({str(records / 'plot_runs.py')!r}, run_name='__main__')")
     result = subprocess.run([sys.executable, "-c", block, str(runs["seed1337"]), "-o", "x.png"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
