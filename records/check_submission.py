@@ -78,10 +78,12 @@ def find_track(folder: Path, submission: dict | None) -> tuple[str, str]:
     declared = str(submission.get("track", "")) if isinstance(submission, dict) else ""
     declared = declared.removeprefix("track_")
     parent = folder.resolve().parent.name
-    if declared:
+    if declared in R.TRACKS:
         return declared, "from submission.json"
-    if parent.startswith("track_"):
+    if parent.removeprefix("track_") in R.TRACKS:
         return parent.removeprefix("track_"), f"from the folder's place under {parent}/"
+    if declared:  # an unknown track relaxes nothing
+        return R.RECORD_TRACK, f"submission.json's track {declared!r} is unknown: judged as a record"
     return R.RECORD_TRACK, "assumed: submission.json names no track and the folder is not under records/track_*/"
 
 

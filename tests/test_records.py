@@ -480,6 +480,13 @@ def test_submission_json_that_disagrees_with_the_logs_fails(made, tmp_path):
     assert evidence(folder, "submission_fields") == "missing hardware"
 
 
+def test_an_unknown_track_is_judged_as_a_record(made, tmp_path):
+    folder = shutil.copytree(made["non_record"], tmp_path / "unknown_track")
+    submission = json.loads((folder / "submission.json").read_text())
+    (folder / "submission.json").write_text(json.dumps(submission | {"track": "10min"}))
+    assert failing(folder) == CPU_FAILS | {"submission_fields"}
+
+
 def test_the_maker_refuses_logs_it_cannot_make_a_folder_from(runs, tmp_path):
     edited = tmp_path / "edited.txt"
     edited.write_text(runs["seed1338"].read_text().replace("import ", "import  ", 1))
