@@ -147,7 +147,7 @@ def readme_text(submission: dict, logs: list[R.RunLog], code: str, packed: bool)
     return "\n".join([
         f"# {submission['name']}",
         "",
-        f"**val_bpb {submission['val_bpb']:.8f}** (mean of {n} seed{'s' if n > 1 else ''}{spread}), "
+        f"**val_bpb {submission['val_bpb']:.8f}** ({f'mean of {n} seeds{spread}' if n > 1 else 'one seed'}), "
         f"val_loss {submission['val_loss']:.8f}; track `{submission['track']}`; {submission['hardware']}, "
         f"PyTorch {submission['pytorch_version']}.",
         "",
