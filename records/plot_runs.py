@@ -1,0 +1,114 @@
+"""Plot runs from their logs to a PNG: validation bpb against training time (left) and training loss against
+step (right), one line per run; the y axes start after the first 5% of each run.
+
+  python3 records/plot_runs.py logs/seed1337.txt logs/seed1338.txt --output runs.png
+  python3 records/plot_runs.py records/track_10min_16mb/2026-11-23_MyChange --output mine.png  # a folder: its logs
+
+Reads our logs and the published records' (records/README.md). Needs matplotlib, which nothing else in
+this repository does: pip install matplotlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import recordlib as R
+
+
+class PlotError(RuntimeError):
+    """What stops a plot; the message says what to do."""
+
+
+def read_runs(paths: list[Path]) -> list[R.RunLog]:
+    logs = []
+    for path in paths:
+        if path.is_dir():
+            found = R.log_paths(path)
+            if not found:
+                raise PlotError(f"{path} holds no logs (*.log, *.txt)")
+            logs.extend(R.read_log(p) for p in found)
+        elif path.is_file():
+            logs.append(R.read_log(path))
+        else:
+            raise PlotError(f"{path} is neither a log nor a folder")
+    return logs
+
+
+def label(log: R.RunLog, logs: list[R.RunLog]) -> str:
+    """The log's name; with its folder's when the runs come from several folders."""
+    if len({other.path.parent for other in logs}) > 1:
+        return f"{log.path.parent.name}/{log.name}"
+    return log.name
+
+
+def y_range(curves: list[list[tuple[float, float]]], skip: float = 0.05) -> tuple[float, float]:
+    """From the lowest value to the highest after the first `skip` of each run: the first steps' losses
+    are several times the last ones and would flatten the part worth comparing (they go off the top)."""
+    values = [v for curve in curves for v in map(lambda p: p[1], curve) if math.isfinite(v)]
+    late = [v for curve in curves for x, v in curve if x >= skip * curve[-1][0] and math.isfinite(v)]
+    low, high = min(values), max(late or values)
+    pad = 0.05 * (high - low) or 0.05 * abs(high) or 0.05
+    return low - pad, high + pad
+
+
+def plot(logs: list[R.RunLog], output: Path) -> list[str]:
+    """Write the PNG; returns what could not be drawn."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotError("plot_runs.py needs matplotlib, which is not installed: pip install matplotlib") from None
+    matplotlib.use("Agg")  # a file, no display
+    import matplotlib.pyplot as plt
+
+    skipped = []
+    fig, (val_ax, train_ax) = plt.subplots(1, 2, figsize=(13, 5))
+    val_curves, train_curves = [], []
+    for log in logs:
+        name = label(log, logs)
+        timed = [(p.train_ms / 1000, p.value) for p in log.val_bpb_curve if p.train_ms is not None]
+        if timed:
+            val_ax.plot(*zip(*timed), marker="o", markersize=3, label=name)
+            val_curves.append(timed)
+        else:
+            skipped.append(f"{log.name}: no validation line with a training time")
+        if log.train_loss:
+            train_ax.plot([p.step for p in log.train_loss], [p.value for p in log.train_loss], linewidth=1, label=name)
+            train_curves.append([(p.step, p.value) for p in log.train_loss])
+        else:
+            skipped.append(f"{log.name}: no train_loss lines")
+    val_ax.set(xlabel="training time (s)", ylabel="val_bpb", title="validation bits per byte (before the round trip)")
+    train_ax.set(xlabel="step", ylabel="train loss (nats per token)", title="training loss")
+    for ax, curves in ((val_ax, val_curves), (train_ax, train_curves)):
+        ax.grid(True, alpha=0.3)
+        if curves:
+            ax.set_ylim(*y_range(curves))
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(output, dpi=120)
+    plt.close(fig)
+    return skipped
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path, help="logs, or submission folders (all their logs)")
+    parser.add_argument("--output", "-o", type=Path, default=Path("runs.png"), help="the PNG (default: %(default)s)")
+    args = parser.parse_args(argv)
+    try:
+        logs = read_runs(args.runs)
+        skipped = plot(logs, args.output)
+    except PlotError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for line in skipped:
+        print(f"not drawn: {line}", file=sys.stderr)
+    print(f"wrote {args.output}: {len(logs)} run(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,387 @@
+"""What the record tools share: reading run logs (ours and the published formats), reading a submission
+folder, packing a script, and the statistics of the significance test.
+
+Used by make_submission.py, check_submission.py and plot_runs.py beside it; nothing runs at import.
+records/README.md says what a submission folder holds and what each rule checks.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import json
+import lzma
+import math
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+
+# =================================================================================================
+# The challenge's limits
+# =================================================================================================
+
+LIMIT_BYTES = 16_000_000  # code bytes + compressed model bytes, decimal
+TRAIN_LIMIT_MS = 600_000  # training, GPTQ included, on 8xH100
+EVAL_LIMIT_MS = 600_000  # evaluation of the artifact, after training
+MARGIN_NATS = 0.005  # a new record beats the current one by at least this much val_loss...
+P_MAX = 0.01  # ...at this one-sided significance
+TRACKS = ("10min_16mb", "non_record_16mb")  # records/track_<name>/
+RECORD_TRACK = "10min_16mb"
+HUMAN_COPY = "train_gpt_human.py"  # beside a packed train_gpt.py: the same code unpacked, to read
+README_PLACEHOLDER = "TODO(make_submission.py): what you changed against the current record, and why it helps."
+SEPARATOR = "=" * 100  # ends the script source at the head of a log
+# Settings that name the run rather than configure it: two seeds of one config differ in these.
+NOT_CONFIG = {"seed", "run_id", "log_dir", "artifact_path", "logfile", "rank", "local_rank", "is_main_process"}
+
+# =================================================================================================
+# Run logs
+# Three formats: ours (train_gpt.py: source, separator, one key:value event per line, config as one
+# JSON line), the 2026-03 records (source, separator, nvidia-smi, key:value lines, "Total submission
+# size int8+zlib: N bytes") and the 2026-04 records (a Hyperparameters block instead of the source,
+# "key: value" with spaces, train_time in minutes, "quantized_sliding_window val_loss:..."). One
+# reader for all three: each field has one pattern that matches every format that logs it.
+# =================================================================================================
+
+STEP = re.compile(r"(?:^|\s)step:\s*(\d+)/(\d+)|^(\d+)/(\d+)\s")
+TRAIN_TIME = re.compile(r"(?:^|\s)train_time:\s*([0-9.]+)(ms|s|m)\b")
+EVAL_TIME = re.compile(r"(?:^|\s)eval_time:\s*([0-9.]+)ms\b")
+GPTQ_TIME = re.compile(r"(?:^|\s)gptq_time:\s*([0-9.]+)ms\b|^GPTQ:collected \d+ Hessians in ([0-9.]+)s")
+TRAIN_LOSS = re.compile(r"(?:^|\s)train_loss:\s*(-?[0-9.]+(?:e[-+]?\d+)?|nan|inf)\b")
+VAL_BPB = re.compile(r"(?:^|\s)val_bpb:\s*([0-9.]+)")
+# The score: the last of these lines. Ours and the 2026-03 records print final_<format>_exact, the
+# 2026-04 records quantized (and quantized_sliding_window, last, when it is on).
+SCORE = re.compile(r"^(final_\w+_exact|quantized\w*) val_loss:\s*([0-9.]+) val_bpb:\s*([0-9.]+)")
+ARTIFACT = re.compile(r"^artifact:\S|^Total submission size \S+: \d+ bytes")
+MODEL_BYTES = re.compile(r"(?:^|\s)model_bytes:(\d+)|^Serialized model \S+: (\d+) bytes")
+CODE_BYTES = re.compile(r"(?:^|\s)code_bytes:(\d+)|^Code size: (\d+) bytes")
+TOTAL_BYTES = re.compile(r"(?:^|\s)total_bytes:(\d+)|^Total submission size \S+: (\d+) bytes")
+WORLD_SIZE = re.compile(r"(?:^|\s)world_size:\s*(\d+)")
+TORCH_VERSION = re.compile(r"(?:^|\s)torch:(\S+)|^Running PyTorch (\S+)")
+GPU_TOKEN = re.compile(r"(?:^|\s)gpu:(\S+)")
+SMI_GPU = re.compile(r"^\|\s+\d+\s+(NVIDIA .*?|Tesla .*?)\s+(?:On|Off)\s+\|")  # a GPU row of nvidia-smi's table
+SETTING = re.compile(r"(?:^|\s)([a-z_][a-z0-9_]*)[:=](\S+)")
+WARMUP_STEP = re.compile(r"(?:^|\s)warmup_step:\s*\d+/")
+FAILURE = re.compile(r"^(?:error|interrupted):")
+UNITS_MS = {"ms": 1.0, "s": 1000.0, "m": 60_000.0}
+
+
+@dataclass
+class Point:
+    step: int
+    value: float
+    train_ms: float | None
+
+
+@dataclass
+class RunLog:
+    path: Path
+    script: str | None  # the source at the head of the log, as the run read it; None: the log has none
+    config: dict  # the run's settings as logged (values as logged: JSON values for ours, strings otherwise)
+    config_source: str  # where `config` came from, for the evidence
+    score_label: str | None = None  # e.g. final_int8_zlib_roundtrip_exact
+    val_loss: float | None = None
+    val_bpb: float | None = None
+    steps: int | None = None  # N of the last step:N/M
+    train_ms: float | None = None  # the last train_time before the artifact
+    gptq_ms: float = 0.0  # GPTQ after training: counts inside the training limit
+    eval_ms: float | None = None  # eval_time summed over the lines after the artifact line
+    code_bytes: int | None = None  # as logged
+    model_bytes: int | None = None
+    total_bytes: int | None = None  # as logged
+    gpus: list[str] = field(default_factory=list)
+    world_size: int | None = None
+    torch_version: str | None = None
+    failure: str | None = None  # an error: or interrupted: line
+    train_loss: list[Point] = field(default_factory=list)
+    val_bpb_curve: list[Point] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def seed(self) -> int | None:
+        value = self.config.get("seed")
+        return int(value) if value is not None and str(value).lstrip("-").isdigit() else None
+
+    @property
+    def vocab_size(self) -> int | None:
+        if "vocab_size" in self.config:
+            return int(self.config["vocab_size"])
+        for value in self.config.values():  # the 2026-03 records log only their dataset's name
+            if match := re.search(r"fineweb10B_sp(\d+)", str(value)):
+                return int(match.group(1))
+        return None
+
+
+def split_head(text: str) -> tuple[str | None, str]:
+    """(the script source a log starts with, the rest). The source is followed by a line of 100 '=' and
+    then the versions line; requiring the versions line lets a script hold such a line itself."""
+    if text.startswith(SEPARATOR + "\n"):  # the 2026-04 records: the hyperparameters, not the source
+        return None, text
+    marker = "\n" + SEPARATOR + "\n"
+    for match in re.finditer(re.escape(marker), text):
+        rest = text[match.end():]
+        if rest.startswith(("python:", "Running Python")):
+            return text[:match.start()], rest
+    return None, text
+
+
+def read_config(lines: list[str]) -> tuple[dict, str]:
+    for line in lines:
+        if line.startswith("config:{"):
+            return json.loads(line[len("config:"):]), "config:{json} line"
+    if "Hyperparameters:" in lines:
+        block = lines[lines.index("Hyperparameters:") + 1:]
+        config = {}
+        for line in block:
+            if not (match := re.fullmatch(r"  (\w+): (.*)", line)):
+                break
+            config[match.group(1)] = match.group(2)
+        return config, "Hyperparameters block"
+    config = {}  # the 2026-03 records: the key:value settings lines printed before training starts
+    for line in lines:
+        if WARMUP_STEP.search(line) or STEP.search(line):
+            break
+        config.update(SETTING.findall(line))
+    return config, "settings lines before training (this format logs only part of its config)"
+
+
+def read_log(path: str | Path) -> RunLog:
+    path = Path(path)
+    with open(path, encoding="utf-8", errors="replace", newline="") as f:  # newline="": the bytes' line ends
+        text = f.read()
+    script, body = split_head(text)
+    lines = body.splitlines()
+    config, source = read_config(lines)
+    log = RunLog(path, script, config, source)
+    artifact_at = max((i for i, line in enumerate(lines) if ARTIFACT.search(line)), default=None)
+    eval_ms = []
+    for i, line in enumerate(lines):
+        if FAILURE.match(line):
+            log.failure = line
+        if match := SCORE.match(line):
+            log.score_label, log.val_loss, log.val_bpb = match.group(1), float(match.group(2)), float(match.group(3))
+        step = None
+        if match := STEP.search(line):
+            step = int(match.group(1) or match.group(3))
+            log.steps = step
+        time_ms = None
+        if match := TRAIN_TIME.search(line):
+            time_ms = float(match.group(1)) * UNITS_MS[match.group(2)]
+            if artifact_at is None or i < artifact_at:
+                log.train_ms = time_ms
+        if match := GPTQ_TIME.search(line):
+            log.gptq_ms += float(match.group(1)) if match.group(1) else 1000 * float(match.group(2))
+        if artifact_at is not None and i > artifact_at and (match := EVAL_TIME.search(line)):
+            eval_ms.append(float(match.group(1)))
+        for pattern, name in [(MODEL_BYTES, "model_bytes"), (CODE_BYTES, "code_bytes"), (TOTAL_BYTES, "total_bytes")]:
+            if match := pattern.search(line):
+                setattr(log, name, int(match.group(1) or match.group(2)))
+        if match := WORLD_SIZE.search(line):
+            log.world_size = int(match.group(1))
+        if match := TORCH_VERSION.search(line):
+            log.torch_version = match.group(1) or match.group(2)
+        if match := GPU_TOKEN.search(line):  # ours: gpu:NAME (none on a CPU) beside world_size:N
+            gpu = match.group(1).replace("_", " ")
+            log.gpus = ["CPU" if gpu == "none" else gpu] * (log.world_size or 1)
+        if match := SMI_GPU.match(line):
+            log.gpus.append(match.group(1).strip())
+        if step is not None and (match := TRAIN_LOSS.search(line)):
+            log.train_loss.append(Point(step, float(match.group(1)), time_ms))
+        elif step is not None and (match := VAL_BPB.search(line)):
+            log.val_bpb_curve.append(Point(step, float(match.group(1)), time_ms))
+    if artifact_at is not None and eval_ms:
+        log.eval_ms = sum(eval_ms)
+    # The 2026-04 records log no time on validation lines: take the train line's at the same step.
+    times = {p.step: p.train_ms for p in log.train_loss if p.train_ms is not None}
+    if log.train_ms is not None and log.steps is not None:
+        times.setdefault(log.steps, log.train_ms)
+    for point in log.val_bpb_curve:
+        if point.train_ms is None:
+            point.train_ms = times.get(point.step)
+    return log
+
+
+def log_paths(folder: Path) -> list[Path]:
+    """The logs in a submission folder: *.log (what make_submission.py writes) and *.txt (train_gpt.py's
+    own name for them), but not requirements.txt."""
+    found = [p for p in folder.iterdir() if p.is_file() and (p.suffix == ".log" or
+             (p.suffix == ".txt" and not p.name.startswith("requirements")))]
+    return sorted(found, key=lambda p: [int(s) if s.isdigit() else s for s in re.split(r"(\d+)", p.name)])
+
+
+def read_submission(folder: Path) -> tuple[dict | None, str | None]:
+    """submission.json with numbers as Decimal (their written precision is what a value is checked to)."""
+    path = folder / "submission.json"
+    if not path.is_file():
+        return None, "no submission.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"), parse_float=Decimal), None
+    except json.JSONDecodeError as exc:
+        return None, f"submission.json is not valid JSON: {exc}"
+
+
+def decimals(value) -> int:
+    """Digits after the point as written: 1.08554 -> 5."""
+    exponent = Decimal(str(value)).as_tuple().exponent
+    return max(0, -exponent) if isinstance(exponent, int) else 0
+
+
+# =================================================================================================
+# Packing
+# The records ship train_gpt.py as lzma + base85 + exec (the 2026-04-05 record: 15,516 bytes of code
+# instead of ~50 KB), so more of the 16,000,000 bytes go to weights. The wrapper runs the code as
+# __main__, with the wrapper's own __file__ (so the log's head is the shipped file and code_bytes its
+# size). Triton reads a kernel's source through inspect.getsource, which finds nothing for code made
+# from a string: the wrapper registers the source in linecache under the name it compiles it with.
+# =================================================================================================
+
+LZMA_FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 9 | lzma.PRESET_EXTREME}]  # raw: no container header
+PACKED_TEMPLATE = """\
+# train_gpt_human.py, packed (lzma + base85); linecache lets inspect (Triton) read the unpacked source
+import lzma,base64,linecache
+_source=lzma.decompress(base64.b85decode("{data}"),format=lzma.FORMAT_RAW,filters=[{{"id":lzma.FILTER_LZMA2}}]).decode()
+_name=__file__+":unpacked"
+linecache.cache[_name]=(len(_source),None,_source.splitlines(True),_name)
+exec(compile(_source,_name,"exec"))
+"""
+PACKED_DATA = re.compile(r"""b85decode\(\s*["']([0-9A-Za-z!#$%&()*+\-;<=>?@^_`{|}~]{1000,})["']\s*\)""")
+
+
+class PackError(ValueError):
+    """A script that looks packed but does not unpack."""
+
+
+def pack_script(source: str) -> str:
+    data = lzma.compress(source.encode("utf-8"), format=lzma.FORMAT_RAW, filters=LZMA_FILTERS)
+    return PACKED_TEMPLATE.format(data=base64.b85encode(data).decode("ascii"))
+
+
+def unpack_script(text: str) -> str | None:
+    """The source inside a packed script (ours or the records' raw-LZMA2 wrappers); None if not packed."""
+    match = PACKED_DATA.search(text)
+    if match is None:
+        return None
+    data = base64.b85decode(match.group(1))
+    for kwargs in (dict(format=lzma.FORMAT_RAW, filters=[{"id": lzma.FILTER_LZMA2}]), dict(format=lzma.FORMAT_AUTO)):
+        try:
+            return lzma.decompress(data, **kwargs).decode("utf-8")
+        except (lzma.LZMAError, UnicodeDecodeError):
+            continue
+    raise PackError("its base85 data is neither raw LZMA2 nor an xz/lzma stream of UTF-8 text")
+
+
+def local_modules(code: str, folder: Path) -> list[Path]:
+    """Files in `folder` that `code` imports (module.py, or every .py of package/): they are code too."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for alias in node.names}
+    names |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    found = []
+    for name in sorted(names):
+        if (folder / f"{name}.py").is_file() and name != "train_gpt":
+            found.append(folder / f"{name}.py")
+        elif (folder / name / "__init__.py").is_file():
+            found.extend(sorted((folder / name).rglob("*.py")))
+    return found
+
+
+# =================================================================================================
+# Statistics
+# A one-sided t-test of "the new runs beat the record by more than MARGIN_NATS". No scipy: Student's
+# t tail through the regularized incomplete beta function, by its continued fraction (Numerical
+# Recipes 6.4, modified Lentz), which converges fast for x < (a+1)/(a+b+2) and by symmetry otherwise.
+# =================================================================================================
+
+def betainc(a: float, b: float, x: float) -> float:
+    """I_x(a, b), the regularized incomplete beta function, for a, b > 0 and 0 <= x <= 1."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1) / (a + b + 2):
+        return front * beta_continued_fraction(a, b, x) / a
+    return 1.0 - front * beta_continued_fraction(b, a, 1.0 - x) / b
+
+
+def beta_continued_fraction(a: float, b: float, x: float, eps: float = 1e-15, max_terms: int = 1000) -> float:
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    result = d
+    for m in range(1, max_terms + 1):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),  # the even term, then the odd
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            result *= c * d
+        if abs(c * d - 1.0) < eps:
+            return result
+    raise ArithmeticError(f"incomplete beta continued fraction did not converge for a={a}, b={b}, x={x}")
+
+
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with df degrees of freedom (df may be fractional, as Welch's is)."""
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    tail = 0.5 * betainc(df / 2, 0.5, df / (df + t * t))
+    return tail if t >= 0 else 1.0 - tail
+
+
+def mean_std(values: list[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (n - 1); None for one value."""
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, None
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+@dataclass
+class Improvement:
+    n: int
+    mean: float
+    std: float
+    ref_n: int
+    ref_mean: float
+    ref_std: float | None
+    improvement: float  # ref_mean - mean: positive is better
+    t: float
+    df: float
+    p: float  # one-sided: P(improvement this large | the true improvement is only `margin`)
+    margin: float
+    method: str
+
+    @property
+    def clears(self) -> bool:
+        return self.improvement > self.margin and self.p < P_MAX
+
+
+def improvement_test(new: list[float], reference: list[float], margin: float = MARGIN_NATS) -> Improvement:
+    """One-sided test of mean(reference) - mean(new) > margin, lower is better. Welch's t-test when the
+    reference has two or more runs; against the reference's single value as a constant otherwise."""
+    if len(new) < 2:
+        raise ValueError(f"{len(new)} run: a t-test needs at least 2 seeds (usually 3) to measure the spread")
+    mean, std = mean_std(new)
+    ref_mean, ref_std = mean_std(reference)
+    improvement = ref_mean - mean
+    if ref_std is None:
+        se2, df, method = std ** 2 / len(new), len(new) - 1.0, "one-sample t-test (the record has one run)"
+    else:
+        a, b = std ** 2 / len(new), ref_std ** 2 / len(reference)
+        se2, method = a + b, "Welch's t-test"
+        df = se2 ** 2 / (a ** 2 / (len(new) - 1) + b ** 2 / (len(reference) - 1)) if se2 > 0 else math.nan
+    if se2 > 0:
+        t = (improvement - margin) / math.sqrt(se2)
+        p = t_sf(t, df)
+    else:  # every run gave the same value: the improvement is exact, no test needed
+        t = math.inf if improvement > margin else -math.inf
+        p = 0.0 if improvement > margin else 1.0
+    return Improvement(len(new), mean, std, len(reference), ref_mean, ref_std, improvement, t, df, p, margin, method)

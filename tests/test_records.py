@@ -1,0 +1,600 @@
+"""The record tools (records/): the maker and the checker on the logs of real tiny CPU runs, on the three
+published folders in ../shared/records_examples, and on broken copies (each fails with its rule named);
+packing (a packed script trains and logs exactly as the original, Triton kernel included); the t tail;
+the plot.
+
+Run: python3 -m pytest -q tests/test_records.py   (CPU only; about 40 s on 2 cores: 7 tiny training runs)
+
+The runs share one module fixture and go two at a time (OMP_NUM_THREADS=1 each). The published folders
+are test data next to the repository (ROOT.parent / "shared"); their tests skip when it is absent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import train_gpt
+from helpers import ROOT, TinyData, tiny_data, tiny_env  # noqa: F401 (tiny_data: fixture)
+
+sys.path.insert(0, str(ROOT / "records"))
+import check_submission  # noqa: E402
+import make_submission  # noqa: E402
+import plot_runs  # noqa: E402
+import recordlib as R  # noqa: E402
+
+SCRIPT = ROOT / "train_gpt.py"
+PUBLISHED = ROOT.parent / "shared" / "records_examples"
+needs_published = pytest.mark.skipif(not PUBLISHED.is_dir(), reason=f"{PUBLISHED} is absent: the published "
+                                     "record folders are test data beside the repository, not part of it")
+BASELINE, SEQ4096 = PUBLISHED / "2026-03-17_NaiveBaseline", PUBLISHED / "2026-03-19_TrainingOptSeq4096"
+LOOP45 = PUBLISHED / "2026-04-05_SP8192_GPTQ-Embeddings_SDClip_Loop45x2"
+OUR_NAMES = {f.name.upper() for f in dataclasses.fields(train_gpt.Hyperparameters)}
+SEEDS = (1337, 1338, 1339)
+# Relative LOG_DIR and ARTIFACT_PATH, each run in its own folder: the config lines of the original and
+# the packed run of one seed are then the same text.
+RUN = dict(ITERATIONS=6, VAL_LOSS_EVERY=3, LOG_DIR="logs", ARTIFACT_PATH="model.int8.ptz")
+# The Triton interpreter runs a kernel program per row in Python: its pair trains 2 steps of 128 tokens
+# and validates on 256 tokens, not on the tiny data's 18,000.
+TRITON_RUN = dict(ITERATIONS=2, VAL_LOSS_EVERY=0, TRAIN_SEQ_LEN=16, TRAIN_BATCH_TOKENS=128, LOSS_IMPL="triton",
+                  TRITON_INTERPRET="1", LOG_DIR="logs", ARTIFACT_PATH="model.int8.ptz")
+# What differs between two runs of one config on CPU: the clock (every *_time, *_avg, *_per_s), and
+# (packed vs not) the code's size.
+VARYING = re.compile(r"\b(\w+_time|\w+_avg|\w+_per_s|code_bytes|total_bytes):\S+")
+FINAL = re.compile(r"^final_\w+_exact val_loss:(\S+) val_bpb:(\S+)$", re.M)  # today final_int8_zlib_roundtrip_exact
+ABOUT = "what the change does, measured; a test fills in the maker's TODO"
+
+
+def train(script: Path, cwd: Path, settings: dict[str, str]) -> Path:
+    env = {k: v for k, v in os.environ.items() if k not in OUR_NAMES and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(settings)
+    env["OMP_NUM_THREADS"] = "1"
+    cwd.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run([sys.executable, str(script)], cwd=cwd, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return cwd / settings["LOG_DIR"] / f"{settings['RUN_ID']}.txt"
+
+
+def small_validation_data(data: TinyData, root: Path) -> Path:
+    """The tiny training shards with a 257-token validation shard."""
+    root.mkdir()
+    for shard in data.data_path.glob("fineweb_train_*.bin"):
+        shutil.copyfile(shard, root / shard.name)
+    val = train_gpt.load_data_shard(data.data_path / "fineweb_val_000000.bin").numpy()[:257]
+    train_gpt.write_data_shard(root / "fineweb_val_000000.bin", val.astype(np.uint16))
+    return root
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_data, tmp_path_factory) -> dict[str, Path]:
+    """The logs of every run the tests use, by name, run two at a time; `packed` is the packed script."""
+    root = tmp_path_factory.mktemp("record_runs")
+    packed = root / "packed" / "train_gpt.py"
+    packed.parent.mkdir()
+    packed.write_text(R.pack_script(SCRIPT.read_text(encoding="utf-8")), encoding="utf-8")
+    small = small_validation_data(tiny_data, root / "small_data")
+
+    def settings(seed: int, **overrides) -> dict[str, str]:
+        return tiny_env(tiny_data, root, **{**RUN, "RUN_ID": f"seed{seed}", "SEED": seed, **overrides})
+
+    jobs = {  # the two Triton runs first: they take longest
+        "triton": (SCRIPT, settings(1337, **TRITON_RUN, DATA_PATH=small)),
+        "triton_packed": (packed, settings(1337, **TRITON_RUN, DATA_PATH=small)),
+        **{f"seed{seed}": (SCRIPT, settings(seed)) for seed in SEEDS},
+        "packed1337": (packed, settings(1337)),
+        "other_config": (SCRIPT, settings(1340, MATRIX_LR=0.03)),  # another seed, and another config
+    }
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(train, script, root / name, env) for name, (script, env) in jobs.items()}
+        logs = {name: future.result() for name, future in futures.items()}
+    return logs | {"packed": packed}
+
+
+def fill_readme(folder: Path) -> Path:
+    readme = folder / "README.md"
+    readme.write_text(readme.read_text(encoding="utf-8").replace(R.README_PLACEHOLDER, ABOUT), encoding="utf-8")
+    return folder
+
+
+def make(logs: list[Path], folder: Path, track: str = "10min_16mb", filled: bool = True) -> Path:
+    made = make_submission.make_folder(logs, folder, name="Tiny CPU run", author="Test Author", github_id="tester",
+                                       blurb="Six steps of a 2-layer model on CPU.", track=track, date="2026-11-23")
+    return fill_readme(made) if filled else made
+
+
+def failing(folder: Path, against: Path | None = None) -> set[str]:
+    verdicts, _ = check_submission.check(folder, against)
+    return {v.rule for v in verdicts if not v.ok}
+
+
+def evidence(folder: Path, rule: str, against: Path | None = None) -> str:
+    verdicts, _ = check_submission.check(folder, against)
+    return next(v.evidence for v in verdicts if v.rule == rule)
+
+
+def events(log: Path) -> list[str]:
+    """A log's lines after its script, with the clock's and the code size's values masked."""
+    script, body = R.split_head(log.read_text(encoding="utf-8"))
+    assert script is not None
+    return [VARYING.sub(r"\1:*", line) for line in body.splitlines()]
+
+
+# =================================================================================================
+# Student's t tail and the significance test
+# =================================================================================================
+
+@pytest.mark.parametrize("t", [0.0, 0.3, 1.0, 2.5, 6.964556734, 40.0])
+def test_t_tail_equals_the_closed_forms_for_1_and_2_degrees_of_freedom(t):
+    assert R.t_sf(t, 1) == pytest.approx(0.5 - math.atan(t) / math.pi, abs=1e-13)  # Cauchy
+    assert R.t_sf(t, 2) == pytest.approx(0.5 - t / (2 * math.sqrt(t * t + 2)), abs=1e-13)
+    assert R.t_sf(-t, 5) == pytest.approx(1 - R.t_sf(t, 5), abs=1e-13)
+
+
+@pytest.mark.parametrize("t, df, p", [(2.821437925, 9, 0.01), (3.746947388, 4, 0.01), (6.964556734, 2, 0.01),
+                                      (2.228138852, 10, 0.025), (1.812461123, 10, 0.05), (2.014103389, 45, 0.025)])
+def test_t_tail_at_published_quantiles(t, df, p):
+    # Quantiles to 9 decimals: their rounding moves p by under 1e-9.
+    assert R.t_sf(t, df) == pytest.approx(p, abs=1e-8)
+
+
+def test_t_tail_at_the_issues_rounded_quantiles():
+    # t rounded to 3 decimals moves p by the density times 5e-4: under 1e-5 here.
+    assert R.t_sf(2.821, 9) == pytest.approx(0.01, abs=1e-5)
+    assert R.t_sf(3.747, 4) == pytest.approx(0.01, abs=1e-5)
+
+
+@pytest.mark.parametrize("x", [0.01, 0.3, 0.5, 0.77, 0.999])
+def test_incomplete_beta_equals_its_closed_forms(x):
+    assert R.betainc(1, 1, x) == pytest.approx(x, abs=1e-14)
+    assert R.betainc(3.5, 1, x) == pytest.approx(x ** 3.5, abs=1e-14)
+    assert R.betainc(1, 4, x) == pytest.approx(1 - (1 - x) ** 4, abs=1e-14)
+    assert R.betainc(2.5, 7, x) == pytest.approx(1 - R.betainc(7, 2.5, 1 - x), abs=1e-14)
+
+
+def test_welch_test_equals_the_hand_computation():
+    r = R.improvement_test([1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0], margin=0.0)
+    # variances 1 and 5/3: se^2 = 1/3 + 5/12 = 3/4; df = (3/4)^2 / ((1/3)^2/2 + (5/12)^2/3) = 3888/784
+    assert r.method == "Welch's t-test"
+    assert r.t == pytest.approx(3.5 / math.sqrt(0.75), abs=1e-12)
+    assert r.df == pytest.approx(float(Fraction(3888, 784)), abs=1e-12)
+    assert r.p == pytest.approx(R.t_sf(r.t, r.df), abs=0) and r.p < 0.01 and r.clears
+
+
+def test_one_sample_test_reproduces_the_2026_03_19_records_own_numbers():
+    # Its README: bpb 1.20143417, 1.19945102, 1.20319508 against 1.21613611 - 0.005: "sample standard
+    # deviation 0.00187", "t=9.06 with df=2, which gives p=0.006". The unrounded std (0.0018731) gives
+    # t=9.04 (the README's 9.06 is within its rounding of the std); p is 0.006 either way.
+    r = R.improvement_test([1.20143417, 1.19945102, 1.20319508], [1.21613611], margin=0.005)
+    assert r.method.startswith("one-sample")
+    assert (round(r.std, 5), round(r.t, 2), r.df, round(r.p, 3)) == (0.00187, 9.04, 2.0, 0.006)
+    assert r.p == pytest.approx(0.5 - r.t / (2 * math.sqrt(r.t ** 2 + 2)), abs=1e-13) and r.clears
+
+
+def test_an_improvement_under_the_margin_or_one_seed_does_not_clear():
+    assert not R.improvement_test([2.000, 2.001, 2.002], [2.004, 2.005, 2.006]).clears  # 0.004 < 0.005
+    assert R.improvement_test([2.000, 2.000], [2.006, 2.006]).clears  # no spread: an exact 0.006
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        R.improvement_test([2.0], [2.1, 2.2])
+
+
+# =================================================================================================
+# Packing
+# =================================================================================================
+
+def test_pack_and_unpack_give_back_the_script_byte_for_byte():
+    source = SCRIPT.read_text(encoding="utf-8")
+    packed = R.pack_script(source)
+    assert R.unpack_script(packed) == source
+    assert R.unpack_script(source) is None
+    assert len(packed.encode()) < 0.45 * len(source.encode())  # ~31.6 KB of 86.7 KB
+    broken = packed.replace(packed[400:410], "0123456789")
+    with pytest.raises(R.PackError):
+        R.unpack_script(broken)
+
+
+def test_the_wrapper_runs_the_code_as_main_with_its_docstring_and_inspectable_source(tmp_path):
+    source = ('"""doc of the packed module"""\nimport inspect, sys\n\ndef kernel(x):\n    return x + 1\n\n'
+              'if __name__ == "__main__":\n    print(__doc__)\n    print(__file__ == sys.argv[0])\n'
+              '    print(inspect.getsource(kernel).strip().splitlines()[-1].strip())\n')
+    wrapper = tmp_path / "train_gpt.py"
+    wrapper.write_text(R.pack_script(source), encoding="utf-8")
+    result = subprocess.run([sys.executable, str(wrapper)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["doc of the packed module", "True", "return x + 1"]
+
+
+@needs_published
+def test_the_2026_04_05_records_packed_script_unpacks_to_python():
+    code = R.unpack_script((LOOP45 / "train_gpt.py").read_text(encoding="utf-8"))
+    compile(code, "train_gpt.py", "exec")
+    assert "class Hyperparameters" in code and len(code.encode()) == 43_103
+
+
+def test_a_packed_run_logs_exactly_what_the_original_logs(runs):
+    original, packed = events(runs["seed1337"]), events(runs["packed1337"])
+    assert original == packed
+    assert any(FINAL.match(line) for line in packed)
+    artifact = next(line for line in R.split_head(runs["packed1337"].read_text())[1].splitlines()
+                    if line.startswith("artifact:"))
+    assert re.search(rf" code_bytes:{runs['packed'].stat().st_size}\b", artifact)  # the packed size is what counts
+    assert R.read_log(runs["packed1337"]).script == runs["packed"].read_text(encoding="utf-8")
+
+
+def test_a_packed_run_through_the_triton_kernel_logs_exactly_what_the_original_logs(runs):
+    original, packed = events(runs["triton"]), events(runs["triton_packed"])
+    assert "loss_impl:triton loss_impl_reason:forced_by_LOSS_IMPL" in " ".join(packed)
+    assert original == packed
+
+
+# =================================================================================================
+# The maker and the checker on tiny runs
+# =================================================================================================
+
+@pytest.fixture(scope="module")
+def made(runs, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("made")
+    seeds = [runs[f"seed{s}"] for s in SEEDS]
+    return dict(non_record=make(seeds, root / "non_record", track="non_record_16mb"),
+                record=make(seeds, root / "record"),
+                unfilled=make(seeds, root / "unfilled", track="non_record_16mb", filled=False),
+                packed=make([runs["packed1337"]], root / "packed", track="non_record_16mb"))
+
+
+def test_the_made_folder_holds_the_script_as_run_and_the_logs_unchanged(runs, made):
+    folder = made["non_record"]
+    assert (folder / "train_gpt.py").read_bytes() == SCRIPT.read_bytes()
+    for seed in SEEDS:
+        assert (folder / f"train_seed{seed}.log").read_bytes() == runs[f"seed{seed}"].read_bytes()
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        ["README.md", "submission.json", "train_gpt.py"] + [f"train_seed{s}.log" for s in SEEDS])
+
+
+def test_submission_json_is_filled_from_the_logs(runs, made):
+    submission = json.loads((made["non_record"] / "submission.json").read_text())
+    logs = [R.read_log(runs[f"seed{s}"]) for s in SEEDS]
+    code_bytes = len(SCRIPT.read_bytes())
+    assert list(submission) == ["author", "github_id", "name", "blurb", "date", "track", "val_loss", "val_bpb",
+                                "val_bpb_std", "seeds", "seed_results", "hardware", "pytorch_version",
+                                "bytes_total", "bytes_code"]
+    assert submission["seeds"] == list(SEEDS) and submission["track"] == "non_record_16mb"
+    for log in logs:
+        loss, bpb = FINAL.findall(log.path.read_text())[-1]  # a run's score is its last final line
+        model_bytes = int(re.search(r" model_bytes:(\d+)\b", log.path.read_text()).group(1))
+        assert submission["seed_results"][str(log.seed)] == dict(
+            val_loss=float(loss), val_bpb=float(bpb), artifact_bytes=code_bytes + model_bytes, steps=6)
+    assert submission["val_bpb"] == round(sum(log.val_bpb for log in logs) / 3, 8)
+    assert submission["val_bpb_std"] == round(float(np.std([log.val_bpb for log in logs], ddof=1)), 8)
+    assert submission["bytes_code"] == code_bytes
+    assert submission["bytes_total"] == max(r["artifact_bytes"] for r in submission["seed_results"].values())
+    assert submission["hardware"] == "1xCPU" and submission["pytorch_version"] == train_gpt.torch.__version__
+
+
+def test_the_readme_skeleton_has_the_results_and_a_command_that_reruns_the_seed(made):
+    readme = (made["unfilled"] / "README.md").read_text()
+    assert R.README_PLACEHOLDER in readme
+    row = r"^\| {} \| 6 \| [0-9.]+ s \| [0-9.]+ s \| \d\.\d{{8}} \| \d\.\d{{8}} \| [\d,]+ \|$"
+    assert all(re.search(row.format(s), readme, re.M) for s in SEEDS)
+    command = next(line for line in readme.splitlines() if line.startswith("SEED=1337 "))
+    # tiny_env's settings that differ from the defaults, and nothing that names the run
+    assert " ITERATIONS=6 " in command and " MODEL_DIM=64 " in command and " SEED=" not in command[1:]
+    assert "RUN_ID" not in command and "LOG_DIR" not in command and " NUM_HEADS=2 " in command
+    assert command.endswith(" python3 train_gpt.py")
+
+
+def test_the_command_leaves_out_what_the_defaults_and_the_recipe_already_set():
+    defaults, recipes = make_submission.script_defaults(SCRIPT.read_text(encoding="utf-8"))
+    assert defaults == {f.name: f.default for f in dataclasses.fields(train_gpt.Hyperparameters)}
+    assert recipes["record"] == train_gpt.RECIPES["record"]
+    config = defaults | recipes["record"] | dict(recipe="record", seed=7, num_layers=12, run_id="x", log_dir="y")
+    log = R.RunLog(Path("seed7.txt"), "", json.loads(json.dumps(config)), "config:{json} line", world_size=8)
+    assert make_submission.command_line(log, SCRIPT.read_text(encoding="utf-8")) == \
+        "SEED=7 NUM_LAYERS=12 RECIPE=record torchrun --standalone --nproc_per_node=8 train_gpt.py"
+
+
+def test_a_made_folder_passes_every_rule_once_its_readme_is_written(made, capsys):
+    assert failing(made["unfilled"]) == {"files"}
+    assert "README.md still holds the maker's TODO" in evidence(made["unfilled"], "files")
+    assert failing(made["non_record"]) == set()
+    assert check_submission.main([str(made["non_record"])]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 + 12 + 1 and out[-1] == "verdict: pass: all 12 rules pass"
+    assert all(re.match(r"[a-z_]+ +pass  \S", line) for line in out[1:-1])
+
+
+def test_on_the_record_track_a_cpu_run_fails_hardware_and_needs_a_record_to_beat(made, capsys):
+    assert failing(made["record"]) == {"hardware", "significance"}
+    assert "world_size 1, not 8" in evidence(made["record"], "hardware")
+    assert "give --against RECORD_FOLDER" in evidence(made["record"], "significance")
+    assert check_submission.main([str(made["record"]), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"] == "fail" and [r["rule"] for r in report["rules"] if r["status"] == "fail"] == [
+        "hardware", "significance"]
+    assert [run["seed"] for run in report["runs"]] == list(SEEDS)
+
+
+def against(tmp_path: Path, folder: Path, shift: float) -> Path:
+    """A record whose per-seed val_loss is ours + shift (only its submission.json: what the test reads)."""
+    record = tmp_path / f"record_{shift}"
+    record.mkdir()
+    ours = json.loads((folder / "submission.json").read_text())
+    results = {seed: r | {"val_loss": r["val_loss"] + shift} for seed, r in ours["seed_results"].items()}
+    (record / "submission.json").write_text(json.dumps(ours | {"seed_results": results}))
+    return record
+
+
+def test_significance_against_a_record_per_seed_values(made, tmp_path):
+    folder = made["non_record"]
+    better, barely = against(tmp_path, folder, 0.1), against(tmp_path, folder, 0.004)
+    assert "significance" not in failing(folder, better)
+    assert "clears 0.005 nats at p < 0.01" in evidence(folder, "significance", better)
+    assert "significance" in failing(folder, barely)
+    short = evidence(folder, "significance", barely)
+    assert "improvement 0.00400 nats; Welch's t-test" in short and "does not clear" in short
+
+
+def test_a_packed_folder_ships_the_wrapper_and_the_readable_code_and_passes(runs, made):
+    folder = made["packed"]
+    assert (folder / "train_gpt.py").read_bytes() == runs["packed"].read_bytes()
+    assert (folder / R.HUMAN_COPY).read_bytes() == SCRIPT.read_bytes()
+    assert failing(folder) == set()
+    assert f"unpacks to {SCRIPT.stat().st_size:,} bytes of Python" in evidence(folder, "packed_script")
+    assert f"train_gpt.py {runs['packed'].stat().st_size:,} bytes" in evidence(folder, "size")
+
+
+def test_a_packed_folder_whose_readable_copy_is_not_the_code_fails(made, tmp_path):
+    folder = shutil.copytree(made["packed"], tmp_path / "edited_human")
+    (folder / R.HUMAN_COPY).write_text(SCRIPT.read_text() + "# tidied after the run\n")
+    assert failing(folder) == {"packed_script"}
+    assert "is not the code that ran" in evidence(folder, "packed_script")
+
+
+# Broken copies of the record-track folder: each adds its rule to the two a CPU run fails anyway.
+
+CPU_FAILS = {"hardware", "significance"}
+
+
+def edit_log(path: Path, pattern: str, replacement) -> None:
+    """Edit the lines after a log's script (the script is what another rule compares)."""
+    script, body = R.split_head(path.read_text(encoding="utf-8"))
+    edited = re.sub(pattern, replacement, body, flags=re.M)
+    assert edited != body, pattern
+    path.write_text(script + "\n" + R.SEPARATOR + "\n" + edited, encoding="utf-8")
+
+
+def broken(made, tmp_path: Path, name: str) -> Path:
+    return shutil.copytree(made["record"], tmp_path / name)
+
+
+def test_a_log_over_the_time_cap_fails_train_time(made, tmp_path):
+    folder = broken(made, tmp_path, "slow")
+    trained_ms = R.read_log(folder / "train_seed1338.log").train_ms
+    edit_log(folder / "train_seed1338.log", r"train_time:(\d+)ms", lambda m: f"train_time:{int(m[1]) + 600_000}ms")
+    assert failing(folder) == CPU_FAILS | {"train_time"}
+    assert f"train_seed1338.log: {(trained_ms + 600_000) / 1000:.3f} s > 600 s" in evidence(folder, "train_time")
+
+
+def test_gptq_time_counts_inside_the_training_limit(made, tmp_path):
+    folder = broken(made, tmp_path, "gptq")
+    trained_ms = R.read_log(folder / "train_seed1337.log").train_ms  # > 0.1 s: over the limit with GPTQ
+    edit_log(folder / "train_seed1337.log", r"^(artifact:)", "gptq_time:599900ms hessians:64\n\\1")
+    assert failing(folder) == CPU_FAILS | {"train_time"}
+    assert (f"train_seed1337.log: {trained_ms / 1000:.3f} s + GPTQ 599.900 s = {(trained_ms + 599_900) / 1000:.3f} s "
+            "> 600 s") in evidence(folder, "train_time")
+
+
+def test_evaluation_over_its_limit_fails_eval_time(made, tmp_path):
+    folder = broken(made, tmp_path, "slow_eval")
+    edit_log(folder / "train_seed1339.log", r"eval_time:(\d+)ms", lambda m: f"eval_time:{int(m[1]) + 600_000}ms")
+    assert failing(folder) == CPU_FAILS | {"eval_time"}
+
+
+def test_a_seed_with_another_config_fails_same_config(runs, tmp_path):
+    folder = make([runs["seed1337"], runs["seed1338"], runs["other_config"]], tmp_path / "other_config")
+    assert failing(folder) == CPU_FAILS | {"same_config"}
+    assert "train_seed1340.log differs from train_seed1337.log in 1 setting(s): matrix_lr=0.03 (not 0.02)" in \
+        evidence(folder, "same_config")
+
+
+def test_a_seed_run_twice_fails_same_config(made, tmp_path):
+    folder = broken(made, tmp_path, "twice")
+    shutil.copyfile(folder / "train_seed1337.log", folder / "train_seed1337_again.log")
+    # submission.json lists each seed once: it disagrees with the logs too
+    assert failing(folder) == CPU_FAILS | {"same_config", "submission_matches_logs"}
+    assert "seed 1337 ran 2 times" in evidence(folder, "same_config")
+
+
+def test_a_script_edited_after_the_run_fails_script_matches_logs(made, tmp_path):
+    folder = broken(made, tmp_path, "edited")
+    with open(folder / "train_gpt.py", "a", encoding="utf-8") as f:
+        f.write("# one more line after the runs\n")
+    # The code is 31 bytes longer than the logs counted, so the sizes and submission.json disagree too.
+    assert failing(folder) == CPU_FAILS | {"script_matches_logs", "size", "submission_matches_logs"}
+    assert re.search(r"train_seed1337\.log, train_seed1338\.log, train_seed1339\.log: the script in the log "
+                     r"differs from train_gpt\.py from line \d+", evidence(folder, "script_matches_logs"))
+
+
+def test_a_total_over_the_cap_fails_size(runs, tmp_path):
+    heavy = tmp_path / "heavy" / "seed1339.txt"
+    heavy.parent.mkdir()
+    shutil.copyfile(runs["seed1339"], heavy)
+    edit_log(heavy, r" model_bytes:\d+\b", " model_bytes:15950000")  # as if the artifact were this large
+    folder = make([runs["seed1337"], runs["seed1338"], heavy], tmp_path / "heavy_folder")
+    assert failing(folder) == CPU_FAILS | {"size"}
+    assert f"train_seed1339.log: {SCRIPT.stat().st_size:,} + 15,950,000 = " in evidence(folder, "size")
+
+
+def test_a_size_line_that_left_out_code_fails_size(made, tmp_path):
+    folder = broken(made, tmp_path, "short_size_line")
+    edit_log(folder / "train_seed1337.log", r" code_bytes:\d+\b", " code_bytes:80000")
+    assert failing(folder) == CPU_FAILS | {"size"}
+    assert "its size line counts 80,000 code bytes" in evidence(folder, "size")
+
+
+def test_a_module_the_script_imports_from_the_folder_counts_as_code(tmp_path):
+    (tmp_path / "golf_util.py").write_text("X = 1\n")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "inner.py").write_text("Y = 2\n")
+    code = "import os\nimport golf_util\nfrom pkg.inner import Y\nfrom torch import nn\n"
+    assert R.local_modules(code, tmp_path) == [tmp_path / "golf_util.py", tmp_path / "pkg" / "__init__.py",
+                                               tmp_path / "pkg" / "inner.py"]
+
+
+def test_a_missing_final_line_fails_final_line(made, tmp_path):
+    folder = broken(made, tmp_path, "unfinished")
+    edit_log(folder / "train_seed1338.log", r"^final_\w+_exact .*\n?", "")
+    # submission.json's means include that seed's score, which the log no longer gives
+    assert failing(folder) == CPU_FAILS | {"final_line", "submission_matches_logs"}
+    assert "train_seed1338.log: no final score line" in evidence(folder, "final_line")
+
+
+def test_a_failed_run_fails_final_line(made, tmp_path):
+    folder = broken(made, tmp_path, "crashed")
+    with open(folder / "train_seed1339.log", "a", encoding="utf-8") as f:
+        f.write("error:RuntimeError NCCL timeout\n")
+    assert failing(folder) == CPU_FAILS | {"final_line"}
+
+
+def test_submission_json_that_disagrees_with_the_logs_fails(made, tmp_path):
+    folder = broken(made, tmp_path, "typed_by_hand")
+    submission = json.loads((folder / "submission.json").read_text())
+    submission["val_bpb"] = round(submission["val_bpb"] - 0.001, 8)
+    submission["seed_results"]["1338"]["steps"] = 7
+    del submission["hardware"]
+    (folder / "submission.json").write_text(json.dumps(submission))
+    assert failing(folder) == CPU_FAILS | {"submission_fields", "submission_matches_logs"}
+    mismatch = evidence(folder, "submission_matches_logs")
+    assert "val_bpb " in mismatch and "seed_results[1338].steps 7 but train_seed1338.log gives 6" in mismatch
+    assert evidence(folder, "submission_fields") == "missing hardware"
+
+
+def test_an_unknown_track_is_judged_as_a_record(made, tmp_path):
+    folder = shutil.copytree(made["non_record"], tmp_path / "unknown_track")
+    submission = json.loads((folder / "submission.json").read_text())
+    (folder / "submission.json").write_text(json.dumps(submission | {"track": "10min"}))
+    assert failing(folder) == CPU_FAILS | {"submission_fields"}
+
+
+def test_the_maker_refuses_logs_it_cannot_make_a_folder_from(runs, tmp_path):
+    edited = tmp_path / "edited.txt"
+    edited.write_text(runs["seed1338"].read_text().replace("import ", "import  ", 1))
+    unfinished = tmp_path / "unfinished.txt"
+    unfinished.write_text("\n".join(runs["seed1338"].read_text().splitlines()[:-1]) + "\n")
+    for logs, message in [([runs["seed1337"], edited], "ran another script"),
+                          ([runs["seed1337"], unfinished], "no final score line"),
+                          ([runs["seed1337"], runs["seed1337"]], "a seed ran twice"),
+                          ([], "no logs given")]:
+        with pytest.raises(make_submission.MakeError, match=message):
+            make(logs, tmp_path / "never")
+    assert not (tmp_path / "never").exists()
+    make([runs["seed1337"]], tmp_path / "once")
+    with pytest.raises(make_submission.MakeError, match="already exists"):
+        make([runs["seed1337"]], tmp_path / "once")
+
+
+def test_the_maker_cli_needs_the_names_the_logs_cannot_give(runs, capsys):
+    assert make_submission.main([str(runs["seed1337"]), "--name", "x"]) == 2
+    assert "give --author, --github-id, --blurb" in capsys.readouterr().err
+
+
+# =================================================================================================
+# The published folders: read as far as their formats allow, judged by the same rules
+# =================================================================================================
+
+@needs_published
+def test_the_published_logs_are_read_in_all_three_formats():
+    baseline = R.read_log(BASELINE / "train.log")
+    assert (baseline.val_loss, baseline.val_bpb, baseline.steps) == (2.07269931, 1.2243657, 13780)
+    assert (baseline.train_ms, baseline.eval_ms) == (600038, 1401)
+    assert (baseline.model_bytes, baseline.code_bytes) == (15815847, 47642)
+    assert baseline.script is None and baseline.seed == 1337 and baseline.world_size == 8 and baseline.gpus == []
+    seq = R.read_log(SEQ4096 / "train_seed1338.log")
+    assert seq.script == (SEQ4096 / "train_gpt.py").read_text(encoding="utf-8")
+    assert (seq.seed, seq.val_bpb, seq.total_bytes, seq.torch_version) == (1338, 1.19945102, 15883154, "2.8.0+cu128")
+    assert seq.gpus == ["NVIDIA H100 80GB HBM3"] * 8
+    loop = R.read_log(LOOP45 / "train_seed1.log")
+    assert (loop.score_label, loop.val_loss, loop.val_bpb) == ("quantized_sliding_window", 2.80405024, 1.08553523)
+    assert (loop.train_ms, loop.gptq_ms, loop.eval_ms) == (588138, 11300, 7531 + 83990)  # pre-quant eval excluded
+    assert (loop.steps, loop.code_bytes, loop.model_bytes) == (4988, 15516, 15972031)
+    assert (loop.seed, loop.vocab_size) == (1, 8192)
+    assert [(p.step, p.train_ms) for p in loop.val_bpb_curve] == [(0, None), (4000, 450_000), (4988, 588138)]
+
+
+@needs_published
+@pytest.mark.parametrize("folder, fails, said", [
+    (BASELINE, {"script_matches_logs", "train_time", "hardware", "submission_fields", "significance"},
+     {"train_time": "train.log: 600.038 s > 600 s", "hardware": "train.log: the log names no GPU",
+      "script_matches_logs": "the log does not hold the script it ran"}),
+    (SEQ4096, {"script_matches_logs", "size", "submission_fields", "submission_matches_logs", "significance"},
+     {"script_matches_logs": "train.log: the script in the log differs from train_gpt.py from line 33",
+      "size": "train.log: its size line counts 47,642 code bytes, the folder's code is 47,759",
+      "submission_matches_logs": "val_bpb 1.20143417 but the mean of the 3 log(s) is 1.20136009"}),
+    (LOOP45, {"script_matches_logs", "packed_script", "significance"},
+     {"packed_script": "train_gpt_human.py (58,367 bytes) is not that code",
+      "size": "the largest 15,988,983 <= 16,000,000",
+      "train_time": "train_seed1.log: 588.138 s + GPTQ 11.300 s = 599.438 s"}),
+], ids=["2026-03-17", "2026-03-19", "2026-04-05"])
+def test_the_published_folders_verdicts(folder, fails, said):
+    assert failing(folder) == fails
+    for rule, text in said.items():
+        assert text in evidence(folder, rule)
+
+
+@needs_published
+def test_significance_between_published_records():
+    assert "significance" not in failing(SEQ4096, BASELINE)
+    assert re.search(r"improvement 0\.04425 nats; one-sample .* one-sided p=0\.001\d*: clears",
+                     evidence(SEQ4096, "significance", BASELINE))
+    assert "the vocabularies differ (8192 here, 1024 in 2026-03-19" in evidence(LOOP45, "significance", SEQ4096)
+    assert "improvement -0.00000 nats; Welch's" in evidence(LOOP45, "significance", LOOP45)
+
+
+@needs_published
+def test_the_checker_cli_on_a_published_folder(capsys):
+    assert check_submission.main([str(LOOP45)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "verdict: FAIL: 3 of 12 rules fail (script_matches_logs, packed_script, significance)"
+    assert out[1].startswith("files                    pass  README.md, submission.json, train_gpt.py and 5 log(s)")
+
+
+# =================================================================================================
+# The plot
+# =================================================================================================
+
+def test_the_plot_reads_the_curves_of_our_logs(runs):
+    log = R.read_log(runs["seed1337"])
+    assert [p.step for p in log.train_loss] == [1, 2, 3, 4, 5, 6]
+    assert [p.step for p in log.val_bpb_curve] == [0, 3, 6]
+    assert all(p.train_ms is not None for p in log.val_bpb_curve + log.train_loss)
+
+
+def test_the_plot_without_matplotlib_says_how_to_install_it(runs):
+    records = ROOT / "records"
+    block = ("import sys, runpy; sys.modules['matplotlib'] = None; sys.argv = ['plot_runs.py'] + sys.argv[1:]; "
+             f"sys.path.insert(0, {str(records)!r}); "
+             f"runpy.run_path({str(records / 'plot_runs.py')!r}, run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", block, str(runs["seed1337"]), "-o", "x.png"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "pip install matplotlib" in result.stderr
+
+
+def test_the_plot_writes_a_png(runs, tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is optional: the plot tool alone needs it")
+    output = tmp_path / "runs.png"
+    sources = [runs["seed1337"], runs["seed1338"]] + ([LOOP45] if PUBLISHED.is_dir() else [])
+    assert plot_runs.main([*map(str, sources), "--output", str(output)]) == 0
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
