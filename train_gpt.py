@@ -1198,58 +1198,69 @@ MODEL_FIELDS = ("vocab_size num_layers model_dim embedding_dim num_heads num_kv_
                 "num_loops loop_start loop_end").split()
 
 def gptq_round(w: Tensor, hessian: Tensor, scale: Tensor, qmax: int) -> Tensor:
-    """GPTQ codes of w (rows, cols) fp32 for per-row steps scale (rows, 1), given H = X^T X (cols, cols) of
-    its inputs. Columns go in order of decreasing H diagonal; the upper Cholesky factor U of H^-1 gives
-    each column's error weight, as in Frantar et al. 2022. Dead inputs (H_ii = 0) are zeroed."""
+    """GPTQ codes of a batch of matrices w (B, rows, cols) fp32 with per-row steps scale (B, rows, 1), given each
+    one's H = X^T X (B, cols, cols) of its inputs. Columns go in order of decreasing H diagonal; the upper
+    Cholesky factor U of H^-1 weights each column's error (Frantar et al. 2022). Dead inputs (H_ii = 0) are
+    zeroed. The batch shares every launch: one per column for all its matrices."""
     H = hessian.clone()
-    dead = H.diagonal() == 0
-    H[dead, dead] = 1.0
-    H.diagonal().add_(0.01 * H.diagonal().mean())  # dampening: H stays positive definite
-    perm = torch.argsort(H.diagonal(), descending=True)
-    w = w[:, perm].clone()
-    w[:, dead[perm]] = 0.0
-    U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H[perm][:, perm])), upper=True)
-    q = torch.empty_like(w, dtype=torch.int8)
-    for i in range(0, w.size(1), GPTQ_BLOCK):
-        j = min(i + GPTQ_BLOCK, w.size(1))
-        block, err = w[:, i:j], torch.empty_like(w[:, i:j])  # block is a view: updated in place
+    diag = H.diagonal(dim1=1, dim2=2)  # a view of H
+    dead = diag == 0
+    diag[dead] = 1.0
+    diag.add_(0.01 * diag.mean(dim=1, keepdim=True))  # dampening: H stays positive definite
+    perm = torch.argsort(diag, dim=1, descending=True)  # (B, cols)
+    w = torch.gather(w, 2, perm[:, None, :].expand_as(w)).masked_fill_(torch.gather(dead, 1, perm)[:, None, :], 0.0)
+    H = H[torch.arange(len(H), device=H.device)[:, None, None], perm[:, :, None], perm[:, None, :]]
+    U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
+    q, s = torch.empty_like(w, dtype=torch.int8), scale[..., 0]
+    for i in range(0, w.size(2), GPTQ_BLOCK):
+        j = min(i + GPTQ_BLOCK, w.size(2))
+        block, err = w[..., i:j], torch.empty_like(w[..., i:j])  # block is a view: updated in place
         for c in range(j - i):
-            qc = torch.clamp(torch.round(block[:, c] / scale[:, 0]), -qmax, qmax)
-            q[:, i + c] = qc.to(torch.int8)
-            err[:, c] = (block[:, c] - qc * scale[:, 0]) / U[i + c, i + c]
-            block[:, c:] -= err[:, c : c + 1] * U[i + c, i + c : j]
-        w[:, j:] -= err @ U[i:j, j:]
-    return q[:, torch.argsort(perm)]
+            qc = torch.clamp(torch.round(block[..., c] / s), -qmax, qmax)
+            q[..., i + c] = qc.to(torch.int8)
+            err[..., c] = (block[..., c] - qc * s) / U[:, i + c, i + c, None]
+            block[..., c:] -= err[..., c : c + 1] * U[:, None, i + c, i + c : j]
+        w[..., j:] -= err @ U[:, i:j, j:]
+    return torch.gather(q, 2, torch.argsort(perm, dim=1)[:, None, :].expand_as(q))
 
 def quantize_rows(w: Tensor, bits: int, clip_sigmas: float, hessian: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """(int8 codes, fp16 scale per row) of w (rows, cols), on w's device."""
+    """(int8 codes, fp16 scale per row) of w (rows, cols), or of a batch (B, rows, cols), on w's device."""
     qmax = 2 ** (bits - 1) - 1
     if clip_sigmas > 0:
-        scale = (clip_sigmas * w.std(dim=1) / qmax).clamp_min(1e-10).half()
+        scale = (clip_sigmas * w.std(dim=-1) / qmax).clamp_min(1e-10).half()
     else:  # the int8 reference: clamp at the quantile, then round
-        clip = torch.quantile(w.abs(), QUANT_CLIP_QUANTILE, dim=1)
+        clip = torch.quantile(w.abs(), QUANT_CLIP_QUANTILE, dim=-1)
         scale = (clip / qmax).clamp_min(QUANT_MIN_SCALE).half()
-        w = torch.clamp(w, -clip[:, None], clip[:, None])
-    s = scale.float()[:, None]  # stored in fp16: round with that
+        w = torch.clamp(w, -clip[..., None], clip[..., None])
+    s = scale.float()[..., None]  # stored in fp16: round with that
     if hessian is not None:
-        return gptq_round(w, hessian.to(w.device), s, qmax), scale
+        batched = w.dim() == 3
+        q = gptq_round(w if batched else w[None], hessian.to(w.device) if batched else hessian.to(w.device)[None],
+                       s if batched else s[None], qmax)
+        return (q if batched else q[0]), scale
     return torch.clamp(torch.round(w / s), -qmax, qmax).to(torch.int8), scale
 
 def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, hessians: dict | None = None) -> dict:
-    """The payload: codes and scales of the large tensors, the small ones kept. With hessians (GPTQ), each
-    large tensor is rounded on the device of its Hessian; otherwise on the CPU."""
-    quantized, scales, kept = {}, {}, {}
+    """The payload: codes and scales of the large tensors, the small ones kept. Tensors with a Hessian (GPTQ) are
+    rounded on its device, those of one shape together (one launch per column); the others on the CPU."""
+    quantized, scales, kept, groups = {}, {}, {}, {}
     for name, tensor in state_dict.items():
-        t = tensor.detach().to("cpu" if not hessians else next(iter(hessians.values())).device)
+        t = tensor.detach()
         if not t.is_floating_point():
             kept[name] = t.cpu()
         elif t.numel() <= QUANT_KEEP_FLOAT_MAX_NUMEL:
             kept[name] = (t.float() if is_control_tensor(name) and args.matrix_clip_sigmas == 0 else t.half()).cpu()
         else:
-            embed = name.startswith("tok_emb")
-            bits, sigmas = (args.embed_bits, args.embed_clip_sigmas) if embed else (args.matrix_bits, args.matrix_clip_sigmas)
-            q, scale = quantize_rows(t.float().reshape(t.size(0), -1), bits, sigmas, (hessians or {}).get(name))
-            quantized[name], scales[name] = q.reshape(t.shape).cpu(), scale.cpu()
+            gptq = name in (hessians or {})
+            groups.setdefault((tuple(t.shape), name.startswith("tok_emb")) if gptq else name, []).append(name)
+    for names in groups.values():
+        embed, gptq = names[0].startswith("tok_emb"), names[0] in (hessians or {})
+        bits, sigmas = (args.embed_bits, args.embed_clip_sigmas) if embed else (args.matrix_bits, args.matrix_clip_sigmas)
+        device = hessians[names[0]].device if gptq else "cpu"
+        w = torch.stack([state_dict[n].detach().to(device).float().reshape(state_dict[n].size(0), -1) for n in names])
+        q, scale = quantize_rows(w, bits, sigmas, torch.stack([hessians[n] for n in names]) if gptq else None)
+        for n, qn, sn in zip(names, q, scale):
+            quantized[n], scales[n] = qn.reshape(state_dict[n].shape).to("cpu", copy=True), sn.to("cpu", copy=True)
     return {"quantized": quantized, "scales": scales, "kept": kept}
 
 def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:
