@@ -1,0 +1,1687 @@
+"""train_gpt.py: the parameter-golf reference trainer, in one file.
+
+Trains a small GPT whose artifact (this file's bytes + int8/zlib-compressed weights) must fit in
+16,000,000 bytes, and scores it in bits per byte on the FineWeb validation split *after* the
+quantize -> compress -> decompress round trip. Every setting is an environment variable (the
+`Hyperparameters` field name, upper-cased); the whole resolved config is logged.
+
+  # CPU smoke run (tiny model, 20 steps), from the repo root on the data that `bash quickstart.sh` built:
+  DATA_PATH=$(ls -d data/datasets/pystdlib_*_sp512 | tail -n1) VOCAB_SIZE=512 \
+    TOKENIZER_PATH=$(ls data/tokenizers/pystdlib_*_sp512.model | tail -n1) WARMUP_STEPS=0 ITERATIONS=20 \
+    NUM_LAYERS=2 MODEL_DIM=64 NUM_HEADS=2 NUM_KV_HEADS=1 TRAIN_SEQ_LEN=128 TRAIN_BATCH_TOKENS=8192 \
+    VAL_BATCH_SIZE=8192 MAX_WALLCLOCK_SECONDS=0 python3 train_gpt.py
+  # one GPU:
+  python3 train_gpt.py
+  # eight GPUs (any count that divides 8 works; the global batch stays the same):
+  torchrun --standalone --nproc_per_node=8 train_gpt.py
+  # the 2026-04-05 record's techniques at once (sp8192 data; README: the record stack):
+  RECIPE=record torchrun --standalone --nproc_per_node=8 train_gpt.py
+
+Sections, in order: config, logging and distributed helpers, data, the output loss (PyTorch
+reference and Triton kernel), model, optimizers, evaluation, export, training, main().
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import difflib
+import glob
+import hashlib
+import io
+import json
+import lzma
+import math
+import os
+import platform
+import signal
+import sys
+import time
+import uuid
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+try:  # optional: the fused output-loss kernel; without it the trainer logs why and uses PyTorch
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
+
+# =================================================================================================
+# Config
+# One dataclass; every field is read from the environment variable of the same name upper-cased.
+# Everything is validated before any GPU work, because a typo found after compiling on 8 GPUs is
+# ten wasted minutes. An unknown variable that looks like one of ours is an error, not a no-op.
+# =================================================================================================
+
+class ConfigError(ValueError):
+    """A setting that cannot work; the message names the variable and the fix."""
+
+@dataclass
+class Hyperparameters:
+    # paths and run
+    recipe: str = ""  # "": the reference run; a name in RECIPES sets its values first (env still wins)
+    data_dir: str = ""  # the records' layout: sets DATA_PATH and TOKENIZER_PATH from it and VOCAB_SIZE
+    data_path: str = "./data/datasets/fineweb10B_sp1024"
+    tokenizer_path: str = "./data/tokenizers/fineweb_1024_bpe.model"
+    run_id: str = ""  # empty: a fresh timestamped id
+    log_dir: str = "logs"
+    artifact_path: str = "final_model.int8.ptz"
+    seed: int = 1337
+    val_batch_size: int = 524_288  # validation tokens per step, summed over ranks and micro-steps
+    val_loss_every: int = 1000  # 0: validate only at the end
+    train_log_every: int = 200
+    # length and schedule
+    iterations: int = 20_000
+    warmdown_iters: int = 3000
+    warmdown_frac: float = 0.0  # > 0: warm down over this fraction of the run (wallclock or steps)
+    min_lr: float = 0.0  # floor of the learning-rate multiplier
+    warmup_steps: int = 20  # compile warm-up steps, undone before training starts
+    train_batch_tokens: int = 393_216
+    train_shuffle: bool = False  # 0: contiguous spans of the shards in order; 1: the record's shuffled sequences
+    train_seq_len: int = 4096
+    max_wallclock_seconds: float = 600.0  # 0: no cap
+    # model
+    vocab_size: int = 1024
+    num_layers: int = 9
+    model_dim: int = 512
+    embedding_dim: int = 0  # 0 or MODEL_DIM: the factorised embedding is not implemented
+    num_heads: int = 8
+    num_kv_heads: int = 4
+    mlp_mult: float = 2.0  # hidden size int(MLP_MULT * MODEL_DIM)
+    mlp_act: str = "relu2"  # relu2 | leaky_relu2 (slope 0.5, squared)
+    tie_embeddings: bool = True
+    rope_base: float = 10_000.0
+    rope_dims: int = 0  # rotary on the first ROPE_DIMS dims of each head; 0: all
+    logit_softcap: float = 30.0
+    qk_gain_init: float = 1.5
+    xsa_last_n: int = 0  # exclusive self-attention in the last N layers (N >= NUM_LAYERS: all)
+    ln_scale: bool = False  # scale each block's normed inputs by 1/sqrt(layer+1)
+    skip_gates_enabled: bool = False  # sigmoid gates on the U-Net skips
+    parallel_residual_start: int = -1  # attention and MLP in parallel from this layer on; -1: off
+    num_loops: int = 0  # extra passes over layers LOOP_START..LOOP_END (depth recurrence); 0: off
+    loop_start: int = 0
+    loop_end: int = 0
+    enable_looping_at: float = 0.0  # fraction of training after which the loops run
+    ortho_init: bool = False  # orthogonal init of the non-zero-init matrices (the records')
+    # optimizers
+    matrix_lr: float = 0.02
+    scalar_lr: float = 0.02
+    tied_embed_lr: float = 0.03
+    tied_embed_init_std: float = 0.005
+    embed_lr: float = 0.6
+    head_lr: float = 0.008
+    muon_momentum: float = 0.99
+    muon_momentum_warmup_start: float = 0.92
+    muon_momentum_warmup_steps: int = 1500
+    muon_backend_steps: int = 5
+    muon_row_normalize: bool = False  # MuonEq-R: rows to unit norm before Newton-Schulz
+    muon_wd: float = 0.0  # decoupled weight decay: p *= 1 - lr * wd
+    adam_wd: float = 0.0  # on the scalars and control tensors
+    embed_wd: float = 0.0  # on the embedding
+    beta1: float = 0.9
+    beta2: float = 0.95
+    adam_eps: float = 1e-8
+    grad_clip_norm: float = 0.0  # 0: off
+    ema_decay: float = 0.0  # > 0: an EMA of the weights is what is exported and scored
+    # implementation
+    loss_chunk_tokens: int = 0  # tokens per chunk of the output loss; 0: LOSS_CHUNK_ELEMENTS // vocab
+    loss_impl: str = "auto"  # auto (triton on CUDA, torch elsewhere) | triton | torch
+    compile: bool = True  # torch.compile on CUDA; always off on CPU
+    # export and scoring
+    matrix_bits: int = 8  # bits per weight of the block matrices (the record: 6)
+    embed_bits: int = 8  # bits per weight of the embedding
+    matrix_clip_sigmas: float = 0.0  # > 0: SD clip, each row's step k * std(row) / qmax; 0: int8's quantile clip
+    embed_clip_sigmas: float = 0.0
+    gptq_calibration_batches: int = 0  # > 0: GPTQ on this many training micro-batches' Hessians; 0: round to nearest
+    gptq_reserve_seconds: float = 0.0  # training stops this long before MAX_WALLCLOCK_SECONDS, leaving it to GPTQ
+    compressor: str = "zlib"  # zlib | lzma | brotli (the optional brotli package)
+    eval_stride: int = 0  # > 0: the score also from sliding windows, each scoring its last EVAL_STRIDE tokens
+    eval_seq_len: int = 0  # window of validation and scoring; 0: TRAIN_SEQ_LEN
+    eval_only: bool = False  # score the artifact at ARTIFACT_PATH with this config; no training
+
+    @property
+    def train_pattern(self) -> str:
+        return os.path.join(self.data_path, "fineweb_train_*.bin")
+
+    @property
+    def train_cap_ms(self) -> float:
+        """The training clock's cap: MAX_WALLCLOCK_SECONDS less GPTQ_RESERVE_SECONDS (GPTQ runs in the rest); 0: none."""
+        return 1000.0 * (self.max_wallclock_seconds - self.gptq_reserve_seconds) if self.max_wallclock_seconds > 0 else 0.0
+
+    @property
+    def val_seq_len(self) -> int:
+        return self.eval_seq_len or self.train_seq_len
+
+    @property
+    def val_pattern(self) -> str:
+        return os.path.join(self.data_path, "fineweb_val_*.bin")
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Hyperparameters:
+        """Defaults, then the values of RECIPE, then DATA_DIR's paths, then every variable set explicitly."""
+        environ = dict(os.environ if environ is None else environ)
+        check_unknown_env(environ, [f.name.upper() for f in dataclasses.fields(cls)])
+        recipe = environ.get("RECIPE", "").strip()
+        if recipe and recipe not in RECIPES:
+            raise ConfigError(f"RECIPE={recipe!r} is not one of {', '.join(RECIPES)} (or empty for the reference run).")
+        explicit = {f.name: parse_env_value(f.name.upper(), environ[f.name.upper()], type(f.default))
+                    for f in dataclasses.fields(cls) if f.name.upper() in environ}
+        values = dict(RECIPES.get(recipe, {}), recipe=recipe)
+        data_dir = explicit.get("data_dir", "")
+        if data_dir:  # the records' layout: DATA_DIR/datasets/fineweb10B_spV and DATA_DIR/tokenizers/fineweb_V_bpe.model
+            vocab = explicit.get("vocab_size", values.get("vocab_size", cls.vocab_size))
+            values["data_path"] = os.path.join(data_dir, "datasets", f"fineweb10B_sp{vocab}")
+            values["tokenizer_path"] = os.path.join(data_dir, "tokenizers", f"fineweb_{vocab}_bpe.model")
+        values.update(explicit)
+        args = cls(**values)
+        args.validate()
+        return args
+
+    def validate(self) -> None:
+        def need(ok: bool, message: str) -> None:
+            if not ok:
+                raise ConfigError(message)
+
+        rules = {"> 0": (lambda v: v > 0, "val_batch_size train_log_every train_batch_tokens train_seq_len vocab_size "
+                         "num_layers model_dim num_heads num_kv_heads mlp_mult rope_base logit_softcap "
+                         "muon_backend_steps adam_eps"),
+                 ">= 0": (lambda v: v >= 0, "loss_chunk_tokens val_loss_every iterations warmdown_iters warmup_steps "
+                          "max_wallclock_seconds muon_momentum_warmup_steps grad_clip_norm matrix_lr scalar_lr "
+                          "tied_embed_lr embed_lr head_lr tied_embed_init_std muon_wd adam_wd embed_wd num_loops "
+                          "rope_dims xsa_last_n embedding_dim matrix_clip_sigmas embed_clip_sigmas "
+                          "gptq_calibration_batches gptq_reserve_seconds eval_stride eval_seq_len"),
+                 "in [2, 8]": (lambda v: 2 <= v <= 8, "matrix_bits embed_bits"),
+                 "in [0, 1)": (lambda v: 0 <= v < 1, "muon_momentum muon_momentum_warmup_start beta1 beta2 ema_decay"),
+                 "in [0, 1]": (lambda v: 0 <= v <= 1, "warmdown_frac min_lr enable_looping_at")}
+        for rule, (ok, names) in rules.items():
+            for name in names.split():
+                need(ok(getattr(self, name)), f"{name.upper()}={getattr(self, name)} must be {rule}.")
+        for name, allowed in [("loss_impl", ("auto", "triton", "torch")), ("mlp_act", ("relu2", "leaky_relu2")),
+                              ("compressor", ("zlib", "lzma", "brotli"))]:
+            need(getattr(self, name) in allowed, f"{name.upper()}={getattr(self, name)!r} must be one of {', '.join(allowed)}.")
+        need(self.model_dim % self.num_heads == 0,
+             f"NUM_HEADS={self.num_heads} must divide MODEL_DIM={self.model_dim}.")
+        head_dim = self.model_dim // self.num_heads
+        need(head_dim % 2 == 0, f"MODEL_DIM/NUM_HEADS={head_dim} (the head size) must be even for rotary "
+             "embeddings: change MODEL_DIM or NUM_HEADS.")
+        need(self.rope_dims % 2 == 0 and self.rope_dims <= head_dim,
+             f"ROPE_DIMS={self.rope_dims} must be even and at most the head size {head_dim} (0: all).")
+        need(self.num_heads % self.num_kv_heads == 0,
+             f"NUM_KV_HEADS={self.num_kv_heads} must divide NUM_HEADS={self.num_heads}.")
+        need(self.embedding_dim in (0, self.model_dim), f"EMBEDDING_DIM={self.embedding_dim}: the factorised "
+             f"embedding is not implemented; use 0 or MODEL_DIM={self.model_dim}.")
+        need(-1 <= self.parallel_residual_start < self.num_layers, f"PARALLEL_RESIDUAL_START="
+             f"{self.parallel_residual_start} must be -1 (off) or a layer index below NUM_LAYERS={self.num_layers}.")
+        need(self.num_loops == 0 or 0 <= self.loop_start <= self.loop_end < self.num_layers,
+             f"LOOP_START={self.loop_start} and LOOP_END={self.loop_end} must satisfy 0 <= LOOP_START <= LOOP_END < "
+             f"NUM_LAYERS={self.num_layers} when NUM_LOOPS={self.num_loops} > 0.")
+        need(self.vocab_size <= 65_536, f"VOCAB_SIZE={self.vocab_size} must be <= 65536: shards store uint16 tokens.")
+        need(self.train_batch_tokens % (GRAD_ACCUM_TOTAL * self.train_seq_len) == 0,
+             f"TRAIN_BATCH_TOKENS={self.train_batch_tokens} must be a multiple of "
+             f"{GRAD_ACCUM_TOTAL}*TRAIN_SEQ_LEN={GRAD_ACCUM_TOTAL * self.train_seq_len} (8 micro-batches "
+             "of whole sequences, split over the ranks).")
+        seq = "EVAL_SEQ_LEN" if self.eval_seq_len else "TRAIN_SEQ_LEN"
+        need(self.val_batch_size >= GRAD_ACCUM_TOTAL * self.val_seq_len, f"VAL_BATCH_SIZE={self.val_batch_size} must "
+             f"be at least {GRAD_ACCUM_TOTAL}*{seq}={GRAD_ACCUM_TOTAL * self.val_seq_len} (one sequence per micro-batch).")
+        need(self.eval_stride <= self.val_seq_len, f"EVAL_STRIDE={self.eval_stride} must be at most {seq}="
+             f"{self.val_seq_len}: each window scores its last EVAL_STRIDE tokens.")
+        for bits, sigmas in (("matrix_bits", "matrix_clip_sigmas"), ("embed_bits", "embed_clip_sigmas")):
+            need(getattr(self, bits) == 8 or getattr(self, sigmas) > 0, f"{bits.upper()}={getattr(self, bits)} needs "
+                 f"{sigmas.upper()} > 0 (the record: 12.85 for matrices, 20 for the embedding): the quantile clip is int8's.")
+        need(self.max_wallclock_seconds == 0 or self.gptq_reserve_seconds < self.max_wallclock_seconds,
+             f"GPTQ_RESERVE_SECONDS={self.gptq_reserve_seconds} must be below MAX_WALLCLOCK_SECONDS="
+             f"{self.max_wallclock_seconds} (it is taken from the training time under that cap).")
+        need(bool(self.run_id) == bool(self.run_id.strip()) and "/" not in self.run_id,
+             f"RUN_ID={self.run_id!r} must be a plain file name (no '/', not blank).")
+
+# Named sets of values (data, not code). "record" is the 2026-04-05 record
+# (SP8192_GPTQ-Embeddings_SDClip_Loop45x2, 1.0856 on 8xH100): its defaults where they differ from ours.
+# "p180" is the best we measured on the 180-second one-GPU proxy (README: the switch table).
+RECIPES: dict[str, dict] = {
+    "record": dict(vocab_size=8192, data_path="./data/datasets/fineweb10B_sp8192",
+                   tokenizer_path="./data/tokenizers/fineweb_8192_bpe.model", num_layers=11, mlp_mult=4.0,
+                   mlp_act="leaky_relu2", rope_dims=16, qk_gain_init=4.0, xsa_last_n=11, ln_scale=True,
+                   skip_gates_enabled=True, num_loops=2, loop_start=4, loop_end=5, enable_looping_at=0.5,
+                   ortho_init=True, train_shuffle=True, train_seq_len=2048, train_batch_tokens=786_432, warmdown_frac=0.667,
+                   muon_row_normalize=True, muon_wd=0.085, adam_wd=0.02, embed_wd=0.085, grad_clip_norm=0.3,
+                   ema_decay=0.997, train_log_every=500, val_loss_every=4000, matrix_bits=6, embed_bits=8,
+                   matrix_clip_sigmas=12.85, embed_clip_sigmas=20.0, gptq_calibration_batches=64,
+                   gptq_reserve_seconds=12.0, compressor="brotli", eval_stride=64),
+}
+RECIPES["p180"] = dict(RECIPES["record"], num_layers=9, mlp_mult=3.0, num_loops=0, train_batch_tokens=262_144,
+                       warmdown_frac=0.6, ema_decay=0.0, val_loss_every=0, train_log_every=50)
+
+GRAD_ACCUM_TOTAL = 8  # micro-batches per step, summed over ranks: world size must divide it
+ENV_PREFIXES_NOT_OURS = ("OMP_", "CUDA_", "NCCL_", "TORCH", "PYTORCH_", "TRITON_", "MASTER_", "LOCAL_",
+                         "GROUP_", "ROLE_", "NVIDIA_", "PYTHON", "LC_", "XDG_", "MKL_", "KMP_", "GLOO_")
+
+def parse_env_value(name: str, raw: str, kind: type):
+    text = raw.strip()
+    try:
+        if kind is bool:
+            if text.lower() in ("1", "true", "yes", "on"):
+                return True
+            if text.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if kind is int:
+            try:
+                return int(text)
+            except ValueError:  # accept 1e5 or 2048.0, but not 2.5
+                value = float(text)
+                if not value.is_integer():
+                    raise
+                return int(value)
+        if kind is float:
+            value = float(text)
+            if not math.isfinite(value):
+                raise ValueError
+            return value
+        return raw
+    except ValueError:
+        expected = {bool: "0 or 1", int: "an integer", float: "a finite number"}[kind]
+        raise ConfigError(f"{name}={raw!r} is not {expected}.") from None
+
+def check_unknown_env(environ: dict[str, str], known: list[str]) -> None:
+    """A typo of ours: another case (iterations), near (NUM_LAYER), abbreviated word by word (ITERS, NUM_LAY)."""
+    def abbreviates(name: str, ours: str) -> bool:  # each word a prefix of ours (a plural S dropped); ours itself too
+        words, full = name.split("_"), ours.split("_")
+        return len(words) == len(full) and all(len(w) > 1 and o.startswith(w.removesuffix("S")) for w, o in zip(words, full))
+    for name in environ:
+        upper = name.upper()
+        if name in known or upper.startswith(ENV_PREFIXES_NOT_OURS):
+            continue
+        near = [k for k in known if abbreviates(upper, k)] or difflib.get_close_matches(upper, known, n=1, cutoff=0.85)
+        if near:
+            raise ConfigError(f"unknown environment variable {name}={environ[name]!r}: did you mean "
+                              f"{near[0]}? Rename it, or unset it if it is not meant for this script.")
+
+# =================================================================================================
+# Logging and distributed helpers
+# Rank 0 writes logs/RUN_ID.txt (flushed as it goes) and prints; other ranks stay silent. Every
+# event is one line of key:value tokens so that logs can be parsed; units are part of the names.
+# =================================================================================================
+
+@dataclass
+class DistContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    grad_accum_steps: int
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+def read_dist_env() -> tuple[int, int, int]:
+    try:
+        rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    except ValueError:
+        raise ConfigError("RANK, WORLD_SIZE and LOCAL_RANK must be integers (torchrun sets them).") from None
+    if world_size < 1 or GRAD_ACCUM_TOTAL % world_size:
+        raise ConfigError(f"WORLD_SIZE={world_size} must divide {GRAD_ACCUM_TOTAL}: run with "
+                          "--nproc_per_node of 1, 2, 4 or 8.")
+    return rank, world_size, local_rank
+
+def setup_distributed() -> DistContext:
+    rank, world_size, local_rank = read_dist_env()
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if world_size > 1:
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        kwargs = {"device_id": device} if device.type == "cuda" else {}
+        dist.init_process_group(backend=backend, **kwargs)
+    return DistContext(rank, world_size, local_rank, device, GRAD_ACCUM_TOTAL // world_size)
+
+def teardown_distributed() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+class Logger:
+    """Rank 0 appends to the log file and prints; `log(**fields)` writes one key:value line."""
+
+    def __init__(self, path: Path | None):
+        self.file, self.progress = None, {}  # progress: where training is, for the line an interrupt logs
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.file = open(path, "x", encoding="utf-8")  # "x": never overwrite an earlier run's log
+
+    def text(self, message: str, console: bool = True) -> None:
+        if self.file is None:
+            return
+        self.file.write(message + "\n")  # the file first: an interrupt between the two leaves the log complete
+        self.file.flush()
+        if console:
+            print(message, flush=True)
+
+    def log(self, **fields) -> None:
+        self.text(" ".join(f"{k}:{format_value(v)}" for k, v in fields.items()))
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+def format_value(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}" if abs(value) < 1e6 else f"{value:.0f}"
+    return str(value)
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+# =================================================================================================
+# Data
+# A shard is a 256 x int32 header (magic, version, token count, zeros) followed by uint16 tokens.
+# Documents are concatenated, each starting with BOS. Training streams shards in order: each step
+# takes one contiguous span of TRAIN_BATCH_TOKENS (+1 per micro-batch for the shifted targets), and
+# rank r of W reads its own disjoint part of that span, so the global batch does not depend on W.
+# =================================================================================================
+
+SHARD_MAGIC = 20240520
+SHARD_VERSION = 1
+SHARD_HEADER_INTS = 256
+SHARD_HEADER_BYTES = SHARD_HEADER_INTS * 4
+SHARD_TOKEN_DTYPE = np.dtype("<u2")
+
+class ShardError(ValueError):
+    """A shard file that is not in the format above; the message names the file."""
+
+def read_shard_header(path: str | Path, vocab_size: int = 0) -> int:
+    """Check the header and exact file size of one shard, and with vocab_size that every id is below it (a max
+    over a memmap: 0.015-0.25 s per 100M-token shard, warm-cold, on 2 CPU cores); return its token count."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size < SHARD_HEADER_BYTES:
+        raise ShardError(f"{path}: {size} bytes is shorter than the {SHARD_HEADER_BYTES}-byte shard "
+                         "header. The file is truncated: delete it and download or rebuild it.")
+    header = np.fromfile(path, dtype="<i4", count=SHARD_HEADER_INTS)
+    if int(header[0]) != SHARD_MAGIC or int(header[1]) != SHARD_VERSION:
+        raise ShardError(f"{path}: header magic/version {int(header[0])}/{int(header[1])}, expected "
+                         f"{SHARD_MAGIC}/{SHARD_VERSION}. Not a shard of this format: rebuild it with "
+                         "data/build_shards.py or download it with data/cached_challenge_fineweb.py.")
+    num_tokens = int(header[2])
+    expected = SHARD_HEADER_BYTES + num_tokens * SHARD_TOKEN_DTYPE.itemsize
+    if num_tokens < 0 or size != expected:
+        raise ShardError(f"{path}: header says {num_tokens} tokens ({expected} bytes) but the file has "
+                         f"{size} bytes. The file is truncated or corrupt: delete it and fetch it again.")
+    tokens = np.memmap(path, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (num_tokens,)) if vocab_size and num_tokens else [0]
+    if (top := int(np.max(tokens))) >= max(vocab_size, 1):
+        raise ShardError(f"{path}: token id {top} >= VOCAB_SIZE={vocab_size}: made with another tokenizer. Set "
+                         "VOCAB_SIZE and TOKENIZER_PATH to that tokenizer's, or rebuild it with data/build_shards.py.")
+    return num_tokens
+
+def load_data_shard(path: str | Path) -> Tensor:
+    """All tokens of a validated shard as a 1-D uint16 tensor."""
+    num_tokens = read_shard_header(path)
+    tokens = np.fromfile(path, dtype=SHARD_TOKEN_DTYPE, count=num_tokens, offset=SHARD_HEADER_BYTES)
+    return torch.from_numpy(tokens.astype(np.uint16, copy=False))
+
+def write_data_shard(path: str | Path, tokens) -> None:
+    """Write tokens (any int array-like, values < 65536) as a shard; atomic (temp file + rename)."""
+    array = np.asarray(tokens)
+    if array.ndim != 1 or (array.size and (array.min() < 0 or array.max() >= 2**16)):
+        raise ShardError(f"{path}: tokens must be a 1-D array of ids in [0, 65536).")
+    header = np.zeros(SHARD_HEADER_INTS, dtype="<i4")
+    header[:3] = (SHARD_MAGIC, SHARD_VERSION, array.size)
+    write_atomic(path, header.tobytes() + array.astype(SHARD_TOKEN_DTYPE).tobytes())
+
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """A temp file beside path, then a rename: no reader sees half a file, and an interrupt leaves none behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+def find_shards(pattern: str, what: str) -> list[Path]:
+    files = sorted(Path(p) for p in glob.glob(pattern))
+    if not files:
+        here = sorted({str(p.parent) for p in Path("data/datasets").glob("*/fineweb_train_*.bin")})
+        raise FileNotFoundError(f"no {what} shards match {pattern}. Set DATA_PATH to the folder with "
+                                "fineweb_train_*.bin and fineweb_val_*.bin (under ./data/datasets: "
+                                f"{', '.join(here) or 'none'}), or fetch them: python3 "
+                                "data/cached_challenge_fineweb.py --variant sp1024 --train-shards 1")
+    return files
+
+def check_train_shards(pattern: str, vocab_size: int = 0) -> list[Path]:
+    """Validate every training shard now, not an hour into the run; an empty set would loop forever."""
+    files = find_shards(pattern, "training")
+    if sum(read_shard_header(path, vocab_size) for path in files) == 0:
+        raise ShardError(f"the training shards {pattern} hold no tokens: rebuild or re-download them.")
+    return files
+
+class TokenStream:
+    """Reads shards in order and hands out contiguous spans, wrapping around at the end."""
+
+    def __init__(self, files: list[Path]):
+        self.files = files
+        self.file_index = -1
+        self.tokens = torch.empty(0, dtype=torch.uint16)
+        self.pos = 0
+
+    def _next_file(self) -> None:
+        self.file_index = (self.file_index + 1) % len(self.files)
+        self.tokens = load_data_shard(self.files[self.file_index])
+        self.pos = 0
+
+    def take(self, n: int) -> Tensor:
+        parts = []
+        while n > 0:
+            if self.pos >= self.tokens.numel():
+                self._next_file()
+                continue
+            k = min(n, self.tokens.numel() - self.pos)
+            parts.append(self.tokens[self.pos : self.pos + k])
+            self.pos += k
+            n -= k
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+class DistributedTokenLoader:
+    """Each call takes one micro-batch for every rank from the shared stream; keeps this rank's."""
+
+    def __init__(self, pattern: str, ctx: DistContext):
+        self.stream = TokenStream(check_train_shards(pattern))
+        self.ctx = ctx
+
+    def next_batch(self, micro_batch_tokens: int, seq_len: int) -> tuple[Tensor, Tensor]:
+        span = micro_batch_tokens + 1
+        chunk = self.stream.take(span * self.ctx.world_size)
+        local = chunk[self.ctx.rank * span : (self.ctx.rank + 1) * span].to(torch.int64)
+        return self.to_device(local[:-1].reshape(-1, seq_len), local[1:].reshape(-1, seq_len))
+
+    def to_device(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        non_blocking = self.ctx.device.type == "cuda"
+        return x.to(self.ctx.device, non_blocking=non_blocking), y.to(self.ctx.device, non_blocking=non_blocking)
+
+class ShuffledSequenceLoader(DistributedTokenLoader):
+    """TRAIN_SHUFFLE=1, the 2026-04-05 record's sampling: whole sequences (seq_len + 1 tokens) cut from each
+    shard at a random phase, drawn in a random order without replacement, reshuffled when too few are left
+    for a step. The order comes from SEED alone, so every rank draws the same global micro-batch and
+    keeps its part: the batch does not depend on the number of processes. Contiguous spans of a shard whose
+    documents are grouped by source (webmix) are less varied than this; see the README's fidelity figures."""
+
+    def __init__(self, pattern: str, ctx: DistContext, seed: int):
+        files = check_train_shards(pattern)
+        self.shards = [np.memmap(f, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (read_shard_header(f),)) for f in files]
+        self.ctx, self.rng, self.order, self.pos = ctx, np.random.default_rng(seed), np.empty((0, 2), np.int64), 0
+
+    def next_batch(self, micro_batch_tokens: int, seq_len: int) -> tuple[Tensor, Tensor]:
+        n = micro_batch_tokens // seq_len
+        step = n * GRAD_ACCUM_TOTAL  # a new epoch only between whole steps, so W does not change the order
+        if self.pos % step == 0 and self.pos + step > len(self.order):  # (shard, start) pairs, shuffled
+            pairs = [np.stack([np.full_like(s, i), s], 1) for i, shard in enumerate(self.shards)
+                     for s in [np.arange(int(self.rng.integers(seq_len)), len(shard) - seq_len, seq_len)]]
+            self.order, self.pos = np.concatenate(pairs), 0
+            self.order = self.order[self.rng.permutation(len(self.order))]
+            if len(self.order) < step:
+                raise ShardError(f"the training shards hold {len(self.order)} sequences of TRAIN_SEQ_LEN={seq_len}, "
+                                 f"fewer than one step ({step}): add data or set TRAIN_SHUFFLE=0.")
+        rows = self.order[self.pos + self.ctx.rank * n : self.pos + (self.ctx.rank + 1) * n]
+        self.pos += n * self.ctx.world_size
+        w = torch.from_numpy(np.stack([self.shards[i][s : s + seq_len + 1] for i, s in rows]).astype(np.int64))
+        return self.to_device(w[:, :-1], w[:, 1:])
+
+def make_train_loader(args: Hyperparameters, ctx: DistContext) -> DistributedTokenLoader:
+    if args.train_shuffle:
+        return ShuffledSequenceLoader(args.train_pattern, ctx, args.seed)
+    return DistributedTokenLoader(args.train_pattern, ctx)
+
+# =================================================================================================
+# Output loss: logits = x @ W^T, softcap z = c*tanh(logits/c), cross entropy, mean over tokens.
+# Computed in chunks of LOSS_CHUNK_TOKENS rows so that the logits never exist for the whole batch:
+# the forward pass also computes the gradients (dL/dx per chunk, dL/dW accumulated in fp32), so the
+# backward pass only scales them. dL/dlogits = (softmax(z) - onehot(y)) * (1 - tanh^2) / N.
+# The PyTorch version below is the reference; the Triton kernel after it fuses the elementwise work.
+# =================================================================================================
+
+LOSS_CHUNK_ELEMENTS = 2**27  # default chunk: 128M logits, a 256 MiB bf16 buffer (16384 tokens at V=8192)
+
+def loss_chunk_tokens(requested: int, vocab_size: int) -> int:
+    """LOSS_CHUNK_TOKENS, or for 0 the most tokens whose (tokens, vocab) logits fit LOSS_CHUNK_ELEMENTS:
+    small vocabularies then run in one chunk (fewer, larger GEMMs), large ones stay bounded in memory."""
+    return requested if requested > 0 else max(1, LOSS_CHUNK_ELEMENTS // vocab_size)
+
+def softcap_ce_chunk_torch(logits: Tensor, targets: Tensor, loss_rows: Tensor, softcap: float, grad_scale: float,
+                           need_grad: bool, block_v: int | None = None) -> None:
+    """The reference for softcap_ce_chunk_triton, with its contract: loss_rows (n,) fp32 <- each row's loss;
+    logits (n, V), any float dtype, <- dL/dlogits * grad_scale if need_grad. fp32 math; block_v is unused."""
+    t = torch.tanh(logits.float() / softcap)
+    z = softcap * t
+    lse = torch.logsumexp(z, dim=-1)
+    loss_rows.copy_(lse - z.gather(1, targets[:, None]).squeeze(1))
+    if need_grad:
+        grad = torch.exp(z - lse[:, None])
+        grad.scatter_add_(1, targets[:, None], torch.full_like(grad[:, :1], -1.0))
+        logits.copy_(grad * ((1.0 - t * t) * grad_scale))
+
+def softcap_ce_loss_naive(x: Tensor, weight: Tensor, targets: Tensor, softcap: float) -> Tensor:
+    """The unchunked formula, for tests: holds all (N, V) logits."""
+    logits = x @ weight.to(x.dtype).t()
+    z = softcap * torch.tanh(logits.float() / softcap)
+    return F.cross_entropy(z, targets)
+
+# ---- Triton kernel: softcap + cross entropy + dL/dlogits, one pass over each chunk's logits ----
+# The three GEMMs (logits, grad_x, grad_W) stay on cuBLAS. Between them the reference makes ~10
+# elementwise passes and fp32 copies of the (chunk, V) logits; this kernel reads each bf16 row from
+# memory once, writes dL/dlogits over it in place and stores the row's loss, so a chunk needs one
+# (chunk, V) buffer in x's dtype and nothing else of that size. Targets must lie in [0, V).
+#
+# Softmax needs a shift m >= max(z) so that exp(z - m) cannot overflow. Softcapping bounds z by c, so
+# m = c serves without a pass for the row max: exp2((z - c) log2 e) >= 2^(-2c log2 e) stays a normal
+# fp32 number while 2c log2 e <= FIXED_SHIFT_MAX_EXP2 (c <= 41.6; 30 by default). The row is then read,
+# exponentiated and summed in one sweep, and dL/dlogits = p dt / s - onehot(y) dt_y needs only the sum.
+# Larger caps fall back to a running row max, which is slower with the row in registers, so their
+# widest block is half as wide. On an H100, 16 columns per thread (num_warps = BLOCK_V / 512) were the
+# fastest: at V=8192 the whole row in one block took 207 us per 16384 rows (2.6 TB/s), against 246-254
+# us for two passes over 2048- or 4096-column blocks (the second re-reading the row from L2).
+MAX_BLOCK_V = 8192
+FIXED_SHIFT_MAX_EXP2 = 120.0  # flush-to-zero starts below 2^-126; margin for the sum and rounding
+
+def softmax_shift_is_fixed(softcap: float) -> bool:
+    """Whether the kernel may shift the softmax by the cap itself (no row max): 2c log2 e <= 120."""
+    return 2.0 * softcap * math.log2(math.e) <= FIXED_SHIFT_MAX_EXP2
+
+if triton is not None:
+    LOG2E = tl.constexpr(1.4426950408889634)  # exp(a) = exp2(a log2 e): exp2 is the hardware op
+
+    @triton.jit
+    def _softcap_tanh(logits, neg_2log2e_over_c):
+        """(tanh(u), 1 - tanh(u)^2) for u = logits / c, through sigmoid: e = exp(-2u), s = 1 / (1 + e),
+        tanh = 2s - 1, 1 - tanh^2 = 4 e s^2 (no cancellation where tanh saturates). e is capped at 2^126
+        so that e s^2 stays finite for very negative u (not inf * 0). Libdevice tanh is not available
+        in the interpreter; this costs one exp2 and one fast reciprocal."""
+        e = tl.exp2(tl.minimum(logits.to(tl.float32) * neg_2log2e_over_c, 126.0))
+        s = 1.0 / (1.0 + e)
+        return 2.0 * s - 1.0, (4.0 * s) * (e * s)
+
+    @triton.jit
+    def _softcap_ce_kernel(logits_ptr, targets_ptr, loss_ptr, softcap, grad_scale, V: tl.constexpr,
+                           BLOCK_V: tl.constexpr, NEED_GRAD: tl.constexpr, FIXED_SHIFT: tl.constexpr):
+        """One program per row r of a chunk; logits (n, V) contiguous, y = targets[r]:
+            z = c tanh(logits / c),   loss[r] = logsumexp(z) - z[y],
+            logits[r] <- (softmax(z) - onehot(y)) * (1 - tanh^2) * grad_scale   (if NEED_GRAD).
+        fp32 throughout, in base 2 (zl = z log2(e), so softmax is exp2(zl - m) / s). A row that fits
+        one block is read once (shift m = c log2 e if FIXED_SHIFT, else its max); a wider row is read
+        twice: a running max and sum over blocks, then the gradient."""
+        row = tl.program_id(0).to(tl.int64)
+        ptr = logits_ptr + row * V
+        y = tl.load(targets_ptr + row).to(tl.int32)
+        k = -2.0 / softcap * LOG2E
+        c2 = softcap * LOG2E
+        t_y, dt_y = _softcap_tanh(tl.load(ptr + y), k)  # before the row is overwritten
+        cols = tl.arange(0, BLOCK_V)
+        if V <= BLOCK_V:  # the whole row in registers: one read and one write of memory
+            mask = cols < V
+            t, dt = _softcap_tanh(tl.load(ptr + cols, mask=mask, other=0.0), k)
+            if FIXED_SHIFT:  # p = exp2(zl - c2), in [2^-2c2, 1]
+                p = tl.where(mask, tl.exp2((t - 1.0) * c2), 0.0)
+                s = tl.sum(p, 0)
+                lse_minus_zy = tl.log2(s) + (1.0 - t_y) * c2
+            else:
+                zl = tl.where(mask, t * c2, float("-inf"))
+                m = tl.max(zl, 0)
+                p = tl.exp2(zl - m)
+                s = tl.sum(p, 0)
+                lse_minus_zy = m + tl.log2(s) - t_y * c2
+            if NEED_GRAD:
+                g = (p * dt) * (grad_scale / s) - tl.where(cols == y, dt_y * grad_scale, 0.0)
+                tl.store(ptr + cols, g.to(logits_ptr.dtype.element_ty), mask=mask)
+        else:  # pass 1: running max m and sum s of exp2(zl - m); pass 2 re-reads the row (from L2)
+            m = float("-inf")
+            s = 0.0
+            for start in range(0, V, BLOCK_V):  # constexpr bounds (the interpreter needs them)
+                mask = start + cols < V
+                t, dt = _softcap_tanh(tl.load(ptr + start + cols, mask=mask, other=0.0), k)
+                zl = tl.where(mask, t * c2, float("-inf"))
+                m_new = tl.maximum(m, tl.max(zl, 0))
+                s = s * tl.exp2(m - m_new) + tl.sum(tl.exp2(zl - m_new), 0)
+                m = m_new
+            if NEED_GRAD:
+                for start in range(0, V, BLOCK_V):
+                    mask = start + cols < V
+                    t, dt = _softcap_tanh(tl.load(ptr + start + cols, mask=mask, other=0.0), k)
+                    p = tl.exp2(t * c2 - m)
+                    g = (p * dt) * (grad_scale / s) - tl.where(start + cols == y, dt_y * grad_scale, 0.0)
+                    tl.store(ptr + start + cols, g.to(logits_ptr.dtype.element_ty), mask=mask)
+            lse_minus_zy = m + tl.log2(s) - t_y * c2
+        tl.store(loss_ptr + row, lse_minus_zy / LOG2E)
+
+def triton_unavailable_reason() -> str | None:
+    """None when the Triton loss can run here (CUDA, or CPU under TRITON_INTERPRET=1); else why not."""
+    if triton is None:
+        return "triton is not installed"
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        return "no CUDA device (TRITON_INTERPRET=1 runs the kernel on CPU, slowly)"
+    return None
+
+def softcap_ce_chunk_triton(logits: Tensor, targets: Tensor, loss_rows: Tensor, softcap: float,
+                            grad_scale: float, need_grad: bool, block_v: int | None = None) -> None:
+    """In place: loss_rows (n,) fp32 <- per-row loss; logits (n, V) <- dL/dlogits * grad_scale if need_grad."""
+    n, V = logits.shape
+    if not (logits.is_contiguous() and targets.is_contiguous() and loss_rows.is_contiguous()):
+        raise ValueError("softcap_ce_chunk_triton: logits, targets and loss_rows must be contiguous")
+    if targets.shape != (n,) or loss_rows.shape != (n,) or targets.dtype != torch.int64:
+        raise ValueError(f"softcap_ce_chunk_triton: want targets ({n},) int64 and loss_rows ({n},), "
+                         f"got {tuple(targets.shape)} {targets.dtype} and {tuple(loss_rows.shape)}")
+    if loss_rows.dtype != torch.float32 or logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"softcap_ce_chunk_triton: want fp32 loss_rows and float logits, got {logits.dtype}")
+    fixed_shift = softmax_shift_is_fixed(softcap)
+    block_v = block_v or min(triton.next_power_of_2(V), MAX_BLOCK_V if fixed_shift else MAX_BLOCK_V // 2)
+    num_warps = min(max(block_v // 512, 1), 16)  # 16 columns per thread: the fastest on an H100
+    _softcap_ce_kernel[(n,)](logits, targets, loss_rows, float(softcap), float(grad_scale), V=V, BLOCK_V=block_v,
+                             NEED_GRAD=need_grad, FIXED_SHIFT=fixed_shift, num_warps=num_warps)
+
+# One custom op for both chunk implementations. It is opaque to torch.compile (inductor would otherwise
+# trace into the loop and the in-place kernel); its autograd formula only scales the gradients the
+# forward pass computed.
+CHUNK_IMPLS = {"torch": softcap_ce_chunk_torch, "triton": softcap_ce_chunk_triton}
+
+@torch.library.custom_op("parameter_golf::softcap_ce", mutates_args=())
+def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, chunk_tokens: int,
+                  need_grad: bool, impl: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(mean loss fp32, per-token losses (N,) fp32, dL/dx (N, d), dL/dW (V, d) in weight's dtype); the
+    gradients are empty if not need_grad. impl: "torch" or "triton", the chunk function of each chunk."""
+    n, V = x.size(0), weight.size(0)
+    w = weight.to(x.dtype)  # (V, d): the cast the matmul would make, done once for every chunk
+    logits = x.new_empty(min(chunk_tokens, n), V)  # one buffer for every chunk, then dL/dlogits
+    loss_rows = torch.empty(n, dtype=torch.float32, device=x.device)
+    grad_x = torch.empty_like(x) if need_grad else x.new_empty(0)
+    grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=x.device) if need_grad else None
+    # cuBLAS can accumulate a bf16 product into an fp32 matrix (torch>=2.8): dW never passes through
+    # bf16 and needs no temporary.
+    fp32_out = x.is_cuda and x.dtype != torch.float32 and hasattr(torch.ops.aten.addmm, "dtype")
+    for start in range(0, n, chunk_tokens):
+        end = min(start + chunk_tokens, n)
+        xc, buf = x[start:end], logits[: end - start]
+        torch.mm(xc, w.t(), out=buf)  # (n_c, V)
+        CHUNK_IMPLS[impl](buf, targets[start:end], loss_rows[start:end], softcap, 1.0 / n, need_grad)
+        if need_grad:
+            torch.mm(buf, w, out=grad_x[start:end])  # (n_c, d)
+            if fp32_out:
+                torch.addmm(grad_w, buf.t(), xc, out_dtype=torch.float32, out=grad_w)
+            else:
+                grad_w += (buf.t() @ xc).float()
+    grad_w = grad_w.to(weight.dtype) if need_grad else weight.new_empty(0)
+    return loss_rows.sum() / n, loss_rows, grad_x, grad_w
+
+@softcap_ce_op.register_fake
+def _(x, weight, targets, softcap, chunk_tokens, need_grad, impl):
+    return (x.new_empty((), dtype=torch.float32), x.new_empty(x.size(0), dtype=torch.float32),
+            x.new_empty(x.shape if need_grad else (0,)), weight.new_empty(weight.shape if need_grad else (0,)))
+
+def _softcap_ce_setup_context(ctx, inputs, output):
+    ctx.save_for_backward(output[2], output[3])
+    ctx.set_materialize_grads(False)  # else autograd fills (N, d) and (V, d) zeros for the unused outputs
+
+def _softcap_ce_backward(ctx, grad_loss, _grad_rows, _grad_grad_x, _grad_grad_w):
+    if grad_loss is None:
+        return None, None, None, None, None, None, None
+    grad_x, grad_w = ctx.saved_tensors
+    return grad_x * grad_loss.to(grad_x.dtype), grad_w * grad_loss.to(grad_w.dtype), None, None, None, None, None
+
+softcap_ce_op.register_autograd(_softcap_ce_backward, setup_context=_softcap_ce_setup_context)
+
+def resolve_loss_impl(requested: str, device: torch.device) -> tuple[str, str]:
+    """LOSS_IMPL=auto picks Triton on CUDA; returns (impl, why) so the log says which path runs."""
+    reason = triton_unavailable_reason()
+    if requested == "triton" and reason is not None:
+        raise ConfigError(f"LOSS_IMPL=triton, but the Triton kernel cannot run here: {reason}. "
+                          "Use LOSS_IMPL=torch (or auto).")
+    if requested == "auto":
+        if device.type != "cuda":
+            return "torch", "auto_no_cuda"
+        if reason is not None:
+            return "torch", "auto_triton_unavailable: " + reason
+        return "triton", "auto_cuda"
+    return requested, "forced_by_LOSS_IMPL"
+
+def softcap_ce_loss(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, chunk_tokens: int,
+                    impl: str, per_token: bool = False) -> Tensor:
+    """Mean softcapped cross entropy of x (N, d) @ weight (V, d)^T against targets (N,), fp32; per_token:
+    the (N,) losses, forward only. Gradient work only when autograd will ask for it."""
+    need_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+    if per_token and need_grad:
+        raise ValueError("per-token losses are forward-only: compute them under torch.no_grad()")
+    mean, rows, _, _ = softcap_ce_op(x, weight, targets, float(softcap), int(chunk_tokens), need_grad, impl)
+    return rows if per_token else mean
+
+# =================================================================================================
+# Model
+# A GPT with a U-Net-like skip structure: the first half of the blocks store their outputs, the
+# second half adds them back in reverse order through learned per-channel weights. Every block
+# also mixes its input with x0 (the normalised embedding) through a learned resid_mix. Attention
+# uses RMS-normalised q and k, rotary embeddings, a learned per-head gain on q, and grouped-query
+# attention. Output projections start at zero, so each block starts as the identity.
+# Parameters stay fp32; matmuls run in bf16 under autocast on CUDA; the residual stream is bf16.
+# The record stack's switches (partial rotary, XSA, LN scale, parallel residuals, skip gates, depth
+# recurrence) are chosen once in __init__; a switch that is off adds no parameter and no kernel.
+# =================================================================================================
+
+CONTROL_TENSOR_NAMES = ("attn_scale", "mlp_scale", "resid_mix", "q_gain", "skip_weights", "skip_gates")
+
+def rms_norm(x: Tensor) -> Tensor:
+    return F.rms_norm(x, (x.size(-1),))
+
+class CastedLinear(nn.Linear):
+    """A bias-free linear layer whose fp32 weight is cast to the input's dtype at the matmul."""
+
+    def __init__(self, in_features: int, out_features: int, zero_init: bool = False):
+        super().__init__(in_features, out_features, bias=False)
+        self.zero_init = zero_init
+        if zero_init:
+            nn.init.zeros_(self.weight)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight.to(x.dtype))
+
+def rotary_cos_sin(seq_len: int, rope_dims: int, base: float, device: torch.device) -> tuple[Tensor, Tensor]:
+    inv_freq = 1.0 / base ** (torch.arange(0, rope_dims, 2, device=device, dtype=torch.float32) / rope_dims)
+    freqs = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
+    return freqs.cos()[None, None], freqs.sin()[None, None]  # (1, 1, T, rope_dims/2)
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotates the first 2*cos.size(-1) dims of x (pairs i, i+half); the rest pass through (partial rotary)."""
+    rd = 2 * cos.size(-1)
+    half = rd // 2
+    x1, x2 = x[..., :half], x[..., half:rd]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin, x[..., rd:]), dim=-1)
+
+def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
+    """XSA: remove from each head's output y its component along the (normalised) value vector its own
+    token wrote. y (B, H, T, hd), v (B, Hkv, T, hd); query head h reads kv head h // (H/Hkv), no repeat."""
+    B, H, T, hd = y.shape
+    y = y.view(B, v.size(1), H // v.size(1), T, hd)
+    vn = F.normalize(v, dim=-1).unsqueeze(2)  # (B, Hkv, 1, T, hd)
+    return (y - (y * vn).sum(-1, keepdim=True) * vn).view(B, H, T, hd)
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, args: Hyperparameters, xsa: bool):
+        super().__init__()
+        dim = args.model_dim
+        self.num_heads, self.num_kv_heads = args.num_heads, args.num_kv_heads
+        self.head_dim = dim // args.num_heads
+        self.rope_base, self.rope_dims = args.rope_base, args.rope_dims or self.head_dim
+        self.c_q = CastedLinear(dim, dim)
+        self.c_k = CastedLinear(dim, args.num_kv_heads * self.head_dim)
+        self.c_v = CastedLinear(dim, args.num_kv_heads * self.head_dim)
+        self.proj = CastedLinear(dim, dim, zero_init=True)
+        self.q_gain = nn.Parameter(torch.full((args.num_heads,), args.qk_gain_init))
+        self.post = exclusive_self_attention if xsa else (lambda y, v: y)
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, T, C = x.shape
+        q = self.c_q(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        k = self.c_k(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
+        v = self.c_v(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        cos, sin = rotary_cos_sin(T, self.rope_dims, self.rope_base, x.device)
+        q = apply_rotary(rms_norm(q), cos, sin) * self.q_gain.to(q.dtype)[None, :, None, None]
+        k = apply_rotary(rms_norm(k), cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           enable_gqa=self.num_kv_heads != self.num_heads)
+        return self.proj(self.post(y, v).transpose(1, 2).reshape(B, T, C))
+
+MLP_ACTIVATIONS = {"relu2": lambda h: torch.relu(h).square(),
+                   "leaky_relu2": lambda h: F.leaky_relu(h, negative_slope=0.5).square()}
+
+class MLP(nn.Module):
+    def __init__(self, dim: int, mlp_mult: float, act: str = "relu2"):
+        super().__init__()
+        hidden = int(mlp_mult * dim)
+        self.fc = CastedLinear(dim, hidden)
+        self.proj = CastedLinear(hidden, dim, zero_init=True)
+        self.act = MLP_ACTIVATIONS[act]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(self.act(self.fc(x)))
+
+class Block(nn.Module):
+    """x = mix0*x + mix1*x0, then attention and MLP residual branches on RMS-normed inputs, in sequence
+    or (from PARALLEL_RESIDUAL_START on, GPT-J style) both reading the same input."""
+
+    def __init__(self, args: Hyperparameters, layer: int):
+        super().__init__()
+        dim = args.model_dim
+        self.attn = CausalSelfAttention(args, xsa=layer >= args.num_layers - args.xsa_last_n)
+        self.mlp = MLP(dim, args.mlp_mult, args.mlp_act)
+        self.attn_scale = nn.Parameter(torch.ones(dim))
+        self.mlp_scale = nn.Parameter(torch.ones(dim))
+        self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))))  # (2, dim)
+        scale = 1.0 / math.sqrt(layer + 1) if args.ln_scale else None
+        self.norm = (lambda x: rms_norm(x) * scale) if scale else rms_norm
+        parallel = 0 <= args.parallel_residual_start <= layer
+        self.residual = self.parallel_residual if parallel else self.sequential_residual
+
+    def sequential_residual(self, x: Tensor) -> Tensor:
+        x = x + self.attn_scale.to(x.dtype) * self.attn(self.norm(x))
+        return x + self.mlp_scale.to(x.dtype) * self.mlp(self.norm(x))
+
+    def parallel_residual(self, x: Tensor) -> Tensor:
+        h = self.norm(x)
+        return x + self.attn_scale.to(x.dtype) * self.attn(h) + self.mlp_scale.to(x.dtype) * self.mlp(h)
+
+    def forward(self, x: Tensor, x0: Tensor) -> Tensor:
+        mix = self.resid_mix.to(x.dtype)
+        return self.residual(mix[0] * x + mix[1] * x0)
+
+def layer_order(args: Hyperparameters, looping: bool) -> tuple[list[int], list[int]]:
+    """(encoder, decoder) block indices. Looping runs LOOP_START..LOOP_END NUM_LOOPS extra times, shared
+    weights: 11 layers, 4..5, 2 loops -> 0 1 2 3 4 5 4 | 5 4 5 6 7 8 9 10 (the 2026-04-05 record's order)."""
+    order = list(range(args.num_layers))
+    if looping:
+        segment = list(range(args.loop_start, args.loop_end + 1))
+        order = order[: args.loop_start] + segment * (args.num_loops + 1) + order[args.loop_end + 1 :]
+    return order[: len(order) // 2], order[len(order) // 2 :]
+
+class GPT(nn.Module):
+    def __init__(self, args: Hyperparameters, loss_impl: str = "torch", activation_dtype=torch.float32):
+        super().__init__()
+        self.logit_softcap = args.logit_softcap
+        self.loss_chunk_tokens = loss_chunk_tokens(args.loss_chunk_tokens, args.vocab_size)
+        self.loss_impl, self.activation_dtype = loss_impl, activation_dtype
+        self.tok_emb = nn.Embedding(args.vocab_size, args.model_dim)
+        nn.init.normal_(self.tok_emb.weight, std=args.tied_embed_init_std if args.tie_embeddings else 1.0)
+        self.orders = {False: layer_order(args, False), True: layer_order(args, args.num_loops > 0)}
+        self.looping = False  # set by training at ENABLE_LOOPING_AT; each value is its own compiled graph
+        num_skips = max(min(len(enc), len(dec)) for enc, dec in self.orders.values())
+        self.skip_weights = nn.Parameter(torch.ones(num_skips, args.model_dim))
+        self.skip_gates = nn.Parameter(torch.zeros(num_skips, args.model_dim)) if args.skip_gates_enabled else None
+        self.blocks = nn.ModuleList(Block(args, i) for i in range(args.num_layers))
+        self.lm_head = None if args.tie_embeddings else CastedLinear(args.model_dim, args.vocab_size, zero_init=True)
+        if args.ortho_init:  # the records' init: every matrix that does not start at zero, >= 64 on each side
+            for m in self.modules():
+                if isinstance(m, CastedLinear) and not m.zero_init and min(m.weight.shape) >= 64:
+                    nn.init.orthogonal_(m.weight)
+
+    def add_skip(self, x: Tensor, skip: Tensor, i: int) -> Tensor:
+        skip = self.skip_weights[i].to(x.dtype) * skip
+        if self.skip_gates is None:
+            return x + skip
+        return torch.lerp(skip, x, torch.sigmoid(self.skip_gates[i].to(x.dtype)))  # gate 0.5 at init
+
+    def hidden(self, input_ids: Tensor) -> Tensor:
+        """input_ids (B, T) int64 -> the normed final hidden states (B, T, C) that the tied head reads."""
+        x = rms_norm(self.tok_emb(input_ids)).to(self.activation_dtype)
+        x0, skips = x, []
+        encoder, decoder = self.orders[self.looping]
+        for i in encoder:
+            x = self.blocks[i](x, x0)
+            skips.append(x)
+        for j, i in enumerate(decoder):
+            if skips:
+                x = self.add_skip(x, skips.pop(), j)
+            x = self.blocks[i](x, x0)
+        return rms_norm(x).to(self.activation_dtype)
+
+    def loss(self, h: Tensor, target_ids: Tensor, per_token: bool = False) -> Tensor:
+        """Hidden states (..., C) and their targets (...) -> mean cross entropy (fp32), or each token's."""
+        head = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
+        return softcap_ce_loss(h.reshape(-1, h.size(-1)), head, target_ids.reshape(-1), self.logit_softcap,
+                               self.loss_chunk_tokens, self.loss_impl, per_token)
+
+    def forward(self, input_ids: Tensor, target_ids: Tensor) -> Tensor:
+        """input_ids, target_ids: (B, T) int64 -> mean cross entropy over all B*T tokens (fp32)."""
+        return self.loss(self.hidden(input_ids), target_ids)
+
+# =================================================================================================
+# Optimizers
+# Muon for the 2-D matrices inside the blocks: Nesterov momentum, then the update is replaced by
+# the nearest semi-orthogonal matrix (Newton-Schulz in bf16), scaled by sqrt(max(1, rows/cols)).
+# Each rank orthogonalises every world_size-th matrix and the updates are summed across ranks.
+# Adam(W) for the embedding (and untied head) and for vectors, scalars and control tensors.
+# =================================================================================================
+
+NEWTON_SCHULZ_COEFFS = (3.4445, -4.7750, 2.0315)  # quintic: pushes singular values toward ~1 fast
+
+def newton_schulz_orthogonalize(G: Tensor, steps: int, eps: float = 1e-7) -> Tensor:
+    """Approximately U V^T for G = U S V^T, computed in bf16 (singular values end in ~[0.7, 1.2])."""
+    a, b, c = NEWTON_SCHULZ_COEFFS
+    X = G.bfloat16()
+    X = X / (X.norm() + eps)  # spectral norm <= Frobenius norm <= 1: inside the iteration's basin
+    transposed = G.size(0) > G.size(1)
+    if transposed:
+        X = X.T  # iterate on the wide side: (rows, rows) Gram matrices are the small ones
+    for _ in range(steps):
+        A = X @ X.T
+        X = a * X + (b * A + c * A @ A) @ X
+    return X.T if transposed else X
+
+class Muon(torch.optim.Optimizer):
+    """row_normalize (MuonEq-R): each row of the Nesterov update is scaled to unit norm before Newton-Schulz.
+    weight_decay is decoupled: p *= 1 - lr * wd before the update."""
+
+    def __init__(self, params, lr: float, momentum: float, backend_steps: int, orthogonalize=None,
+                 row_normalize: bool = False, weight_decay: float = 0.0):
+        super().__init__(params, dict(lr=lr, momentum=momentum, backend_steps=backend_steps, weight_decay=weight_decay))
+        self.orthogonalize = orthogonalize or newton_schulz_orthogonalize
+        self.normalize = (lambda g: g / g.float().norm(dim=-1, keepdim=True).clamp_min(1e-7).to(g.dtype)) \
+            if row_normalize else (lambda g: g)
+
+    @torch.no_grad()
+    def step(self):
+        distributed = dist.is_available() and dist.is_initialized()
+        world_size, rank = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
+        for group in self.param_groups:
+            params = group["params"]
+            # bf16 on GPU halves the all-reduce; gloo (CPU) reduces fp32 only
+            dtype = torch.bfloat16 if params[0].is_cuda else torch.float32
+            updates = torch.zeros(sum(p.numel() for p in params), device=params[0].device, dtype=dtype)
+            offset = 0
+            for i, p in enumerate(params):
+                if i % world_size == rank and p.grad is not None:
+                    buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p.grad))
+                    buf.mul_(group["momentum"]).add_(p.grad)
+                    g = p.grad.add(buf, alpha=group["momentum"])  # Nesterov
+                    g = self.orthogonalize(self.normalize(g), group["backend_steps"])
+                    g = g * max(1.0, g.size(0) / g.size(1)) ** 0.5
+                    updates[offset : offset + p.numel()] = g.reshape(-1).to(dtype)
+                offset += p.numel()
+            if distributed:
+                dist.all_reduce(updates, op=dist.ReduceOp.SUM)
+            offset = 0
+            if group["weight_decay"] > 0:
+                torch._foreach_mul_(params, 1.0 - group["lr"] * group["weight_decay"])
+            for p in params:
+                p.add_(updates[offset : offset + p.numel()].view_as(p).to(p.dtype), alpha=-group["lr"])
+                offset += p.numel()
+
+def is_control_tensor(name: str) -> bool:
+    return any(pattern in name for pattern in CONTROL_TENSOR_NAMES)
+
+def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> list[torch.optim.Optimizer]:
+    block_params = list(model.blocks.named_parameters())
+    matrix_params = [p for n, p in block_params if p.ndim == 2 and not is_control_tensor(n)]
+    scalar_params = [p for n, p in block_params if p.ndim < 2 or is_control_tensor(n)] + [model.skip_weights]
+    scalar_params += [] if model.skip_gates is None else [model.skip_gates]
+    embed_lr = args.tied_embed_lr if model.lm_head is None else args.embed_lr
+    adam_groups = [dict(params=[model.tok_emb.weight], lr=embed_lr, base_lr=embed_lr, weight_decay=args.embed_wd),
+                   dict(params=scalar_params, lr=args.scalar_lr, base_lr=args.scalar_lr, weight_decay=args.adam_wd)]
+    if model.lm_head is not None:
+        adam_groups.append(dict(params=[model.lm_head.weight], lr=args.head_lr, base_lr=args.head_lr, weight_decay=0.0))
+    # AdamW: decoupled decay p *= 1 - lr * wd; with every wd 0 it is exactly Adam
+    adam = torch.optim.AdamW(adam_groups, betas=(args.beta1, args.beta2), eps=args.adam_eps,
+                             fused=model.tok_emb.weight.is_cuda)
+    muon = Muon(matrix_params, lr=args.matrix_lr, momentum=args.muon_momentum, backend_steps=args.muon_backend_steps,
+                orthogonalize=orthogonalize, row_normalize=args.muon_row_normalize, weight_decay=args.muon_wd)
+    for group in muon.param_groups:
+        group["base_lr"] = args.matrix_lr
+    return [adam, muon]
+
+# =================================================================================================
+# Evaluation: bits per byte
+# Loss per token depends on the tokenizer; bits per byte does not, so that is the score. Bytes are
+# counted from the SentencePiece pieces of the targets: a byte-fallback piece is 1 byte, a normal
+# piece is its UTF-8 length, and its leading "▁" (a space) counts 1 byte only when the previous
+# token is not a control/unknown/unused token (after BOS, decoding drops that space).
+# =================================================================================================
+
+@dataclass
+class ValData:
+    """The validation split and what turns its loss into bits per byte."""
+
+    tokens: Tensor  # (N,) int64 on CPU, trimmed to whole sequences + 1
+    base_bytes: Tensor  # (V,) int16: UTF-8 bytes of each piece, without its leading "▁"
+    has_leading_space: Tensor  # (V,) bool
+    is_boundary: Tensor  # (V,) bool: control/unknown/unused tokens; no space is counted after them
+    seq_len: int
+    batch_seqs: int  # sequences per rank per evaluation batch
+
+def load_tokenizer(path: str, vocab_size: int):
+    import sentencepiece as spm
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"TOKENIZER_PATH={path}: no such file. Point TOKENIZER_PATH at the .model file "
+                                "the shards were made with (data/README.md says where to get one).")
+    sp = spm.SentencePieceProcessor(model_file=str(path))
+    if sp.vocab_size() != vocab_size:
+        raise ConfigError(f"TOKENIZER_PATH={path} has a vocabulary of {sp.vocab_size()} but VOCAB_SIZE="
+                          f"{vocab_size}: set VOCAB_SIZE={sp.vocab_size()} or use the matching tokenizer.")
+    check_tokenizer_bytes(sp, f"TOKENIZER_PATH={path}")
+    return sp
+
+def check_tokenizer_bytes(sp, name: str = "the tokenizer") -> None:
+    """The byte rule above holds when SentencePiece strips and collapses whitespace and no piece has "▁" inside
+    (remove_extra_whitespaces=false, a user piece "of▁the" break it): test odd texts and such pieces, after a BOS."""
+    base_bytes, has_leading_space, is_boundary = build_byte_luts(sp, sp.vocab_size())
+    inner = [p.replace("▁", " ") for p in map(sp.id_to_piece, range(sp.vocab_size())) if "▁" in p[1:]]
+    probes = ["Hello world, 2024 (x) - y.", "  two  spaces,\ttab\n\nnew   line  ", " naïve 漢字 😀 ﬁne", "a \u2581 b"]
+    for text in probes + inner:
+        ids, decoded = sp.encode(text), len(sp.decode(sp.encode(text)).encode("utf-8"))
+        after_boundary = [True] + [bool(is_boundary[i]) for i in ids[:-1]]
+        counted = sum(int(base_bytes[i]) + int(has_leading_space[i] and not b) for i, b in zip(ids, after_boundary))
+        if counted != decoded and sp.unk_id() not in ids:  # unknown pieces go uncounted: a worse score, not better
+            raise ConfigError(f"{name}: its pieces miscount the bytes for bits per byte ({text!r}: {decoded} bytes, "
+                              f"counted {counted}). Train it with remove_extra_whitespaces=true and no user pieces "
+                              "holding '▁'.")
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+def check_tokenizer_matches_data(args: Hyperparameters) -> str:
+    """A wrong tokenizer of the right size scores silently: the tokenizer sha256 that DATA_PATH/manifest.json records
+    (data/build_shards.py writes it) must match. Returns the log's tokenizer_verified: yes, or no_manifest."""
+    path = Path(args.data_path) / "manifest.json"
+    manifest = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    recorded = [t["sha256"] for t in manifest.get("tokenizers", []) if t.get("sha256")]
+    if recorded and (sha := file_sha256(args.tokenizer_path)) not in recorded:
+        raise ConfigError(f"TOKENIZER_PATH={args.tokenizer_path} is not the tokenizer the data was made with: {path} "
+                          f"records sha256 {recorded[0]}, the file has {sha}. Set TOKENIZER_PATH to the one it names.")
+    return "yes" if recorded else "no_manifest"
+
+def build_byte_luts(sp, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
+    base_bytes = np.zeros(vocab_size, dtype=np.int16)
+    has_leading_space = np.zeros(vocab_size, dtype=np.bool_)
+    is_boundary = np.ones(vocab_size, dtype=np.bool_)
+    for i in range(sp.vocab_size()):
+        if sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i):
+            continue
+        is_boundary[i] = False
+        if sp.is_byte(i):
+            base_bytes[i] = 1
+            continue
+        piece = sp.id_to_piece(i)
+        if piece.startswith("\u2581"):
+            has_leading_space[i], piece = True, piece[1:]
+        base_bytes[i] = len(piece.encode("utf-8"))
+    return torch.from_numpy(base_bytes), torch.from_numpy(has_leading_space), torch.from_numpy(is_boundary)
+
+def target_bytes(x: Tensor, y: Tensor, val: ValData) -> Tensor:
+    """Bytes of text each target token y stands for, given the previous token x (same shapes)."""
+    space = val.has_leading_space[y] & ~val.is_boundary[x]
+    return val.base_bytes[y].to(torch.int64) + space.to(torch.int64)
+
+def load_validation(args: Hyperparameters, ctx: DistContext, sp) -> ValData:
+    files = find_shards(args.val_pattern, "validation")
+    tokens = torch.cat([load_data_shard(f) for f in files]).to(torch.int64)
+    usable = check_validation_length(tokens.numel(), args, ctx.world_size, files[0].parent)
+    if int(tokens.max()) >= args.vocab_size:
+        raise ConfigError(f"validation shards in {files[0].parent} hold token id {int(tokens.max())} >= "
+                          f"VOCAB_SIZE={args.vocab_size}: they were made with another tokenizer.")
+    luts = [t.to(ctx.device) for t in build_byte_luts(sp, args.vocab_size)]
+    batch_seqs = args.val_batch_size // (ctx.world_size * ctx.grad_accum_steps) // args.val_seq_len
+    return ValData(tokens[: usable + 1], *luts, args.val_seq_len, max(batch_seqs, 1))
+
+def check_validation_length(num_tokens: int, args: Hyperparameters, world_size: int, folder) -> int:
+    """Tokens usable for validation (whole sequences); at least one sequence per rank."""
+    T, seq = args.val_seq_len, "EVAL_SEQ_LEN" if args.eval_seq_len else "TRAIN_SEQ_LEN"
+    usable = (num_tokens - 1) // T * T
+    if usable < T * world_size:
+        raise ConfigError(f"the validation split ({num_tokens} tokens in {folder}) is shorter than one "
+                          f"{seq}={T} sequence (+1) per rank: use more validation data or a smaller {seq}.")
+    return usable
+
+@torch.no_grad()
+def score_windows(model: GPT, val: ValData, ctx: DistContext, autocast, stride: int = 0) -> Tensor:
+    """(summed loss, scored tokens, their bytes), fp64, summed over ranks. Windows of val.seq_len tokens start
+    every `stride` tokens (0: every seq_len, no overlap); the first window scores all its tokens and each later
+    one its last `stride` (the rest is left context), so every token is scored exactly once, the tail too.
+    Ranks take contiguous runs of windows; a short last batch is padded with windows that score nothing,
+    so one compiled shape serves."""
+    T, total = val.seq_len, val.tokens.numel() - 1
+    context = T - (stride or T)
+    starts = torch.arange(0, total - context, stride or T)  # the last window still scores a token
+    starts = starts[len(starts) * ctx.rank // ctx.world_size : len(starts) * (ctx.rank + 1) // ctx.world_size]
+    batch = min(val.batch_seqs, len(starts))
+    hidden = getattr(model, "compiled_hidden", model.hidden)
+    sums = torch.zeros(3, dtype=torch.float64, device=ctx.device)  # loss * tokens, tokens, bytes
+    was_training = model.training
+    model.eval()
+    for i in range(0, len(starts), batch):
+        s = torch.cat([starts[i : i + batch], starts.new_full((batch - len(starts[i : i + batch]),), total)])
+        w = val.tokens[(s[:, None] + torch.arange(T + 1)).clamp_max(total)].to(ctx.device, non_blocking=True)
+        lo = 0 if s[0] == 0 else context  # only the split's first window scores its first tokens
+        x, y = w[:, :-1], w[:, lo + 1 :]
+        with autocast():
+            losses = model.loss(hidden(x)[:, lo:], y, per_token=True).view(batch, T - lo)
+        s, pos = s.to(ctx.device)[:, None], torch.arange(lo, T, device=ctx.device)
+        scored = (pos >= torch.where(s == 0, 0, context)) & (s + pos < total)
+        sums += torch.stack([(losses.double() * scored).sum(), scored.sum(),
+                             (target_bytes(x[:, lo:], y, val) * scored).sum()])
+    if ctx.distributed:
+        dist.all_reduce(sums)
+    model.train(was_training)
+    return sums
+
+def evaluate(model: GPT, val: ValData, ctx: DistContext, autocast, stride: int = 0) -> tuple[float, float]:
+    """(val_loss in nats per token, val_bpb) over the whole split."""
+    loss_sum, tokens, num_bytes = score_windows(model, val, ctx, autocast, stride).tolist()
+    return loss_sum / tokens, loss_sum / tokens / math.log(2.0) * tokens / num_bytes
+
+# =================================================================================================
+# Export: quantize -> compress -> artifact, and the round trip that the score is measured after
+# Float tensors larger than 65,536 elements get one fp16 scale per row and integer codes of
+# MATRIX_BITS (EMBED_BITS for the embedding), stored one per int8. The step comes from a clip per
+# row: by default (int8) a high percentile of |w|, so one outlier does not waste the row's range;
+# with *_CLIP_SIGMAS > 0 (the record's SD clip) k * std(row) / (2^(bits-1) - 1). Rounding is to
+# nearest, or with GPTQ_CALIBRATION_BATCHES > 0 GPTQ: columns are rounded one at a time and each
+# error is spread over the columns not yet rounded, weighted by the Hessian X^T X of the layer's
+# inputs on training tokens. Smaller tensors stay fp16 (control tensors fp32 in the int8 format).
+# The artifact is a header line (JSON: format, bits, compressor, model shape) and the compressed
+# torch.save payload, its bytes shuffled by plane for lzma and brotli.
+# =================================================================================================
+
+QUANT_KEEP_FLOAT_MAX_NUMEL = 65_536
+QUANT_CLIP_QUANTILE = 0.9999984  # the 99.99984th percentile of |w| in each row
+QUANT_MAX = 127
+# Rows whose clip value is below 1 share a fixed step of 1/127 instead of their own finer one: most
+# rows then use only a few dozen int8 levels, which zlib packs far better (the reference run's
+# 17M-parameter model: about 11.6 MB instead of 15.8 MB) for a round-trip cost of a few 0.001 bpb.
+QUANT_MIN_SCALE = 1.0 / QUANT_MAX
+GPTQ_BLOCK = 128  # columns rounded before their error reaches the rest in one matmul
+ARTIFACT_LIMIT_BYTES = 16_000_000
+ARTIFACT_MAGIC = b"parameter-golf artifact v1\n"
+BYTE_SHUFFLE = {"zlib": 1, "lzma": 2, "brotli": 2}  # planes: 2 puts the fp16 scales' high bytes together
+MODEL_FIELDS = ("vocab_size num_layers model_dim embedding_dim num_heads num_kv_heads mlp_mult mlp_act tie_embeddings "
+                "rope_base rope_dims logit_softcap xsa_last_n ln_scale skip_gates_enabled parallel_residual_start "
+                "num_loops loop_start loop_end").split()
+
+def gptq_round(w: Tensor, hessian: Tensor, scale: Tensor, qmax: int) -> Tensor:
+    """GPTQ codes of a batch of matrices w (B, rows, cols) fp32 with per-row steps scale (B, rows, 1), given each
+    one's H = X^T X (B, cols, cols) of its inputs. Columns go in order of decreasing H diagonal; the upper
+    Cholesky factor U of H^-1 weights each column's error (Frantar et al. 2022). Dead inputs (H_ii = 0) are
+    zeroed. The batch shares every launch: one per column for all its matrices."""
+    H = hessian.clone()
+    diag = H.diagonal(dim1=1, dim2=2)  # a view of H
+    dead = diag == 0
+    diag[dead] = 1.0
+    diag.add_(0.01 * diag.mean(dim=1, keepdim=True))  # dampening: H stays positive definite
+    perm = torch.argsort(diag, dim=1, descending=True)  # (B, cols)
+    w = torch.gather(w, 2, perm[:, None, :].expand_as(w)).masked_fill_(torch.gather(dead, 1, perm)[:, None, :], 0.0)
+    H = H[torch.arange(len(H), device=H.device)[:, None, None], perm[:, :, None], perm[:, None, :]]
+    U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
+    q, s = torch.empty_like(w, dtype=torch.int8), scale[..., 0]
+    for i in range(0, w.size(2), GPTQ_BLOCK):
+        j = min(i + GPTQ_BLOCK, w.size(2))
+        block, err = w[..., i:j], torch.empty_like(w[..., i:j])  # block is a view: updated in place
+        for c in range(j - i):
+            qc = torch.clamp(torch.round(block[..., c] / s), -qmax, qmax)
+            q[..., i + c] = qc.to(torch.int8)
+            err[..., c] = (block[..., c] - qc * s) / U[:, i + c, i + c, None]
+            block[..., c:] -= err[..., c : c + 1] * U[:, None, i + c, i + c : j]
+        w[..., j:] -= err @ U[:, i:j, j:]
+    return torch.gather(q, 2, torch.argsort(perm, dim=1)[:, None, :].expand_as(q))
+
+def quantize_rows(w: Tensor, bits: int, clip_sigmas: float, hessian: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """(int8 codes, fp16 scale per row) of w (rows, cols), or of a batch (B, rows, cols), on w's device."""
+    qmax = 2 ** (bits - 1) - 1
+    if clip_sigmas > 0:
+        scale = (clip_sigmas * w.std(dim=-1) / qmax).clamp_min(1e-10).half()
+    else:  # the int8 reference: clamp at the quantile, then round
+        clip = torch.quantile(w.abs(), QUANT_CLIP_QUANTILE, dim=-1)
+        scale = (clip / qmax).clamp_min(QUANT_MIN_SCALE).half()
+        w = torch.clamp(w, -clip[..., None], clip[..., None])
+    s = scale.float()[..., None]  # stored in fp16: round with that
+    if hessian is not None:
+        batched = w.dim() == 3
+        q = gptq_round(w if batched else w[None], hessian.to(w.device) if batched else hessian.to(w.device)[None],
+                       s if batched else s[None], qmax)
+        return (q if batched else q[0]), scale
+    return torch.clamp(torch.round(w / s), -qmax, qmax).to(torch.int8), scale
+
+def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, hessians: dict | None = None) -> dict:
+    """The payload: codes and scales of the large tensors, the small ones kept. Tensors with a Hessian (GPTQ) are
+    rounded on its device, those of one shape together (one launch per column); the others on the CPU."""
+    quantized, scales, kept, groups = {}, {}, {}, {}
+    for name, tensor in state_dict.items():
+        t = tensor.detach()
+        if not t.is_floating_point():
+            kept[name] = t.cpu()
+        elif t.numel() <= QUANT_KEEP_FLOAT_MAX_NUMEL:
+            kept[name] = (t.float() if is_control_tensor(name) and args.matrix_clip_sigmas == 0 else t.half()).cpu()
+        else:
+            gptq = name in (hessians or {})
+            groups.setdefault((tuple(t.shape), name.startswith("tok_emb")) if gptq else name, []).append(name)
+    for names in groups.values():
+        embed, gptq = names[0].startswith("tok_emb"), names[0] in (hessians or {})
+        bits, sigmas = (args.embed_bits, args.embed_clip_sigmas) if embed else (args.matrix_bits, args.matrix_clip_sigmas)
+        device = hessians[names[0]].device if gptq else "cpu"
+        w = torch.stack([state_dict[n].detach().to(device).float().reshape(state_dict[n].size(0), -1) for n in names])
+        q, scale = quantize_rows(w, bits, sigmas, torch.stack([hessians[n] for n in names]) if gptq else None)
+        for n, qn, sn in zip(names, q, scale):
+            quantized[n], scales[n] = qn.reshape(state_dict[n].shape).to("cpu", copy=True), sn.to("cpu", copy=True)
+    return {"quantized": quantized, "scales": scales, "kept": kept}
+
+def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:
+    out = dict(obj["kept"])
+    for name, q in obj["quantized"].items():
+        scale = obj["scales"][name].float()
+        out[name] = (q.float().reshape(q.size(0), -1) * scale[:, None]).reshape(q.shape)
+    return out
+
+@torch.no_grad()
+def collect_hessians(model: GPT, args: Hyperparameters, ctx: DistContext, autocast) -> dict[str, Tensor]:
+    """H = X^T X of the inputs of every quantized matrix over GPTQ_CALIBRATION_BATCHES micro-batches of a fresh
+    *training* loader (never a validation token), shared out over the ranks and summed. The output head's X
+    (the tied embedding's too) are the final hidden states. Looped blocks add each pass."""
+    hessians: dict[str, Tensor] = {}
+    def add(name: str, x: Tensor) -> None:
+        x = x.detach().reshape(-1, x.size(-1)).float()
+        hessians.setdefault(name, x.new_zeros(x.size(1), x.size(1))).addmm_(x.T, x)
+    hooks = [m.register_forward_hook(lambda m, inputs, out, name=n + ".weight": add(name, inputs[0]))
+             for n, m in model.named_modules() if isinstance(m, CastedLinear) and m.weight.numel() > QUANT_KEEP_FLOAT_MAX_NUMEL]
+    loader = make_train_loader(args, ctx)
+    for _ in range(math.ceil(args.gptq_calibration_batches / ctx.world_size)):  # the ranks share the micro-batches
+        x, _ = loader.next_batch(args.train_batch_tokens // GRAD_ACCUM_TOTAL, args.train_seq_len)
+        with autocast():
+            add("tok_emb.weight" if model.lm_head is None else "lm_head.weight", model.hidden(x))
+    for hook in hooks:
+        hook.remove()
+    for H in hessians.values() if ctx.distributed else []:
+        dist.all_reduce(H)
+    return hessians
+
+def compress(data: bytes, compressor: str) -> bytes:
+    planes = BYTE_SHUFFLE[compressor]
+    if planes > 1:  # byte k of every planes-byte word together: [b0 b2 b4 ... | b1 b3 b5 ...]
+        data = np.frombuffer(data + bytes(-len(data) % planes), np.uint8).reshape(-1, planes).T.tobytes()
+    if compressor == "brotli":
+        return import_brotli().compress(data, quality=11)
+    return lzma.compress(data, preset=9 | lzma.PRESET_EXTREME) if compressor == "lzma" else zlib.compress(data, level=9)
+
+def decompress(blob: bytes, compressor: str, planes: int, size: int) -> bytes:
+    data = {"zlib": zlib.decompress, "lzma": lzma.decompress}.get(compressor, lambda b: import_brotli().decompress(b))(blob)
+    return np.frombuffer(data, np.uint8).reshape(planes, -1).T.tobytes()[:size] if planes > 1 else data
+
+def import_brotli():
+    try:
+        import brotli
+    except ImportError:
+        raise ConfigError("COMPRESSOR=brotli needs the optional brotli package: pip install brotli "
+                          "(or use COMPRESSOR=lzma, in the standard library).") from None
+    return brotli
+
+def artifact_header(args: Hyperparameters, weights: str, looping: bool) -> dict:
+    return dict(matrix_bits=args.matrix_bits, embed_bits=args.embed_bits, matrix_clip_sigmas=args.matrix_clip_sigmas,
+                embed_clip_sigmas=args.embed_clip_sigmas, gptq_calibration_batches=args.gptq_calibration_batches,
+                compressor=args.compressor, byte_shuffle=BYTE_SHUFFLE[args.compressor], weights=weights,
+                looping=looping, model={f: getattr(args, f) for f in MODEL_FIELDS})
+
+def payload_bytes(obj: dict) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+def save_artifact(obj: dict, header: dict, path: str) -> tuple[int, int]:
+    """Header line + compressed payload, written atomically; returns (raw payload bytes, file bytes)."""
+    raw = payload_bytes(obj)
+    header = dict(header, payload_bytes=len(raw))
+    blob = ARTIFACT_MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + compress(raw, header["compressor"])
+    write_atomic(path, blob)
+    return len(raw), len(blob)
+
+def read_artifact(path: str) -> tuple[dict, bytes]:
+    """(header, compressed payload) of an artifact; the header says how to decompress, never a guess."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"ARTIFACT_PATH={path}: no such file. Point it at the .ptz a run wrote (its log's "
+                                "artifact: line names it).")
+    blob = Path(path).read_bytes()
+    if not blob.startswith(ARTIFACT_MAGIC):
+        raise ConfigError(f"ARTIFACT_PATH={path} is not an artifact of this script (no '{ARTIFACT_MAGIC.decode().strip()}' "
+                          "header; artifacts from before the header, or another script's, cannot be read): re-export it.")
+    line, payload = blob[len(ARTIFACT_MAGIC) :].split(b"\n", 1)
+    return json.loads(line), payload
+
+def load_artifact(path: str) -> tuple[dict, dict[str, Tensor]]:
+    header, payload = read_artifact(path)
+    raw = decompress(payload, header["compressor"], header["byte_shuffle"], header["payload_bytes"])
+    return header, dequantize_state_dict(torch.load(io.BytesIO(raw), map_location="cpu"))
+
+def check_artifact_matches(header: dict, args: Hyperparameters, path: str) -> None:
+    diff = [f"{f.upper()}={v} (config: {getattr(args, f)})" for f, v in header["model"].items() if getattr(args, f) != v]
+    if diff:
+        raise ConfigError(f"ARTIFACT_PATH={path} holds another model: {', '.join(diff)}. Set these variables as the run "
+                          "that made it did (its log's config: line has them all).")
+
+# =================================================================================================
+# Training
+# The clock covers training steps only: compile warm-up runs first and its effects on weights,
+# optimizer state and data position are undone; validation pauses the clock. With a wallclock cap,
+# the learning rate decays linearly over the last WARMDOWN_ITERS * (average step time) of the cap
+# (or over the last WARMDOWN_FRAC of the cap or of ITERATIONS), and all ranks agree on the step to
+# stop at. Depth recurrence switches on at ENABLE_LOOPING_AT of the same fraction; both of its graphs
+# are compiled during the warm-up. With EMA_DECAY, an fp32 average of the weights follows every step.
+# =================================================================================================
+
+NO_BAD_STEP = 2**62  # "no non-finite loss seen yet", kept on the device to avoid a sync per step
+
+def training_fraction(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
+    """How far training is: the share of the wallclock cap used, or without a cap of ITERATIONS."""
+    if args.train_cap_ms > 0:
+        return elapsed_ms / args.train_cap_ms
+    return step / max(args.iterations, 1)
+
+def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
+    if args.warmdown_frac > 0:  # WARMDOWN_FRAC wins over WARMDOWN_ITERS (the config line says which ran)
+        frac = training_fraction(step, elapsed_ms, args)
+        mult = (1.0 - frac) / args.warmdown_frac if frac >= 1.0 - args.warmdown_frac else 1.0
+    elif args.warmdown_iters <= 0:
+        mult = 1.0
+    elif args.train_cap_ms <= 0:
+        warmdown_start = max(args.iterations - args.warmdown_iters, 0)
+        mult = (args.iterations - step) / args.warmdown_iters if step >= warmdown_start else 1.0
+    else:
+        warmdown_ms = args.warmdown_iters * elapsed_ms / max(step, 1)
+        remaining_ms = max(args.train_cap_ms - elapsed_ms, 0.0)
+        mult = remaining_ms / max(warmdown_ms, 1e-9) if remaining_ms <= warmdown_ms else 1.0
+    return max(mult, args.min_lr)
+
+class EMA:
+    """An fp32 exponential moving average of the parameters: ema = decay * ema + (1 - decay) * p after
+    every step. It is what gets exported and scored when EMA_DECAY > 0."""
+
+    def __init__(self, model: nn.Module, decay: float):
+        self.decay, self.params = decay, list(model.parameters())
+        self.shadow = [p.detach().float().clone() for p in self.params]
+
+    @torch.no_grad()
+    def update(self) -> None:
+        torch._foreach_lerp_(self.shadow, [p.float() for p in self.params], 1.0 - self.decay)
+
+    @torch.no_grad()
+    def copy_to_model(self) -> None:
+        torch._foreach_copy_(self.params, self.shadow)
+
+def muon_momentum(step: int, args: Hyperparameters) -> float:
+    frac = min(step / args.muon_momentum_warmup_steps, 1.0) if args.muon_momentum_warmup_steps > 0 else 1.0
+    return (1 - frac) * args.muon_momentum_warmup_start + frac * args.muon_momentum
+
+def train_step(model: nn.Module, optimizers: list, loader: DistributedTokenLoader, args: Hyperparameters,
+               ctx: DistContext, autocast, step: int, lr_scale: float) -> Tensor:
+    """One optimizer step over TRAIN_BATCH_TOKENS; returns this rank's mean loss (on the device)."""
+    micro_batch_tokens = args.train_batch_tokens // GRAD_ACCUM_TOTAL
+    total_loss = torch.zeros((), device=ctx.device)
+    for micro_step in range(ctx.grad_accum_steps):
+        if ctx.distributed:  # all-reduce gradients once, after the last micro-batch
+            model.require_backward_grad_sync = micro_step == ctx.grad_accum_steps - 1
+        x, y = loader.next_batch(micro_batch_tokens, args.train_seq_len)
+        with autocast():
+            loss = model(x, y)
+        total_loss += loss.detach()
+        (loss / ctx.grad_accum_steps).backward()
+    for opt in optimizers:
+        for group in opt.param_groups:
+            group["lr"] = group["base_lr"] * lr_scale
+            if isinstance(opt, Muon):
+                group["momentum"] = muon_momentum(step, args)
+    if args.grad_clip_norm > 0:
+        params = [p for opt in optimizers for g in opt.param_groups for p in g["params"]]
+        torch.nn.utils.clip_grad_norm_(params, args.grad_clip_norm)
+    for opt in optimizers:
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return total_loss / ctx.grad_accum_steps
+
+def warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logger) -> float:
+    """Run WARMUP_STEPS real steps so compilation happens off the clock, then undo them."""
+    if args.warmup_steps == 0:
+        return 0.0
+    sync(ctx.device)
+    t0 = time.perf_counter()
+    model_state = {k: v.detach().clone() for k, v in base_model.state_dict().items()}
+    optimizer_states = [copy.deepcopy(opt.state_dict()) for opt in optimizers]
+    loader = make_train_loader(args, ctx)
+    for looping in sorted({False, args.num_loops > 0}):  # compile the looping graph too, off the clock
+        base_model.looping = looping
+        for step in range(args.warmup_steps):
+            train_step(model, optimizers, loader, args, ctx, autocast, step, 1.0)
+            logger.progress = {"warmup_step": f"{step + 1}/{args.warmup_steps}", "looping": int(looping)}
+            if step < 3 or (step + 1) % 10 == 0 or step + 1 == args.warmup_steps:
+                logger.log(**logger.progress)
+    base_model.looping = False
+    base_model.load_state_dict(model_state)
+    for opt, state in zip(optimizers, optimizer_states):
+        opt.load_state_dict(state)
+    sync(ctx.device)
+    warmup_ms = 1000 * (time.perf_counter() - t0)
+    logger.log(warmup_steps=args.warmup_steps, warmup_time=f"{warmup_ms:.0f}ms")
+    return warmup_ms
+
+def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
+    if ctx.distributed:
+        dist.all_reduce(bad_step, op=dist.ReduceOp.MIN)
+    step = int(bad_step.item())
+    if step != NO_BAD_STEP:
+        raise FloatingPointError(f"train_loss is not finite at step {step}: lower the learning rates "
+                                 "(MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM.")
+
+def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logger) -> tuple[int, EMA | None, float]:
+    loader = make_train_loader(args, ctx)
+    ema = EMA(base_model, args.ema_decay) if args.ema_decay > 0 else None
+    max_ms = args.train_cap_ms or None
+    training_ms, stop_after, step = 0.0, None, 0
+    bad_step = torch.full((), NO_BAD_STEP, dtype=torch.int64, device=ctx.device)
+    sync(ctx.device)
+    t0 = time.perf_counter()
+    while True:
+        last_step = step == args.iterations or (stop_after is not None and step >= stop_after)
+        if last_step or (args.val_loss_every > 0 and step % args.val_loss_every == 0):
+            sync(ctx.device)
+            training_ms += 1000 * (time.perf_counter() - t0)
+            check_finite(bad_step, ctx)
+            val_loss, val_bpb = evaluate(base_model, val, ctx, autocast)
+            if not math.isfinite(val_loss):  # same value on every rank: all stop together
+                raise FloatingPointError(f"val_loss is not finite after step {step}: lower the learning rates "
+                                         "(MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM.")
+            logger.log(step=f"{step}/{args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights="raw",
+                       train_time=f"{training_ms:.0f}ms", step_avg=f"{training_ms / max(step, 1):.2f}ms")
+            sync(ctx.device)
+            t0 = time.perf_counter()
+        if last_step:
+            break
+        elapsed_ms = training_ms + 1000 * (time.perf_counter() - t0)
+        if args.num_loops > 0 and not base_model.looping and \
+                training_fraction(step, elapsed_ms, args) >= args.enable_looping_at:
+            base_model.looping = True
+            logger.log(layer_loop="enabled", step=step, train_time=f"{elapsed_ms:.0f}ms",
+                       order="-".join(map(str, sum(base_model.orders[True], []))))
+        loss = train_step(model, optimizers, loader, args, ctx, autocast, step,
+                          lr_multiplier(step, elapsed_ms, args))
+        if ema is not None:
+            ema.update()
+        bad_step = torch.minimum(bad_step, torch.where(torch.isfinite(loss), NO_BAD_STEP, step + 1))
+        step += 1
+        elapsed_ms = training_ms + 1000 * (time.perf_counter() - t0)
+        logger.progress = {"step": f"{step}/{args.iterations}", "train_time": f"{elapsed_ms:.0f}ms"}
+        reached_cap = max_ms is not None and elapsed_ms >= max_ms
+        if ctx.distributed and max_ms is not None:  # stop together, even if clocks differ a little
+            flag = torch.tensor(int(reached_cap), device=ctx.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            reached_cap = bool(flag.item())
+        if stop_after is None and reached_cap:
+            stop_after = step
+        if step <= 10 or step % args.train_log_every == 0 or stop_after is not None:
+            check_finite(bad_step, ctx)
+            if ctx.distributed:  # log the mean over all ranks' micro-batches, as one process would
+                dist.all_reduce(loss)
+                loss /= ctx.world_size
+            logger.log(step=f"{step}/{args.iterations}", train_loss=loss.item(), train_time=f"{elapsed_ms:.0f}ms",
+                       step_avg=f"{elapsed_ms / step:.2f}ms",
+                       tokens_per_s=f"{step * args.train_batch_tokens / (elapsed_ms / 1000):.0f}")
+    if stop_after is not None and stop_after < args.iterations:
+        logger.log(stopping_early="wallclock_cap", train_time=f"{training_ms:.0f}ms", step=f"{step}/{args.iterations}")
+    return step, ema, training_ms
+
+def export(base_model: GPT, args: Hyperparameters, ctx: DistContext, autocast, logger, weights: str, train_ms: float) -> None:
+    """GPTQ's Hessians (every rank) and rounding (rank 0), timed as part of training; rank 0 writes the artifact."""
+    sync(ctx.device)
+    t0 = time.perf_counter()
+    hessians = collect_hessians(base_model, args, ctx, autocast) if args.gptq_calibration_batches > 0 else None
+    sync(ctx.device)
+    hessian_ms = 1000 * (time.perf_counter() - t0)
+    if ctx.is_main:
+        obj = quantize_state_dict(base_model.state_dict(), args, hessians)
+        if hessians is not None:
+            sync(ctx.device)
+            gptq_ms, cap_ms = 1000 * (time.perf_counter() - t0), 1000 * args.max_wallclock_seconds
+            logger.log(gptq_hessians=len(hessians), calibration_tokens=math.ceil(args.gptq_calibration_batches / ctx.world_size)
+                       * args.train_batch_tokens // ctx.grad_accum_steps, hessian_time=f"{hessian_ms:.0f}ms",
+                       gptq_time=f"{gptq_ms:.0f}ms", train_plus_gptq_time=
+                       f"{train_ms + gptq_ms:.0f}ms", within_cap="yes" if not cap_ms or train_ms + gptq_ms <= cap_ms else "NO")
+        if Path(args.artifact_path).exists():  # an earlier run's, named by its sha256 in that run's log: keep it
+            os.replace(args.artifact_path, moved := f"{args.artifact_path}.{file_sha256(args.artifact_path)[:12]}")
+            logger.log(artifact_previous_moved_to=moved)
+        raw_bytes, model_bytes = save_artifact(obj, artifact_header(args, weights, base_model.looping), args.artifact_path)
+        log_artifact(args, logger, model_bytes, raw_bytes)
+    if ctx.distributed:
+        dist.barrier()
+
+def log_artifact(args: Hyperparameters, logger, model_bytes: int, raw_bytes: int) -> None:
+    code_bytes = len(Path(__file__).read_bytes())
+    total = code_bytes + model_bytes
+    logger.log(artifact=args.artifact_path, sha256=file_sha256(args.artifact_path), code_bytes=code_bytes,
+               model_bytes=model_bytes, total_bytes=total, limit_bytes=ARTIFACT_LIMIT_BYTES,
+               within_limit="yes" if total <= ARTIFACT_LIMIT_BYTES else "NO", payload_raw_bytes=raw_bytes,
+               compression_ratio=f"{raw_bytes / model_bytes:.3f}")
+
+def score_artifact(base_model: GPT, args: Hyperparameters, ctx: DistContext, autocast, val: ValData, logger) -> None:
+    """Rebuild the weights from the artifact on disk and score them: the final lines, named by the artifact's
+    format (final_int8_zlib_roundtrip_exact for the defaults; with EVAL_STRIDE, a sliding_window line after)."""
+    header, state = load_artifact(args.artifact_path)
+    check_artifact_matches(header, args, args.artifact_path)
+    if args.eval_only:
+        log_artifact(args, logger, Path(args.artifact_path).stat().st_size, header["payload_bytes"])
+    base_model.load_state_dict(state, strict=True)
+    base_model.looping = header["looping"]
+    for kind, stride in [("roundtrip", 0)] + [("sliding_window", args.eval_stride)] * (args.eval_stride > 0):
+        sync(ctx.device)
+        t0 = time.perf_counter()
+        val_loss, val_bpb = evaluate(base_model, val, ctx, autocast, stride)
+        eval_ms = 1000 * (time.perf_counter() - t0)
+        window = dict(eval_stride=stride, eval_seq_len=val.seq_len) if stride else {}
+        logger.log(**{f"{kind}_val_loss": val_loss, f"{kind}_val_bpb": val_bpb}, weights=header["weights"], **window,
+                   eval_time=f"{eval_ms:.0f}ms", eval_time_8gpu_est=f"{eval_ms * ctx.world_size / 8:.0f}ms")
+        logger.text(f"final_int{header['matrix_bits']}_{header['compressor']}_{kind}_exact val_loss:{val_loss:.8f} "
+                    f"val_bpb:{val_bpb:.8f}")
+
+# =================================================================================================
+# main
+# =================================================================================================
+
+def check_inputs(args: Hyperparameters, world_size: int) -> Path:
+    """Everything that can be checked before a process group or a GPU is touched; returns the log path."""
+    if not args.eval_only:
+        check_train_shards(args.train_pattern, args.vocab_size)
+    else:  # the artifact to score must exist, be ours and match the model of this config
+        check_artifact_matches(read_artifact(args.artifact_path)[0], args, args.artifact_path)
+    if (read_artifact(args.artifact_path)[0]["compressor"] if args.eval_only else args.compressor) == "brotli":
+        import_brotli()
+    val_files = find_shards(args.val_pattern, "validation")
+    check_validation_length(sum(read_shard_header(p, args.vocab_size) for p in val_files), args, world_size, val_files[0].parent)
+    load_tokenizer(args.tokenizer_path, args.vocab_size)
+    check_tokenizer_matches_data(args)
+    resolve_loss_impl(args.loss_impl, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    if not args.run_id:
+        args.run_id = time.strftime("%Y%m%d_%H%M%S_") + uuid.uuid4().hex[:8]
+    log_path = Path(args.log_dir) / f"{args.run_id}.txt"
+    if log_path.exists():
+        raise ConfigError(f"{log_path} already exists: set another RUN_ID (logs are never overwritten).")
+    return log_path
+
+def log_header(logger: Logger, args: Hyperparameters, ctx: DistContext, loss_impl: str, why: str) -> None:
+    logger.text(Path(__file__).read_text(encoding="utf-8"), console=False)
+    logger.text("=" * 100, console=False)
+    gpu = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "none"
+    logger.log(python=platform.python_version(), torch=torch.__version__, cuda=torch.version.cuda, gpu=gpu.replace(" ", "_"),
+               world_size=ctx.world_size, grad_accum_steps=ctx.grad_accum_steps, device=ctx.device.type)
+    logger.text("config:" + json.dumps(dataclasses.asdict(args), sort_keys=True))
+    logger.log(loss_impl=loss_impl, loss_impl_reason=why.replace(" ", "_"), compile=args.compile and ctx.device.type == "cuda",
+               tokenizer_verified=check_tokenizer_matches_data(args), warmdown=f"frac_{args.warmdown_frac}_wins_over_"
+               f"WARMDOWN_ITERS" if args.warmdown_frac > 0 else f"iters_{args.warmdown_iters}")
+    if ctx.device.type == "cpu" and args.train_batch_tokens >= Hyperparameters.train_batch_tokens:
+        smoke = " ".join(__doc__.split("smoke run")[1].split("\n", 1)[1].split("\n  #")[0].replace("\\", "").split())
+        logger.text(f"cpu_note: these are GPU settings (minutes per step on a CPU). A CPU smoke run: {smoke}")
+
+def run(args: Hyperparameters, ctx: DistContext, logger: Logger) -> None:
+    sp = load_tokenizer(args.tokenizer_path, args.vocab_size)
+    loss_impl, why = resolve_loss_impl(args.loss_impl, ctx.device)
+    log_header(logger, args, ctx, loss_impl, why)
+    val = load_validation(args, ctx, sp)
+    on_cuda = ctx.device.type == "cuda"
+    if on_cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if on_cuda else contextlib.nullcontext
+    torch.manual_seed(args.seed)
+    base_model = GPT(args, loss_impl, torch.bfloat16 if on_cuda else torch.float32).to(ctx.device)
+    use_compile = args.compile and on_cuda
+    if use_compile:  # scoring's forward pass, without the loss; one shape per window length
+        base_model.compiled_hidden = torch.compile(base_model.hidden, dynamic=False, fullgraph=True)
+    if args.eval_only:
+        return score_artifact(base_model, args, ctx, autocast, val, logger)
+    raw_bytes, code_bytes = len(payload_bytes(quantize_state_dict(base_model.state_dict(), args))), len(Path(__file__).read_bytes())
+    logger.log(model_params=sum(p.numel() for p in base_model.parameters()), payload_raw_bytes=raw_bytes, code_bytes=code_bytes,
+               limit_bytes=ARTIFACT_LIMIT_BYTES, compression_needed=f"{raw_bytes / max(ARTIFACT_LIMIT_BYTES - code_bytes, 1):.2f}x",
+               val_tokens=val.tokens.numel() - 1, loss_chunk_tokens=base_model.loss_chunk_tokens)
+    model = torch.compile(base_model, dynamic=False, fullgraph=True) if use_compile else base_model
+    if ctx.distributed:
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[ctx.local_rank] if on_cuda else None)
+    orthogonalize = torch.compile(newton_schulz_orthogonalize) if use_compile else None
+    optimizers = build_optimizers(base_model, args, orthogonalize)
+    warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logger)
+    steps, ema, train_ms = train(model, base_model, optimizers, args, ctx, autocast, val, logger)
+    if on_cuda:
+        logger.log(peak_memory_allocated=f"{torch.cuda.max_memory_allocated() // 2**20}MiB",
+                   peak_memory_reserved=f"{torch.cuda.max_memory_reserved() // 2**20}MiB", steps=steps)
+    if ema is not None:  # from here on the model holds the average: it is what is exported and scored
+        ema.copy_to_model()
+        val_loss, val_bpb = evaluate(base_model, val, ctx, autocast)
+        logger.log(step=f"{steps}/{args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights="ema")
+    export(base_model, args, ctx, autocast, logger, "raw" if ema is None else "ema", train_ms)
+    score_artifact(base_model, args, ctx, autocast, val, logger)
+
+def main() -> None:
+    def raise_interrupt(signum, frame):  # SIGINT and SIGTERM alike: unwind, log the step reached, clean up
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, raise_interrupt)
+    args = Hyperparameters.from_env()
+    rank, world_size, _ = read_dist_env()
+    log_path = check_inputs(args, world_size)
+    ctx = setup_distributed()
+    logger = Logger(log_path if rank == 0 else None)
+    try:
+        run(args, ctx, logger)
+        if ctx.distributed:  # tear down together: gloo aborts if a peer closes its pairs first
+            dist.barrier()
+    except Exception as exc:  # keep the reason in the log, then fail as usual
+        logger.text(f"error:{type(exc).__name__} {exc}")
+        raise
+    except KeyboardInterrupt as exc:
+        logger.log(interrupted=exc.args[0], **logger.progress)
+        raise
+    finally:
+        logger.close()
+        teardown_distributed()
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (ConfigError, ShardError, FileNotFoundError, FloatingPointError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM through raise_interrupt: exit 128 + the signal
+        name = exc.args[0] if exc.args else "SIGINT"
+        print(f"interrupted: {name}; the log's last line says where training stopped", file=sys.stderr)
+        sys.exit(128 + getattr(signal, name))
