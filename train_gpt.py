@@ -23,23 +23,8 @@ reference and Triton kernel), model, optimizers, evaluation, export, training, m
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import dataclasses
-import difflib
-import glob
-import hashlib
-import io
-import json
-import lzma
-import math
-import os
-import platform
-import signal
-import sys
-import time
-import uuid
-import zlib
+import contextlib, copy, dataclasses, difflib, glob, hashlib, io, json, lzma, math
+import os, platform, signal, sys, time, uuid, zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -190,7 +175,6 @@ class Hyperparameters:
         def need(ok: bool, message: str) -> None:
             if not ok:
                 raise ConfigError(message)
-
         rules = {"> 0": (lambda v: v > 0, "val_batch_size train_log_every train_batch_tokens train_seq_len vocab_size "
                          "num_layers model_dim num_heads num_kv_heads mlp_mult rope_base logit_softcap "
                          "muon_backend_steps adam_eps"),
@@ -208,8 +192,7 @@ class Hyperparameters:
         for name, allowed in [("loss_impl", ("auto", "triton", "torch")), ("mlp_act", ("relu2", "leaky_relu2")),
                               ("compressor", ("zlib", "lzma", "brotli"))]:
             need(getattr(self, name) in allowed, f"{name.upper()}={getattr(self, name)!r} must be one of {', '.join(allowed)}.")
-        need(self.model_dim % self.num_heads == 0,
-             f"NUM_HEADS={self.num_heads} must divide MODEL_DIM={self.model_dim}.")
+        need(self.model_dim % self.num_heads == 0, f"NUM_HEADS={self.num_heads} must divide MODEL_DIM={self.model_dim}.")
         head_dim = self.model_dim // self.num_heads
         need(head_dim % 2 == 0, f"MODEL_DIM/NUM_HEADS={head_dim} (the head size) must be even for rotary "
              "embeddings: change MODEL_DIM or NUM_HEADS.")
@@ -225,10 +208,9 @@ class Hyperparameters:
              f"LOOP_START={self.loop_start} and LOOP_END={self.loop_end} must satisfy 0 <= LOOP_START <= LOOP_END < "
              f"NUM_LAYERS={self.num_layers} when NUM_LOOPS={self.num_loops} > 0.")
         need(self.vocab_size <= 65_536, f"VOCAB_SIZE={self.vocab_size} must be <= 65536: shards store uint16 tokens.")
-        need(self.train_batch_tokens % (GRAD_ACCUM_TOTAL * self.train_seq_len) == 0,
-             f"TRAIN_BATCH_TOKENS={self.train_batch_tokens} must be a multiple of "
-             f"{GRAD_ACCUM_TOTAL}*TRAIN_SEQ_LEN={GRAD_ACCUM_TOTAL * self.train_seq_len} (8 micro-batches "
-             "of whole sequences, split over the ranks).")
+        need(self.train_batch_tokens % (GRAD_ACCUM_TOTAL * self.train_seq_len) == 0, f"TRAIN_BATCH_TOKENS="
+             f"{self.train_batch_tokens} must be a multiple of {GRAD_ACCUM_TOTAL}*TRAIN_SEQ_LEN="
+             f"{GRAD_ACCUM_TOTAL * self.train_seq_len} (8 micro-batches of whole sequences, split over the ranks).")
         seq = "EVAL_SEQ_LEN" if self.eval_seq_len else "TRAIN_SEQ_LEN"
         need(self.val_batch_size >= GRAD_ACCUM_TOTAL * self.val_seq_len, f"VAL_BATCH_SIZE={self.val_batch_size} must "
              f"be at least {GRAD_ACCUM_TOTAL}*{seq}={GRAD_ACCUM_TOTAL * self.val_seq_len} (one sequence per micro-batch).")
@@ -264,30 +246,25 @@ GRAD_ACCUM_TOTAL = 8  # micro-batches per step, summed over ranks: world size mu
 ENV_PREFIXES_NOT_OURS = ("OMP_", "CUDA_", "NCCL_", "TORCH", "PYTORCH_", "TRITON_", "MASTER_", "LOCAL_",
                          "GROUP_", "ROLE_", "NVIDIA_", "PYTHON", "LC_", "XDG_", "MKL_", "KMP_", "GLOO_")
 
+BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
 def parse_env_value(name: str, raw: str, kind: type):
     text = raw.strip()
     try:
         if kind is bool:
-            if text.lower() in ("1", "true", "yes", "on"):
-                return True
-            if text.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError
+            return BOOL_WORDS[text.lower()]
         if kind is int:
-            try:
+            with contextlib.suppress(ValueError):
                 return int(text)
-            except ValueError:  # accept 1e5 or 2048.0, but not 2.5
-                value = float(text)
-                if not value.is_integer():
-                    raise
-                return int(value)
+            if not (value := float(text)).is_integer():  # accept 1e5 or 2048.0, but not 2.5
+                raise ValueError
+            return int(value)
         if kind is float:
-            value = float(text)
-            if not math.isfinite(value):
+            if not math.isfinite(value := float(text)):
                 raise ValueError
             return value
         return raw
-    except ValueError:
+    except (KeyError, ValueError):
         expected = {bool: "0 or 1", int: "an integer", float: "a finite number"}[kind]
         raise ConfigError(f"{name}={raw!r} is not {expected}.") from None
 
@@ -323,10 +300,6 @@ class DistContext:
     def distributed(self) -> bool:
         return self.world_size > 1
 
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
 def read_dist_env() -> tuple[int, int, int]:
     try:
         rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
@@ -340,24 +313,17 @@ def read_dist_env() -> tuple[int, int, int]:
 
 def setup_distributed() -> DistContext:
     rank, world_size, local_rank = read_dist_env()
-    if torch.cuda.is_available():
-        device = torch.device("cuda", local_rank)
+    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
         torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    if world_size > 1:
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        kwargs = {"device_id": device} if device.type == "cuda" else {}
-        dist.init_process_group(backend=backend, **kwargs)
+    if world_size > 1 and device.type == "cuda":
+        dist.init_process_group(backend="nccl", device_id=device)
+    elif world_size > 1:
+        dist.init_process_group(backend="gloo")
     return DistContext(rank, world_size, local_rank, device, GRAD_ACCUM_TOTAL // world_size)
-
-def teardown_distributed() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
 
 class Logger:
     """Rank 0 appends to the log file and prints; `log(**fields)` writes one key:value line."""
-
     def __init__(self, path: Path | None):
         self.file, self.progress = None, {}  # progress: where training is, for the line an interrupt logs
         if path is not None:
@@ -365,12 +331,11 @@ class Logger:
             self.file = open(path, "x", encoding="utf-8")  # "x": never overwrite an earlier run's log
 
     def text(self, message: str, console: bool = True) -> None:
-        if self.file is None:
-            return
-        self.file.write(message + "\n")  # the file first: an interrupt between the two leaves the log complete
-        self.file.flush()
-        if console:
-            print(message, flush=True)
+        if self.file is not None:
+            self.file.write(message + "\n")  # the file first: an interrupt between the two leaves the log complete
+            self.file.flush()
+            if console:
+                print(message, flush=True)
 
     def log(self, **fields) -> None:
         self.text(" ".join(f"{k}:{format_value(v)}" for k, v in fields.items()))
@@ -384,9 +349,11 @@ def format_value(value) -> str:
         return f"{value:.4f}" if abs(value) < 1e6 else f"{value:.0f}"
     return str(value)
 
-def sync(device: torch.device) -> None:
+def synced_clock(device: torch.device) -> float:
+    """time.perf_counter() once the device's queued work is done: every timed region starts and ends with one."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 # =================================================================================================
 # Data
@@ -472,48 +439,32 @@ def check_train_shards(pattern: str, vocab_size: int = 0) -> list[Path]:
         raise ShardError(f"the training shards {pattern} hold no tokens: rebuild or re-download them.")
     return files
 
-class TokenStream:
-    """Reads shards in order and hands out contiguous spans, wrapping around at the end."""
-
-    def __init__(self, files: list[Path]):
-        self.files = files
-        self.file_index = -1
-        self.tokens = torch.empty(0, dtype=torch.uint16)
-        self.pos = 0
-
-    def _next_file(self) -> None:
-        self.file_index = (self.file_index + 1) % len(self.files)
-        self.tokens = load_data_shard(self.files[self.file_index])
-        self.pos = 0
+class DistributedTokenLoader:
+    """The shards in order, wrapping around; each call takes one micro-batch per rank, keeps this rank's."""
+    def __init__(self, pattern: str, ctx: DistContext):
+        self.files, self.ctx = check_train_shards(pattern), ctx
+        self.file_index, self.tokens, self.pos = -1, torch.empty(0, dtype=torch.uint16), 0
 
     def take(self, n: int) -> Tensor:
         parts = []
         while n > 0:
-            if self.pos >= self.tokens.numel():
-                self._next_file()
+            if self.pos >= self.tokens.numel():  # next shard
+                self.file_index = (self.file_index + 1) % len(self.files)
+                self.tokens, self.pos = load_data_shard(self.files[self.file_index]), 0
                 continue
             k = min(n, self.tokens.numel() - self.pos)
             parts.append(self.tokens[self.pos : self.pos + k])
-            self.pos += k
-            n -= k
+            self.pos, n = self.pos + k, n - k
         return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-class DistributedTokenLoader:
-    """Each call takes one micro-batch for every rank from the shared stream; keeps this rank's."""
-
-    def __init__(self, pattern: str, ctx: DistContext):
-        self.stream = TokenStream(check_train_shards(pattern))
-        self.ctx = ctx
 
     def next_batch(self, micro_batch_tokens: int, seq_len: int) -> tuple[Tensor, Tensor]:
         span = micro_batch_tokens + 1
-        chunk = self.stream.take(span * self.ctx.world_size)
+        chunk = self.take(span * self.ctx.world_size)
         local = chunk[self.ctx.rank * span : (self.ctx.rank + 1) * span].to(torch.int64)
         return self.to_device(local[:-1].reshape(-1, seq_len), local[1:].reshape(-1, seq_len))
 
     def to_device(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        non_blocking = self.ctx.device.type == "cuda"
-        return x.to(self.ctx.device, non_blocking=non_blocking), y.to(self.ctx.device, non_blocking=non_blocking)
+        return x.to(self.ctx.device, non_blocking=True), y.to(self.ctx.device, non_blocking=True)
 
 class ShuffledSequenceLoader(DistributedTokenLoader):
     """TRAIN_SHUFFLE=1, the 2026-04-05 record's sampling: whole sequences (seq_len + 1 tokens) cut from each
@@ -521,7 +472,6 @@ class ShuffledSequenceLoader(DistributedTokenLoader):
     for a step. The order comes from SEED alone, so every rank draws the same global micro-batch and
     keeps its part: the batch does not depend on the number of processes. Contiguous spans of a shard whose
     documents are grouped by source (webmix) are less varied than this; see the README's fidelity figures."""
-
     def __init__(self, pattern: str, ctx: DistContext, seed: int):
         files = check_train_shards(pattern)
         self.shards = [np.memmap(f, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (read_shard_header(f),)) for f in files]
@@ -576,26 +526,18 @@ def softcap_ce_chunk_torch(logits: Tensor, targets: Tensor, loss_rows: Tensor, s
         grad.scatter_add_(1, targets[:, None], torch.full_like(grad[:, :1], -1.0))
         logits.copy_(grad * ((1.0 - t * t) * grad_scale))
 
-def softcap_ce_loss_naive(x: Tensor, weight: Tensor, targets: Tensor, softcap: float) -> Tensor:
-    """The unchunked formula, for tests: holds all (N, V) logits."""
-    logits = x @ weight.to(x.dtype).t()
-    z = softcap * torch.tanh(logits.float() / softcap)
-    return F.cross_entropy(z, targets)
-
 # ---- Triton kernel: softcap + cross entropy + dL/dlogits, one pass over each chunk's logits ----
-# The three GEMMs (logits, grad_x, grad_W) stay on cuBLAS. Between them the reference makes ~10
-# elementwise passes and fp32 copies of the (chunk, V) logits; this kernel reads each bf16 row from
-# memory once, writes dL/dlogits over it in place and stores the row's loss, so a chunk needs one
-# (chunk, V) buffer in x's dtype and nothing else of that size. Targets must lie in [0, V).
-#
-# Softmax needs a shift m >= max(z) so that exp(z - m) cannot overflow. Softcapping bounds z by c, so
-# m = c serves without a pass for the row max: exp2((z - c) log2 e) >= 2^(-2c log2 e) stays a normal
-# fp32 number while 2c log2 e <= FIXED_SHIFT_MAX_EXP2 (c <= 41.6; 30 by default). The row is then read,
-# exponentiated and summed in one sweep, and dL/dlogits = p dt / s - onehot(y) dt_y needs only the sum.
-# Larger caps fall back to a running row max, which is slower with the row in registers, so their
-# widest block is half as wide. On an H100, 16 columns per thread (num_warps = BLOCK_V / 512) were the
-# fastest: at V=8192 the whole row in one block took 207 us per 16384 rows (2.6 TB/s), against 246-254
-# us for two passes over 2048- or 4096-column blocks (the second re-reading the row from L2).
+# The three GEMMs (logits, grad_x, grad_W) stay on cuBLAS. Between them the reference makes ~10 elementwise
+# passes and fp32 copies of the (chunk, V) logits; this kernel reads each bf16 row from memory once, writes
+# dL/dlogits over it in place and stores the row's loss: a chunk needs one (chunk, V) buffer in x's dtype and
+# nothing else of that size. Targets must lie in [0, V).
+# Softmax needs a shift m >= max(z) so that exp(z - m) cannot overflow. The cap bounds z by c, so m = c serves
+# without a pass for the row max: exp2((z - c) log2 e) >= 2^(-2c log2 e) stays a normal fp32 number while
+# 2c log2 e <= FIXED_SHIFT_MAX_EXP2 (c <= 41.6; 30 by default). The row is then read, exponentiated and summed
+# in one sweep, and dL/dlogits = p dt / s - onehot(y) dt_y needs only the sum. Larger caps fall back to a
+# running row max, slower with the row in registers, so their widest block is half as wide. On an H100,
+# 16 columns per thread (num_warps = BLOCK_V / 512) were the fastest: at V=8192 the whole row in one block
+# took 207 us per 16384 rows (2.6 TB/s), against 246-254 us for two passes over 2048- or 4096-column blocks.
 MAX_BLOCK_V = 8192
 FIXED_SHIFT_MAX_EXP2 = 120.0  # flush-to-zero starts below 2^-126; margin for the sum and rounding
 
@@ -693,9 +635,8 @@ def softcap_ce_chunk_triton(logits: Tensor, targets: Tensor, loss_rows: Tensor, 
     _softcap_ce_kernel[(n,)](logits, targets, loss_rows, float(softcap), float(grad_scale), V=V, BLOCK_V=block_v,
                              NEED_GRAD=need_grad, FIXED_SHIFT=fixed_shift, num_warps=num_warps)
 
-# One custom op for both chunk implementations. It is opaque to torch.compile (inductor would otherwise
-# trace into the loop and the in-place kernel); its autograd formula only scales the gradients the
-# forward pass computed.
+# One custom op for both chunk implementations, opaque to torch.compile (inductor would otherwise trace into
+# the loop and the in-place kernel); its autograd formula only scales the gradients the forward pass computed.
 CHUNK_IMPLS = {"torch": softcap_ce_chunk_torch, "triton": softcap_ce_chunk_triton}
 
 @torch.library.custom_op("parameter_golf::softcap_ce", mutates_args=())
@@ -709,8 +650,7 @@ def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, ch
     loss_rows = torch.empty(n, dtype=torch.float32, device=x.device)
     grad_x = torch.empty_like(x) if need_grad else x.new_empty(0)
     grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=x.device) if need_grad else None
-    # cuBLAS can accumulate a bf16 product into an fp32 matrix (torch>=2.8): dW never passes through
-    # bf16 and needs no temporary.
+    # cuBLAS can accumulate a bf16 product into an fp32 matrix (torch>=2.8): dW skips bf16 and a temporary
     fp32_out = x.is_cuda and x.dtype != torch.float32 and hasattr(torch.ops.aten.addmm, "dtype")
     for start in range(0, n, chunk_tokens):
         end = min(start + chunk_tokens, n)
@@ -749,13 +689,11 @@ def resolve_loss_impl(requested: str, device: torch.device) -> tuple[str, str]:
     if requested == "triton" and reason is not None:
         raise ConfigError(f"LOSS_IMPL=triton, but the Triton kernel cannot run here: {reason}. "
                           "Use LOSS_IMPL=torch (or auto).")
-    if requested == "auto":
-        if device.type != "cuda":
-            return "torch", "auto_no_cuda"
-        if reason is not None:
-            return "torch", "auto_triton_unavailable: " + reason
-        return "triton", "auto_cuda"
-    return requested, "forced_by_LOSS_IMPL"
+    if requested != "auto":
+        return requested, "forced_by_LOSS_IMPL"
+    if device.type != "cuda":
+        return "torch", "auto_no_cuda"
+    return ("triton", "auto_cuda") if reason is None else ("torch", "auto_triton_unavailable: " + reason)
 
 def softcap_ce_loss(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, chunk_tokens: int,
                     impl: str, per_token: bool = False) -> Tensor:
@@ -786,7 +724,6 @@ def rms_norm(x: Tensor) -> Tensor:
 
 class CastedLinear(nn.Linear):
     """A bias-free linear layer whose fp32 weight is cast to the input's dtype at the matmul."""
-
     def __init__(self, in_features: int, out_features: int, zero_init: bool = False):
         super().__init__(in_features, out_features, bias=False)
         self.zero_init = zero_init
@@ -803,11 +740,10 @@ def rotary_cos_sin(seq_len: int, rope_dims: int, base: float, device: torch.devi
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotates the first 2*cos.size(-1) dims of x (pairs i, i+half); the rest pass through (partial rotary)."""
-    rd = 2 * cos.size(-1)
-    half = rd // 2
-    x1, x2 = x[..., :half], x[..., half:rd]
+    half = cos.size(-1)
+    x1, x2 = x[..., :half], x[..., half : 2 * half]
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin, x[..., rd:]), dim=-1)
+    return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin, x[..., 2 * half :]), dim=-1)
 
 def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
     """XSA: remove from each head's output y its component along the (normalised) value vector its own
@@ -839,8 +775,7 @@ class CausalSelfAttention(nn.Module):
         cos, sin = rotary_cos_sin(T, self.rope_dims, self.rope_base, x.device)
         q = apply_rotary(rms_norm(q), cos, sin) * self.q_gain.to(q.dtype)[None, :, None, None]
         k = apply_rotary(rms_norm(k), cos, sin)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                           enable_gqa=self.num_kv_heads != self.num_heads)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.num_kv_heads != self.num_heads)
         return self.proj(self.post(y, v).transpose(1, 2).reshape(B, T, C))
 
 MLP_ACTIVATIONS = {"relu2": lambda h: torch.relu(h).square(),
@@ -860,7 +795,6 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """x = mix0*x + mix1*x0, then attention and MLP residual branches on RMS-normed inputs, in sequence
     or (from PARALLEL_RESIDUAL_START on, GPT-J style) both reading the same input."""
-
     def __init__(self, args: Hyperparameters, layer: int):
         super().__init__()
         dim = args.model_dim
@@ -971,7 +905,6 @@ def newton_schulz_orthogonalize(G: Tensor, steps: int, eps: float = 1e-7) -> Ten
 class Muon(torch.optim.Optimizer):
     """row_normalize (MuonEq-R): each row of the Nesterov update is scaled to unit norm before Newton-Schulz.
     weight_decay is decoupled: p *= 1 - lr * wd before the update."""
-
     def __init__(self, params, lr: float, momentum: float, backend_steps: int, orthogonalize=None,
                  row_normalize: bool = False, weight_decay: float = 0.0):
         super().__init__(params, dict(lr=lr, momentum=momentum, backend_steps=backend_steps, weight_decay=weight_decay))
@@ -988,24 +921,21 @@ class Muon(torch.optim.Optimizer):
             # bf16 on GPU halves the all-reduce; gloo (CPU) reduces fp32 only
             dtype = torch.bfloat16 if params[0].is_cuda else torch.float32
             updates = torch.zeros(sum(p.numel() for p in params), device=params[0].device, dtype=dtype)
-            offset = 0
-            for i, p in enumerate(params):
+            views = updates.split([p.numel() for p in params])  # each matrix's part of the one all-reduced buffer
+            for i, (p, update) in enumerate(zip(params, views)):
                 if i % world_size == rank and p.grad is not None:
                     buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p.grad))
                     buf.mul_(group["momentum"]).add_(p.grad)
                     g = p.grad.add(buf, alpha=group["momentum"])  # Nesterov
                     g = self.orthogonalize(self.normalize(g), group["backend_steps"])
                     g = g * max(1.0, g.size(0) / g.size(1)) ** 0.5
-                    updates[offset : offset + p.numel()] = g.reshape(-1).to(dtype)
-                offset += p.numel()
+                    update.copy_(g.reshape(-1).to(dtype))
             if distributed:
                 dist.all_reduce(updates, op=dist.ReduceOp.SUM)
-            offset = 0
             if group["weight_decay"] > 0:
                 torch._foreach_mul_(params, 1.0 - group["lr"] * group["weight_decay"])
-            for p in params:
-                p.add_(updates[offset : offset + p.numel()].view_as(p).to(p.dtype), alpha=-group["lr"])
-                offset += p.numel()
+            for p, update in zip(params, views):
+                p.add_(update.view_as(p).to(p.dtype), alpha=-group["lr"])
 
 def is_control_tensor(name: str) -> bool:
     return any(pattern in name for pattern in CONTROL_TENSOR_NAMES)
@@ -1040,7 +970,6 @@ def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> l
 @dataclass
 class ValData:
     """The validation split and what turns its loss into bits per byte."""
-
     tokens: Tensor  # (N,) int64 on CPU, trimmed to whole sequences + 1
     base_bytes: Tensor  # (V,) int16: UTF-8 bytes of each piece, without its leading "▁"
     has_leading_space: Tensor  # (V,) bool
@@ -1050,7 +979,6 @@ class ValData:
 
 def load_tokenizer(path: str, vocab_size: int):
     import sentencepiece as spm
-
     if not Path(path).is_file():
         raise FileNotFoundError(f"TOKENIZER_PATH={path}: no such file. Point TOKENIZER_PATH at the .model file "
                                 "the shards were made with (data/README.md says where to get one).")
@@ -1098,13 +1026,9 @@ def build_byte_luts(sp, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
         if sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i):
             continue
         is_boundary[i] = False
-        if sp.is_byte(i):
-            base_bytes[i] = 1
-            continue
         piece = sp.id_to_piece(i)
-        if piece.startswith("\u2581"):
-            has_leading_space[i], piece = True, piece[1:]
-        base_bytes[i] = len(piece.encode("utf-8"))
+        has_leading_space[i] = piece.startswith("\u2581") and not sp.is_byte(i)
+        base_bytes[i] = 1 if sp.is_byte(i) else len(piece.removeprefix("\u2581").encode("utf-8"))
     return torch.from_numpy(base_bytes), torch.from_numpy(has_leading_space), torch.from_numpy(is_boundary)
 
 def target_bytes(x: Tensor, y: Tensor, val: ValData) -> Tensor:
@@ -1233,11 +1157,9 @@ def quantize_rows(w: Tensor, bits: int, clip_sigmas: float, hessian: Tensor | No
         scale = (clip / qmax).clamp_min(QUANT_MIN_SCALE).half()
         w = torch.clamp(w, -clip[..., None], clip[..., None])
     s = scale.float()[..., None]  # stored in fp16: round with that
-    if hessian is not None:
-        batched = w.dim() == 3
-        q = gptq_round(w if batched else w[None], hessian.to(w.device) if batched else hessian.to(w.device)[None],
-                       s if batched else s[None], qmax)
-        return (q if batched else q[0]), scale
+    if hessian is not None:  # gptq_round takes a batch: one matrix is a batch of one
+        batch = [t if w.dim() == 3 else t[None] for t in (w, hessian.to(w.device), s)]
+        return gptq_round(*batch, qmax).view(w.shape), scale
     return torch.clamp(torch.round(w / s), -qmax, qmax).to(torch.int8), scale
 
 def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, hessians: dict | None = None) -> dict:
@@ -1365,6 +1287,7 @@ def check_artifact_matches(header: dict, args: Hyperparameters, path: str) -> No
 # =================================================================================================
 
 NO_BAD_STEP = 2**62  # "no non-finite loss seen yet", kept on the device to avoid a sync per step
+NOT_FINITE_FIX = "lower the learning rates (MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM."
 
 def training_fraction(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
     """How far training is: the share of the wallclock cap used, or without a cap of ITERATIONS."""
@@ -1390,7 +1313,6 @@ def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
 class EMA:
     """An fp32 exponential moving average of the parameters: ema = decay * ema + (1 - decay) * p after
     every step. It is what gets exported and scored when EMA_DECAY > 0."""
-
     def __init__(self, model: nn.Module, decay: float):
         self.decay, self.params = decay, list(model.parameters())
         self.shadow = [p.detach().float().clone() for p in self.params]
@@ -1437,8 +1359,7 @@ def warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logge
     """Run WARMUP_STEPS real steps so compilation happens off the clock, then undo them."""
     if args.warmup_steps == 0:
         return 0.0
-    sync(ctx.device)
-    t0 = time.perf_counter()
+    t0 = synced_clock(ctx.device)
     model_state = {k: v.detach().clone() for k, v in base_model.state_dict().items()}
     optimizer_states = [copy.deepcopy(opt.state_dict()) for opt in optimizers]
     loader = make_train_loader(args, ctx)
@@ -1453,8 +1374,7 @@ def warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logge
     base_model.load_state_dict(model_state)
     for opt, state in zip(optimizers, optimizer_states):
         opt.load_state_dict(state)
-    sync(ctx.device)
-    warmup_ms = 1000 * (time.perf_counter() - t0)
+    warmup_ms = 1000 * (synced_clock(ctx.device) - t0)
     logger.log(warmup_steps=args.warmup_steps, warmup_time=f"{warmup_ms:.0f}ms")
     return warmup_ms
 
@@ -1463,8 +1383,7 @@ def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
         dist.all_reduce(bad_step, op=dist.ReduceOp.MIN)
     step = int(bad_step.item())
     if step != NO_BAD_STEP:
-        raise FloatingPointError(f"train_loss is not finite at step {step}: lower the learning rates "
-                                 "(MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM.")
+        raise FloatingPointError(f"train_loss is not finite at step {step}: {NOT_FINITE_FIX}")
 
 def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logger) -> tuple[int, EMA | None, float]:
     loader = make_train_loader(args, ctx)
@@ -1472,22 +1391,18 @@ def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logg
     max_ms = args.train_cap_ms or None
     training_ms, stop_after, step = 0.0, None, 0
     bad_step = torch.full((), NO_BAD_STEP, dtype=torch.int64, device=ctx.device)
-    sync(ctx.device)
-    t0 = time.perf_counter()
+    t0 = synced_clock(ctx.device)
     while True:
         last_step = step == args.iterations or (stop_after is not None and step >= stop_after)
         if last_step or (args.val_loss_every > 0 and step % args.val_loss_every == 0):
-            sync(ctx.device)
-            training_ms += 1000 * (time.perf_counter() - t0)
+            training_ms += 1000 * (synced_clock(ctx.device) - t0)
             check_finite(bad_step, ctx)
             val_loss, val_bpb = evaluate(base_model, val, ctx, autocast)
             if not math.isfinite(val_loss):  # same value on every rank: all stop together
-                raise FloatingPointError(f"val_loss is not finite after step {step}: lower the learning rates "
-                                         "(MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM.")
+                raise FloatingPointError(f"val_loss is not finite after step {step}: {NOT_FINITE_FIX}")
             logger.log(step=f"{step}/{args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights="raw",
                        train_time=f"{training_ms:.0f}ms", step_avg=f"{training_ms / max(step, 1):.2f}ms")
-            sync(ctx.device)
-            t0 = time.perf_counter()
+            t0 = synced_clock(ctx.device)
         if last_step:
             break
         elapsed_ms = training_ms + 1000 * (time.perf_counter() - t0)
@@ -1525,16 +1440,13 @@ def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logg
 
 def export(base_model: GPT, args: Hyperparameters, ctx: DistContext, autocast, logger, weights: str, train_ms: float) -> None:
     """GPTQ's Hessians (every rank) and rounding (rank 0), timed as part of training; rank 0 writes the artifact."""
-    sync(ctx.device)
-    t0 = time.perf_counter()
+    t0 = synced_clock(ctx.device)
     hessians = collect_hessians(base_model, args, ctx, autocast) if args.gptq_calibration_batches > 0 else None
-    sync(ctx.device)
-    hessian_ms = 1000 * (time.perf_counter() - t0)
-    if ctx.is_main:
+    hessian_ms = 1000 * (synced_clock(ctx.device) - t0)
+    if ctx.rank == 0:
         obj = quantize_state_dict(base_model.state_dict(), args, hessians)
         if hessians is not None:
-            sync(ctx.device)
-            gptq_ms, cap_ms = 1000 * (time.perf_counter() - t0), 1000 * args.max_wallclock_seconds
+            gptq_ms, cap_ms = 1000 * (synced_clock(ctx.device) - t0), 1000 * args.max_wallclock_seconds
             logger.log(gptq_hessians=len(hessians), calibration_tokens=math.ceil(args.gptq_calibration_batches / ctx.world_size)
                        * args.train_batch_tokens // ctx.grad_accum_steps, hessian_time=f"{hessian_ms:.0f}ms",
                        gptq_time=f"{gptq_ms:.0f}ms", train_plus_gptq_time=
@@ -1565,8 +1477,7 @@ def score_artifact(base_model: GPT, args: Hyperparameters, ctx: DistContext, aut
     base_model.load_state_dict(state, strict=True)
     base_model.looping = header["looping"]
     for kind, stride in [("roundtrip", 0)] + [("sliding_window", args.eval_stride)] * (args.eval_stride > 0):
-        sync(ctx.device)
-        t0 = time.perf_counter()
+        t0 = synced_clock(ctx.device)
         val_loss, val_bpb = evaluate(base_model, val, ctx, autocast, stride)
         eval_ms = 1000 * (time.perf_counter() - t0)
         window = dict(eval_stride=stride, eval_seq_len=val.seq_len) if stride else {}
@@ -1673,7 +1584,8 @@ def main() -> None:
         raise
     finally:
         logger.close()
-        teardown_distributed()
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
 
 if __name__ == "__main__":
     try:
