@@ -1,9 +1,9 @@
 """train_gpt.py: the parameter-golf reference trainer, in one file.
 
-Trains a small GPT whose artifact (this file's bytes + int8/zlib-compressed weights) must fit in
-16,000,000 bytes, and scores it in bits per byte on the FineWeb validation split *after* the
-quantize -> compress -> decompress round trip. Every setting is an environment variable (the
-`Hyperparameters` field name, upper-cased); the whole resolved config is logged.
+Trains a small GPT whose artifact (this file's bytes + int8/zlib-compressed weights) must fit in 16,000,000 bytes,
+and scores it in bits per byte on the FineWeb validation split *after* the quantize -> compress -> decompress round
+trip. Every setting is an environment variable (the `Hyperparameters` field name, upper-cased); the whole resolved
+config is logged.
 
   # CPU smoke run (tiny model, 20 steps), from the repo root on the data that `bash quickstart.sh` built:
   DATA_PATH=$(ls -d data/datasets/pystdlib_*_sp512 | tail -n1) VOCAB_SIZE=512 \
@@ -40,12 +40,9 @@ try:  # optional: the fused output-loss kernel; without it the trainer logs why 
 except ImportError:
     triton = None
 
-# =================================================================================================
-# Config
-# One dataclass; every field is read from the environment variable of the same name upper-cased.
-# Everything is validated before any GPU work, because a typo found after compiling on 8 GPUs is
-# ten wasted minutes. An unknown variable that looks like one of ours is an error, not a no-op.
-# =================================================================================================
+# ==== Config ========================================================================================================
+# One dataclass, each field read from the environment variable of its name upper-cased, all validated before any GPU
+# work: a typo found after compiling on 8 GPUs is ten wasted minutes. An unknown variable like ours is an error.
 
 class ConfigError(ValueError):
     """A setting that cannot work; the message names the variable and the fix."""
@@ -136,19 +133,16 @@ class Hyperparameters:
     @property
     def train_pattern(self) -> str:
         return os.path.join(self.data_path, "fineweb_train_*.bin")
-
+    @property
+    def val_pattern(self) -> str:
+        return os.path.join(self.data_path, "fineweb_val_*.bin")
+    @property
+    def val_seq_len(self) -> int:
+        return self.eval_seq_len or self.train_seq_len
     @property
     def train_cap_ms(self) -> float:
         """The training clock's cap: MAX_WALLCLOCK_SECONDS less GPTQ_RESERVE_SECONDS (GPTQ runs in the rest); 0: none."""
         return 1000.0 * (self.max_wallclock_seconds - self.gptq_reserve_seconds) if self.max_wallclock_seconds > 0 else 0.0
-
-    @property
-    def val_seq_len(self) -> int:
-        return self.eval_seq_len or self.train_seq_len
-
-    @property
-    def val_pattern(self) -> str:
-        return os.path.join(self.data_path, "fineweb_val_*.bin")
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Hyperparameters:
@@ -166,8 +160,7 @@ class Hyperparameters:
             vocab = explicit.get("vocab_size", values.get("vocab_size", cls.vocab_size))
             values["data_path"] = os.path.join(data_dir, "datasets", f"fineweb10B_sp{vocab}")
             values["tokenizer_path"] = os.path.join(data_dir, "tokenizers", f"fineweb_{vocab}_bpe.model")
-        values.update(explicit)
-        args = cls(**values)
+        args = cls(**(values | explicit))
         args.validate()
         return args
 
@@ -245,7 +238,6 @@ RECIPES["p180"] = dict(RECIPES["record"], num_layers=9, mlp_mult=3.0, num_loops=
 GRAD_ACCUM_TOTAL = 8  # micro-batches per step, summed over ranks: world size must divide it
 ENV_PREFIXES_NOT_OURS = ("OMP_", "CUDA_", "NCCL_", "TORCH", "PYTORCH_", "TRITON_", "MASTER_", "LOCAL_",
                          "GROUP_", "ROLE_", "NVIDIA_", "PYTHON", "LC_", "XDG_", "MKL_", "KMP_", "GLOO_")
-
 BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 def parse_env_value(name: str, raw: str, kind: type):
@@ -282,11 +274,9 @@ def check_unknown_env(environ: dict[str, str], known: list[str]) -> None:
             raise ConfigError(f"unknown environment variable {name}={environ[name]!r}: did you mean "
                               f"{near[0]}? Rename it, or unset it if it is not meant for this script.")
 
-# =================================================================================================
-# Logging and distributed helpers
-# Rank 0 writes logs/RUN_ID.txt (flushed as it goes) and prints; other ranks stay silent. Every
-# event is one line of key:value tokens so that logs can be parsed; units are part of the names.
-# =================================================================================================
+# ==== Logging and distributed helpers ===============================================================================
+# Rank 0 writes logs/RUN_ID.txt (flushed as it goes) and prints; other ranks stay silent. Every event is one line of
+# key:value tokens so that logs can be parsed; units are part of the names.
 
 @dataclass
 class DistContext:
@@ -355,13 +345,11 @@ def synced_clock(device: torch.device) -> float:
         torch.cuda.synchronize(device)
     return time.perf_counter()
 
-# =================================================================================================
-# Data
-# A shard is a 256 x int32 header (magic, version, token count, zeros) followed by uint16 tokens.
-# Documents are concatenated, each starting with BOS. Training streams shards in order: each step
-# takes one contiguous span of TRAIN_BATCH_TOKENS (+1 per micro-batch for the shifted targets), and
-# rank r of W reads its own disjoint part of that span, so the global batch does not depend on W.
-# =================================================================================================
+# ==== Data ==========================================================================================================
+# A shard is a 256 x int32 header (magic, version, token count, zeros) followed by uint16 tokens. Documents are
+# concatenated, each starting with BOS. Training streams shards in order: each step takes one contiguous span of
+# TRAIN_BATCH_TOKENS (+1 per micro-batch for the shifted targets), and rank r of W reads its own disjoint part of that
+# span, so the global batch does not depend on W.
 
 SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
@@ -467,11 +455,10 @@ class DistributedTokenLoader:
         return x.to(self.ctx.device, non_blocking=True), y.to(self.ctx.device, non_blocking=True)
 
 class ShuffledSequenceLoader(DistributedTokenLoader):
-    """TRAIN_SHUFFLE=1, the 2026-04-05 record's sampling: whole sequences (seq_len + 1 tokens) cut from each
-    shard at a random phase, drawn in a random order without replacement, reshuffled when too few are left
-    for a step. The order comes from SEED alone, so every rank draws the same global micro-batch and
-    keeps its part: the batch does not depend on the number of processes. Contiguous spans of a shard whose
-    documents are grouped by source (webmix) are less varied than this; see the README's fidelity figures."""
+    """TRAIN_SHUFFLE=1, the 2026-04-05 record's sampling: whole sequences (seq_len + 1 tokens) cut from each shard at a
+    random phase, drawn in a random order without replacement, reshuffled when too few are left for a step. The order
+    comes from SEED alone, so every rank draws the same global micro-batch and keeps its part (the batch does not depend
+    on the process count). More varied than contiguous spans where a shard groups documents by source (webmix)."""
     def __init__(self, pattern: str, ctx: DistContext, seed: int):
         files = check_train_shards(pattern)
         self.shards = [np.memmap(f, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (read_shard_header(f),)) for f in files]
@@ -498,13 +485,12 @@ def make_train_loader(args: Hyperparameters, ctx: DistContext) -> DistributedTok
         return ShuffledSequenceLoader(args.train_pattern, ctx, args.seed)
     return DistributedTokenLoader(args.train_pattern, ctx)
 
-# =================================================================================================
-# Output loss: logits = x @ W^T, softcap z = c*tanh(logits/c), cross entropy, mean over tokens.
-# Computed in chunks of LOSS_CHUNK_TOKENS rows so that the logits never exist for the whole batch:
-# the forward pass also computes the gradients (dL/dx per chunk, dL/dW accumulated in fp32), so the
-# backward pass only scales them. dL/dlogits = (softmax(z) - onehot(y)) * (1 - tanh^2) / N.
-# The PyTorch version below is the reference; the Triton kernel after it fuses the elementwise work.
-# =================================================================================================
+# ==== Output loss ===================================================================================================
+# logits = x @ W^T, softcap z = c*tanh(logits/c), cross entropy, mean over tokens. Computed in chunks of
+# LOSS_CHUNK_TOKENS rows so that the logits never exist for the whole batch: the forward pass also computes the
+# gradients (dL/dx per chunk, dL/dW accumulated in fp32), so the backward pass only scales them.
+# dL/dlogits = (softmax(z) - onehot(y)) * (1 - tanh^2) / N. The PyTorch version below is the reference; the Triton
+# kernel after it fuses the elementwise work.
 
 LOSS_CHUNK_ELEMENTS = 2**27  # default chunk: 128M logits, a 256 MiB bf16 buffer (16384 tokens at V=8192)
 
@@ -550,10 +536,9 @@ if triton is not None:
 
     @triton.jit
     def _softcap_tanh(logits, neg_2log2e_over_c):
-        """(tanh(u), 1 - tanh(u)^2) for u = logits / c, through sigmoid: e = exp(-2u), s = 1 / (1 + e),
-        tanh = 2s - 1, 1 - tanh^2 = 4 e s^2 (no cancellation where tanh saturates). e is capped at 2^126
-        so that e s^2 stays finite for very negative u (not inf * 0). Libdevice tanh is not available
-        in the interpreter; this costs one exp2 and one fast reciprocal."""
+        """(tanh(u), 1 - tanh(u)^2) for u = logits / c, through sigmoid: e = exp(-2u), s = 1 / (1 + e), tanh = 2s - 1,
+        1 - tanh^2 = 4 e s^2 (no cancellation where tanh saturates). e is capped at 2^126 so that e s^2 stays finite
+        for very negative u (not inf * 0). Libdevice tanh is missing in the interpreter; this is one exp2, one rcp."""
         e = tl.exp2(tl.minimum(logits.to(tl.float32) * neg_2log2e_over_c, 126.0))
         s = 1.0 / (1.0 + e)
         return 2.0 * s - 1.0, (4.0 * s) * (e * s)
@@ -705,17 +690,14 @@ def softcap_ce_loss(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, 
     mean, rows, _, _ = softcap_ce_op(x, weight, targets, float(softcap), int(chunk_tokens), need_grad, impl)
     return rows if per_token else mean
 
-# =================================================================================================
-# Model
-# A GPT with a U-Net-like skip structure: the first half of the blocks store their outputs, the
-# second half adds them back in reverse order through learned per-channel weights. Every block
-# also mixes its input with x0 (the normalised embedding) through a learned resid_mix. Attention
-# uses RMS-normalised q and k, rotary embeddings, a learned per-head gain on q, and grouped-query
-# attention. Output projections start at zero, so each block starts as the identity.
-# Parameters stay fp32; matmuls run in bf16 under autocast on CUDA; the residual stream is bf16.
-# The record stack's switches (partial rotary, XSA, LN scale, parallel residuals, skip gates, depth
-# recurrence) are chosen once in __init__; a switch that is off adds no parameter and no kernel.
-# =================================================================================================
+# ==== Model =========================================================================================================
+# A GPT with a U-Net-like skip structure: the first half of the blocks store their outputs, the second half adds them
+# back in reverse order through learned per-channel weights. Every block also mixes its input with x0 (the normalised
+# embedding) through a learned resid_mix. Attention uses RMS-normalised q and k, rotary embeddings, a learned per-head
+# gain on q, and grouped-query attention. Output projections start at zero, so each block starts as the identity.
+# Parameters stay fp32; matmuls run in bf16 under autocast on CUDA; the residual stream is bf16. The record stack's
+# switches (partial rotary, XSA, LN scale, parallel residuals, skip gates, depth recurrence) are chosen once in
+# __init__; a switch that is off adds no parameter and no kernel.
 
 CONTROL_TENSOR_NAMES = ("attn_scale", "mlp_scale", "resid_mix", "q_gain", "skip_weights", "skip_gates")
 
@@ -805,8 +787,7 @@ class Block(nn.Module):
         self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))))  # (2, dim)
         scale = 1.0 / math.sqrt(layer + 1) if args.ln_scale else None
         self.norm = (lambda x: rms_norm(x) * scale) if scale else rms_norm
-        parallel = 0 <= args.parallel_residual_start <= layer
-        self.residual = self.parallel_residual if parallel else self.sequential_residual
+        self.residual = self.parallel_residual if 0 <= args.parallel_residual_start <= layer else self.sequential_residual
 
     def sequential_residual(self, x: Tensor) -> Tensor:
         x = x + self.attn_scale.to(x.dtype) * self.attn(self.norm(x))
@@ -879,13 +860,11 @@ class GPT(nn.Module):
         """input_ids, target_ids: (B, T) int64 -> mean cross entropy over all B*T tokens (fp32)."""
         return self.loss(self.hidden(input_ids), target_ids)
 
-# =================================================================================================
-# Optimizers
-# Muon for the 2-D matrices inside the blocks: Nesterov momentum, then the update is replaced by
-# the nearest semi-orthogonal matrix (Newton-Schulz in bf16), scaled by sqrt(max(1, rows/cols)).
-# Each rank orthogonalises every world_size-th matrix and the updates are summed across ranks.
-# Adam(W) for the embedding (and untied head) and for vectors, scalars and control tensors.
-# =================================================================================================
+# ==== Optimizers ====================================================================================================
+# Muon for the 2-D matrices inside the blocks: Nesterov momentum, then the update is replaced by the nearest
+# semi-orthogonal matrix (Newton-Schulz in bf16), scaled by sqrt(max(1, rows/cols)). Each rank orthogonalises every
+# world_size-th matrix and the updates are summed across ranks. Adam(W) for the embedding (and untied head) and for
+# vectors, scalars and control tensors.
 
 NEWTON_SCHULZ_COEFFS = (3.4445, -4.7750, 2.0315)  # quintic: pushes singular values toward ~1 fast
 
@@ -903,8 +882,8 @@ def newton_schulz_orthogonalize(G: Tensor, steps: int, eps: float = 1e-7) -> Ten
     return X.T if transposed else X
 
 class Muon(torch.optim.Optimizer):
-    """row_normalize (MuonEq-R): each row of the Nesterov update is scaled to unit norm before Newton-Schulz.
-    weight_decay is decoupled: p *= 1 - lr * wd before the update."""
+    """row_normalize (MuonEq-R): the Nesterov update's rows to unit norm before Newton-Schulz. Decoupled weight_decay:
+    p *= 1 - lr * wd before the update."""
     def __init__(self, params, lr: float, momentum: float, backend_steps: int, orthogonalize=None,
                  row_normalize: bool = False, weight_decay: float = 0.0):
         super().__init__(params, dict(lr=lr, momentum=momentum, backend_steps=backend_steps, weight_decay=weight_decay))
@@ -959,13 +938,11 @@ def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> l
         group["base_lr"] = args.matrix_lr
     return [adam, muon]
 
-# =================================================================================================
-# Evaluation: bits per byte
-# Loss per token depends on the tokenizer; bits per byte does not, so that is the score. Bytes are
-# counted from the SentencePiece pieces of the targets: a byte-fallback piece is 1 byte, a normal
-# piece is its UTF-8 length, and its leading "▁" (a space) counts 1 byte only when the previous
-# token is not a control/unknown/unused token (after BOS, decoding drops that space).
-# =================================================================================================
+# ==== Evaluation: bits per byte =====================================================================================
+# Loss per token depends on the tokenizer; bits per byte does not, so that is the score. Bytes are counted from the
+# SentencePiece pieces of the targets: a byte-fallback piece is 1 byte, a normal piece is its UTF-8 length, and its
+# leading "▁" (a space) counts 1 byte only when the previous token is not a control/unknown/unused token (after BOS,
+# decoding drops that space).
 
 @dataclass
 class ValData:
@@ -1058,11 +1035,10 @@ def check_validation_length(num_tokens: int, args: Hyperparameters, world_size: 
 
 @torch.no_grad()
 def score_windows(model: GPT, val: ValData, ctx: DistContext, autocast, stride: int = 0) -> Tensor:
-    """(summed loss, scored tokens, their bytes), fp64, summed over ranks. Windows of val.seq_len tokens start
-    every `stride` tokens (0: every seq_len, no overlap); the first window scores all its tokens and each later
-    one its last `stride` (the rest is left context), so every token is scored exactly once, the tail too.
-    Ranks take contiguous runs of windows; a short last batch is padded with windows that score nothing,
-    so one compiled shape serves."""
+    """(summed loss, scored tokens, their bytes), fp64, summed over ranks. Windows of val.seq_len tokens start every
+    `stride` tokens (0: every seq_len, no overlap); the first window scores all its tokens and each later one its last
+    `stride` (the rest is left context), so every token is scored exactly once, the tail too. Ranks take contiguous
+    runs of windows; a short last batch is padded with windows that score nothing, so one compiled shape serves."""
     T, total = val.seq_len, val.tokens.numel() - 1
     context = T - (stride or T)
     starts = torch.arange(0, total - context, stride or T)  # the last window still scores a token
@@ -1093,18 +1069,15 @@ def evaluate(model: GPT, val: ValData, ctx: DistContext, autocast, stride: int =
     loss_sum, tokens, num_bytes = score_windows(model, val, ctx, autocast, stride).tolist()
     return loss_sum / tokens, loss_sum / tokens / math.log(2.0) * tokens / num_bytes
 
-# =================================================================================================
-# Export: quantize -> compress -> artifact, and the round trip that the score is measured after
-# Float tensors larger than 65,536 elements get one fp16 scale per row and integer codes of
-# MATRIX_BITS (EMBED_BITS for the embedding), stored one per int8. The step comes from a clip per
-# row: by default (int8) a high percentile of |w|, so one outlier does not waste the row's range;
-# with *_CLIP_SIGMAS > 0 (the record's SD clip) k * std(row) / (2^(bits-1) - 1). Rounding is to
-# nearest, or with GPTQ_CALIBRATION_BATCHES > 0 GPTQ: columns are rounded one at a time and each
-# error is spread over the columns not yet rounded, weighted by the Hessian X^T X of the layer's
-# inputs on training tokens. Smaller tensors stay fp16 (control tensors fp32 in the int8 format).
-# The artifact is a header line (JSON: format, bits, compressor, model shape) and the compressed
-# torch.save payload, its bytes shuffled by plane for lzma and brotli.
-# =================================================================================================
+# ==== Export: quantize -> compress -> artifact, and the round trip that the score is measured after =================
+# Float tensors larger than 65,536 elements get one fp16 scale per row and integer codes of MATRIX_BITS (EMBED_BITS
+# for the embedding), stored one per int8. The step comes from a clip per row: by default (int8) a high percentile of
+# |w|, so one outlier does not waste the row's range; with *_CLIP_SIGMAS > 0 (the record's SD clip)
+# k * std(row) / (2^(bits-1) - 1). Rounding is to nearest, or with GPTQ_CALIBRATION_BATCHES > 0 GPTQ: columns are
+# rounded one at a time and each error is spread over the columns not yet rounded, weighted by the Hessian X^T X of
+# the layer's inputs on training tokens. Smaller tensors stay fp16 (control tensors fp32 in the int8 format). The
+# artifact is a header line (JSON: format, bits, compressor, model shape) and the compressed torch.save payload, its
+# bytes shuffled by plane for lzma and brotli.
 
 QUANT_KEEP_FLOAT_MAX_NUMEL = 65_536
 QUANT_CLIP_QUANTILE = 0.9999984  # the 99.99984th percentile of |w| in each row
@@ -1122,10 +1095,9 @@ MODEL_FIELDS = ("vocab_size num_layers model_dim embedding_dim num_heads num_kv_
                 "num_loops loop_start loop_end").split()
 
 def gptq_round(w: Tensor, hessian: Tensor, scale: Tensor, qmax: int) -> Tensor:
-    """GPTQ codes of a batch of matrices w (B, rows, cols) fp32 with per-row steps scale (B, rows, 1), given each
-    one's H = X^T X (B, cols, cols) of its inputs. Columns go in order of decreasing H diagonal; the upper
-    Cholesky factor U of H^-1 weights each column's error (Frantar et al. 2022). Dead inputs (H_ii = 0) are
-    zeroed. The batch shares every launch: one per column for all its matrices."""
+    """GPTQ codes of matrices w (B, rows, cols) fp32 with per-row steps scale (B, rows, 1) and H = X^T X (B, cols, cols)
+    of each one's inputs. Columns go in order of decreasing H_ii; the upper Cholesky factor U of H^-1 weights each
+    column's error (Frantar et al. 2022). Dead inputs (H_ii = 0) are zeroed. One launch per column for the batch."""
     H = hessian.clone()
     diag = H.diagonal(dim1=1, dim2=2)  # a view of H
     dead = diag == 0
@@ -1194,9 +1166,8 @@ def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:
 
 @torch.no_grad()
 def collect_hessians(model: GPT, args: Hyperparameters, ctx: DistContext, autocast) -> dict[str, Tensor]:
-    """H = X^T X of the inputs of every quantized matrix over GPTQ_CALIBRATION_BATCHES micro-batches of a fresh
-    *training* loader (never a validation token), shared out over the ranks and summed. The output head's X
-    (the tied embedding's too) are the final hidden states. Looped blocks add each pass."""
+    """H = X^T X of each quantized matrix's inputs over GPTQ_CALIBRATION_BATCHES micro-batches of a fresh *training*
+    loader, shared out over the ranks and summed; the head's X are the final hidden states; loops add each pass."""
     hessians: dict[str, Tensor] = {}
     def add(name: str, x: Tensor) -> None:
         x = x.detach().reshape(-1, x.size(-1)).float()
@@ -1276,15 +1247,13 @@ def check_artifact_matches(header: dict, args: Hyperparameters, path: str) -> No
         raise ConfigError(f"ARTIFACT_PATH={path} holds another model: {', '.join(diff)}. Set these variables as the run "
                           "that made it did (its log's config: line has them all).")
 
-# =================================================================================================
-# Training
-# The clock covers training steps only: compile warm-up runs first and its effects on weights,
-# optimizer state and data position are undone; validation pauses the clock. With a wallclock cap,
-# the learning rate decays linearly over the last WARMDOWN_ITERS * (average step time) of the cap
-# (or over the last WARMDOWN_FRAC of the cap or of ITERATIONS), and all ranks agree on the step to
-# stop at. Depth recurrence switches on at ENABLE_LOOPING_AT of the same fraction; both of its graphs
-# are compiled during the warm-up. With EMA_DECAY, an fp32 average of the weights follows every step.
-# =================================================================================================
+# ==== Training ======================================================================================================
+# The clock covers training steps only: compile warm-up runs first and its effects on weights, optimizer state and
+# data position are undone; validation pauses the clock. With a wallclock cap, the learning rate decays linearly over
+# the last WARMDOWN_ITERS * (average step time) of the cap (or over the last WARMDOWN_FRAC of the cap or of
+# ITERATIONS), and all ranks agree on the step to stop at. Depth recurrence switches on at ENABLE_LOOPING_AT of the
+# same fraction; both of its graphs are compiled during the warm-up. With EMA_DECAY, an fp32 average of the weights
+# follows every step.
 
 NO_BAD_STEP = 2**62  # "no non-finite loss seen yet", kept on the device to avoid a sync per step
 NOT_FINITE_FIX = "lower the learning rates (MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM."
@@ -1311,8 +1280,7 @@ def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
     return max(mult, args.min_lr)
 
 class EMA:
-    """An fp32 exponential moving average of the parameters: ema = decay * ema + (1 - decay) * p after
-    every step. It is what gets exported and scored when EMA_DECAY > 0."""
+    """An fp32 average of the parameters, ema = decay * ema + (1 - decay) * p after each step: exported and scored."""
     def __init__(self, model: nn.Module, decay: float):
         self.decay, self.params = decay, list(model.parameters())
         self.shadow = [p.detach().float().clone() for p in self.params]
@@ -1388,7 +1356,6 @@ def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
 def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logger) -> tuple[int, EMA | None, float]:
     loader = make_train_loader(args, ctx)
     ema = EMA(base_model, args.ema_decay) if args.ema_decay > 0 else None
-    max_ms = args.train_cap_ms or None
     training_ms, stop_after, step = 0.0, None, 0
     bad_step = torch.full((), NO_BAD_STEP, dtype=torch.int64, device=ctx.device)
     t0 = synced_clock(ctx.device)
@@ -1419,8 +1386,8 @@ def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logg
         step += 1
         elapsed_ms = training_ms + 1000 * (time.perf_counter() - t0)
         logger.progress = {"step": f"{step}/{args.iterations}", "train_time": f"{elapsed_ms:.0f}ms"}
-        reached_cap = max_ms is not None and elapsed_ms >= max_ms
-        if ctx.distributed and max_ms is not None:  # stop together, even if clocks differ a little
+        reached_cap = 0 < args.train_cap_ms <= elapsed_ms
+        if ctx.distributed and args.train_cap_ms > 0:  # stop together, even if clocks differ a little
             flag = torch.tensor(int(reached_cap), device=ctx.device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             reached_cap = bool(flag.item())
@@ -1486,9 +1453,7 @@ def score_artifact(base_model: GPT, args: Hyperparameters, ctx: DistContext, aut
         logger.text(f"final_int{header['matrix_bits']}_{header['compressor']}_{kind}_exact val_loss:{val_loss:.8f} "
                     f"val_bpb:{val_bpb:.8f}")
 
-# =================================================================================================
-# main
-# =================================================================================================
+# ==== main ==========================================================================================================
 
 def check_inputs(args: Hyperparameters, world_size: int) -> Path:
     """Everything that can be checked before a process group or a GPU is touched; returns the log path."""
@@ -1511,8 +1476,7 @@ def check_inputs(args: Hyperparameters, world_size: int) -> Path:
     return log_path
 
 def log_header(logger: Logger, args: Hyperparameters, ctx: DistContext, loss_impl: str, why: str) -> None:
-    logger.text(Path(__file__).read_text(encoding="utf-8"), console=False)
-    logger.text("=" * 100, console=False)
+    logger.text(Path(__file__).read_text(encoding="utf-8") + "\n" + "=" * 100, console=False)  # the code, as it ran
     gpu = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "none"
     logger.log(python=platform.python_version(), torch=torch.__version__, cuda=torch.version.cuda, gpu=gpu.replace(" ", "_"),
                world_size=ctx.world_size, grad_accum_steps=ctx.grad_accum_steps, device=ctx.device.type)
