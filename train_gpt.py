@@ -897,8 +897,7 @@ class Muon(torch.optim.Optimizer):
         world_size, rank = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
         for group in self.param_groups:
             params = group["params"]
-            # bf16 on GPU halves the all-reduce; gloo (CPU) reduces fp32 only
-            dtype = torch.bfloat16 if params[0].is_cuda else torch.float32
+            dtype = torch.bfloat16 if params[0].is_cuda else torch.float32  # bf16 halves the all-reduce; gloo: fp32
             updates = torch.zeros(sum(p.numel() for p in params), device=params[0].device, dtype=dtype)
             views = updates.split([p.numel() for p in params])  # each matrix's part of the one all-reduced buffer
             for i, (p, update) in enumerate(zip(params, views)):
@@ -929,9 +928,8 @@ def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> l
                    dict(params=scalar_params, lr=args.scalar_lr, base_lr=args.scalar_lr, weight_decay=args.adam_wd)]
     if model.lm_head is not None:
         adam_groups.append(dict(params=[model.lm_head.weight], lr=args.head_lr, base_lr=args.head_lr, weight_decay=0.0))
-    # AdamW: decoupled decay p *= 1 - lr * wd; with every wd 0 it is exactly Adam
     adam = torch.optim.AdamW(adam_groups, betas=(args.beta1, args.beta2), eps=args.adam_eps,
-                             fused=model.tok_emb.weight.is_cuda)
+                             fused=model.tok_emb.weight.is_cuda)  # decoupled p *= 1 - lr * wd: Adam when every wd is 0
     muon = Muon(matrix_params, lr=args.matrix_lr, momentum=args.muon_momentum, backend_steps=args.muon_backend_steps,
                 orthogonalize=orthogonalize, row_normalize=args.muon_row_normalize, weight_decay=args.muon_wd)
     for group in muon.param_groups:
