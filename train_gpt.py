@@ -185,7 +185,8 @@ class Hyperparameters:
         for name, allowed in [("loss_impl", ("auto", "triton", "torch")), ("mlp_act", ("relu2", "leaky_relu2")),
                               ("compressor", ("zlib", "lzma", "brotli"))]:
             need(getattr(self, name) in allowed, f"{name.upper()}={getattr(self, name)!r} must be one of {', '.join(allowed)}.")
-        need(self.model_dim % self.num_heads == 0, f"NUM_HEADS={self.num_heads} must divide MODEL_DIM={self.model_dim}.")
+        need(self.model_dim % self.num_heads == 0,
+             f"NUM_HEADS={self.num_heads} must divide MODEL_DIM={self.model_dim}.")
         head_dim = self.model_dim // self.num_heads
         need(head_dim % 2 == 0, f"MODEL_DIM/NUM_HEADS={head_dim} (the head size) must be even for rotary "
              "embeddings: change MODEL_DIM or NUM_HEADS.")
@@ -787,7 +788,8 @@ class Block(nn.Module):
         self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))))  # (2, dim)
         scale = 1.0 / math.sqrt(layer + 1) if args.ln_scale else None
         self.norm = (lambda x: rms_norm(x) * scale) if scale else rms_norm
-        self.residual = self.parallel_residual if 0 <= args.parallel_residual_start <= layer else self.sequential_residual
+        parallel = 0 <= args.parallel_residual_start <= layer
+        self.residual = self.parallel_residual if parallel else self.sequential_residual
 
     def sequential_residual(self, x: Tensor) -> Tensor:
         x = x + self.attn_scale.to(x.dtype) * self.attn(self.norm(x))
