@@ -1,9 +1,9 @@
 """train_gpt.py: the parameter-golf reference trainer, in one file.
 
-Trains a small GPT whose artifact (this file's bytes + int8/zlib-compressed weights) must fit in
-16,000,000 bytes, and scores it in bits per byte on the FineWeb validation split *after* the
-quantize -> compress -> decompress round trip. Every setting is an environment variable (the
-`Hyperparameters` field name, upper-cased); the whole resolved config is logged.
+Trains a small GPT whose artifact (this file's bytes + int8/zlib-compressed weights) must fit in 16,000,000 bytes,
+and scores it in bits per byte on the FineWeb validation split *after* the quantize -> compress -> decompress round
+trip. Every setting is an environment variable (the `Hyperparameters` field name, upper-cased); the whole resolved
+config is logged.
 
   # CPU smoke run (tiny model, 20 steps), from the repo root on the data that `bash quickstart.sh` built:
   DATA_PATH=$(ls -d data/datasets/pystdlib_*_sp512 | tail -n1) VOCAB_SIZE=512 \
@@ -23,23 +23,8 @@ reference and Triton kernel), model, optimizers, evaluation, export, training, m
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import dataclasses
-import difflib
-import glob
-import hashlib
-import io
-import json
-import lzma
-import math
-import os
-import platform
-import signal
-import sys
-import time
-import uuid
-import zlib
+import contextlib, copy, dataclasses, difflib, glob, hashlib, io, json, lzma, math
+import os, platform, signal, sys, time, uuid, zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,12 +40,9 @@ try:  # optional: the fused output-loss kernel; without it the trainer logs why 
 except ImportError:
     triton = None
 
-# =================================================================================================
-# Config
-# One dataclass; every field is read from the environment variable of the same name upper-cased.
-# Everything is validated before any GPU work, because a typo found after compiling on 8 GPUs is
-# ten wasted minutes. An unknown variable that looks like one of ours is an error, not a no-op.
-# =================================================================================================
+# ==== Config ========================================================================================================
+# One dataclass, each field read from the environment variable of its name upper-cased, all validated before any GPU
+# work: a typo found after compiling on 8 GPUs is ten wasted minutes. An unknown variable like ours is an error.
 
 class ConfigError(ValueError):
     """A setting that cannot work; the message names the variable and the fix."""
@@ -151,19 +133,16 @@ class Hyperparameters:
     @property
     def train_pattern(self) -> str:
         return os.path.join(self.data_path, "fineweb_train_*.bin")
-
+    @property
+    def val_pattern(self) -> str:
+        return os.path.join(self.data_path, "fineweb_val_*.bin")
+    @property
+    def val_seq_len(self) -> int:
+        return self.eval_seq_len or self.train_seq_len
     @property
     def train_cap_ms(self) -> float:
         """The training clock's cap: MAX_WALLCLOCK_SECONDS less GPTQ_RESERVE_SECONDS (GPTQ runs in the rest); 0: none."""
         return 1000.0 * (self.max_wallclock_seconds - self.gptq_reserve_seconds) if self.max_wallclock_seconds > 0 else 0.0
-
-    @property
-    def val_seq_len(self) -> int:
-        return self.eval_seq_len or self.train_seq_len
-
-    @property
-    def val_pattern(self) -> str:
-        return os.path.join(self.data_path, "fineweb_val_*.bin")
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Hyperparameters:
@@ -181,8 +160,7 @@ class Hyperparameters:
             vocab = explicit.get("vocab_size", values.get("vocab_size", cls.vocab_size))
             values["data_path"] = os.path.join(data_dir, "datasets", f"fineweb10B_sp{vocab}")
             values["tokenizer_path"] = os.path.join(data_dir, "tokenizers", f"fineweb_{vocab}_bpe.model")
-        values.update(explicit)
-        args = cls(**values)
+        args = cls(**(values | explicit))
         args.validate()
         return args
 
@@ -190,7 +168,6 @@ class Hyperparameters:
         def need(ok: bool, message: str) -> None:
             if not ok:
                 raise ConfigError(message)
-
         rules = {"> 0": (lambda v: v > 0, "val_batch_size train_log_every train_batch_tokens train_seq_len vocab_size "
                          "num_layers model_dim num_heads num_kv_heads mlp_mult rope_base logit_softcap "
                          "muon_backend_steps adam_eps"),
@@ -225,10 +202,9 @@ class Hyperparameters:
              f"LOOP_START={self.loop_start} and LOOP_END={self.loop_end} must satisfy 0 <= LOOP_START <= LOOP_END < "
              f"NUM_LAYERS={self.num_layers} when NUM_LOOPS={self.num_loops} > 0.")
         need(self.vocab_size <= 65_536, f"VOCAB_SIZE={self.vocab_size} must be <= 65536: shards store uint16 tokens.")
-        need(self.train_batch_tokens % (GRAD_ACCUM_TOTAL * self.train_seq_len) == 0,
-             f"TRAIN_BATCH_TOKENS={self.train_batch_tokens} must be a multiple of "
-             f"{GRAD_ACCUM_TOTAL}*TRAIN_SEQ_LEN={GRAD_ACCUM_TOTAL * self.train_seq_len} (8 micro-batches "
-             "of whole sequences, split over the ranks).")
+        need(self.train_batch_tokens % (GRAD_ACCUM_TOTAL * self.train_seq_len) == 0, f"TRAIN_BATCH_TOKENS="
+             f"{self.train_batch_tokens} must be a multiple of {GRAD_ACCUM_TOTAL}*TRAIN_SEQ_LEN="
+             f"{GRAD_ACCUM_TOTAL * self.train_seq_len} (8 micro-batches of whole sequences, split over the ranks).")
         seq = "EVAL_SEQ_LEN" if self.eval_seq_len else "TRAIN_SEQ_LEN"
         need(self.val_batch_size >= GRAD_ACCUM_TOTAL * self.val_seq_len, f"VAL_BATCH_SIZE={self.val_batch_size} must "
              f"be at least {GRAD_ACCUM_TOTAL}*{seq}={GRAD_ACCUM_TOTAL * self.val_seq_len} (one sequence per micro-batch).")
@@ -263,31 +239,25 @@ RECIPES["p180"] = dict(RECIPES["record"], num_layers=9, mlp_mult=3.0, num_loops=
 GRAD_ACCUM_TOTAL = 8  # micro-batches per step, summed over ranks: world size must divide it
 ENV_PREFIXES_NOT_OURS = ("OMP_", "CUDA_", "NCCL_", "TORCH", "PYTORCH_", "TRITON_", "MASTER_", "LOCAL_",
                          "GROUP_", "ROLE_", "NVIDIA_", "PYTHON", "LC_", "XDG_", "MKL_", "KMP_", "GLOO_")
+BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 def parse_env_value(name: str, raw: str, kind: type):
     text = raw.strip()
     try:
         if kind is bool:
-            if text.lower() in ("1", "true", "yes", "on"):
-                return True
-            if text.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError
+            return BOOL_WORDS[text.lower()]
         if kind is int:
-            try:
+            with contextlib.suppress(ValueError):
                 return int(text)
-            except ValueError:  # accept 1e5 or 2048.0, but not 2.5
-                value = float(text)
-                if not value.is_integer():
-                    raise
-                return int(value)
+            if not (value := float(text)).is_integer():  # accept 1e5 or 2048.0, but not 2.5
+                raise ValueError
+            return int(value)
         if kind is float:
-            value = float(text)
-            if not math.isfinite(value):
+            if not math.isfinite(value := float(text)):
                 raise ValueError
             return value
         return raw
-    except ValueError:
+    except (KeyError, ValueError):
         expected = {bool: "0 or 1", int: "an integer", float: "a finite number"}[kind]
         raise ConfigError(f"{name}={raw!r} is not {expected}.") from None
 
@@ -305,11 +275,9 @@ def check_unknown_env(environ: dict[str, str], known: list[str]) -> None:
             raise ConfigError(f"unknown environment variable {name}={environ[name]!r}: did you mean "
                               f"{near[0]}? Rename it, or unset it if it is not meant for this script.")
 
-# =================================================================================================
-# Logging and distributed helpers
-# Rank 0 writes logs/RUN_ID.txt (flushed as it goes) and prints; other ranks stay silent. Every
-# event is one line of key:value tokens so that logs can be parsed; units are part of the names.
-# =================================================================================================
+# ==== Logging and distributed helpers ===============================================================================
+# Rank 0 writes logs/RUN_ID.txt (flushed as it goes) and prints; other ranks stay silent. Every event is one line of
+# key:value tokens so that logs can be parsed; units are part of the names.
 
 @dataclass
 class DistContext:
@@ -322,10 +290,6 @@ class DistContext:
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
 
 def read_dist_env() -> tuple[int, int, int]:
     try:
@@ -340,24 +304,17 @@ def read_dist_env() -> tuple[int, int, int]:
 
 def setup_distributed() -> DistContext:
     rank, world_size, local_rank = read_dist_env()
-    if torch.cuda.is_available():
-        device = torch.device("cuda", local_rank)
+    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
         torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    if world_size > 1:
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        kwargs = {"device_id": device} if device.type == "cuda" else {}
-        dist.init_process_group(backend=backend, **kwargs)
+    if world_size > 1 and device.type == "cuda":
+        dist.init_process_group(backend="nccl", device_id=device)
+    elif world_size > 1:
+        dist.init_process_group(backend="gloo")
     return DistContext(rank, world_size, local_rank, device, GRAD_ACCUM_TOTAL // world_size)
-
-def teardown_distributed() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
 
 class Logger:
     """Rank 0 appends to the log file and prints; `log(**fields)` writes one key:value line."""
-
     def __init__(self, path: Path | None):
         self.file, self.progress = None, {}  # progress: where training is, for the line an interrupt logs
         if path is not None:
@@ -365,12 +322,11 @@ class Logger:
             self.file = open(path, "x", encoding="utf-8")  # "x": never overwrite an earlier run's log
 
     def text(self, message: str, console: bool = True) -> None:
-        if self.file is None:
-            return
-        self.file.write(message + "\n")  # the file first: an interrupt between the two leaves the log complete
-        self.file.flush()
-        if console:
-            print(message, flush=True)
+        if self.file is not None:
+            self.file.write(message + "\n")  # the file first: an interrupt between the two leaves the log complete
+            self.file.flush()
+            if console:
+                print(message, flush=True)
 
     def log(self, **fields) -> None:
         self.text(" ".join(f"{k}:{format_value(v)}" for k, v in fields.items()))
@@ -384,17 +340,17 @@ def format_value(value) -> str:
         return f"{value:.4f}" if abs(value) < 1e6 else f"{value:.0f}"
     return str(value)
 
-def sync(device: torch.device) -> None:
+def synced_clock(device: torch.device) -> float:
+    """time.perf_counter() once the device's queued work is done: every timed region starts and ends with one."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    return time.perf_counter()
 
-# =================================================================================================
-# Data
-# A shard is a 256 x int32 header (magic, version, token count, zeros) followed by uint16 tokens.
-# Documents are concatenated, each starting with BOS. Training streams shards in order: each step
-# takes one contiguous span of TRAIN_BATCH_TOKENS (+1 per micro-batch for the shifted targets), and
-# rank r of W reads its own disjoint part of that span, so the global batch does not depend on W.
-# =================================================================================================
+# ==== Data ==========================================================================================================
+# A shard is a 256 x int32 header (magic, version, token count, zeros) followed by uint16 tokens. Documents are
+# concatenated, each starting with BOS. Training streams shards in order: each step takes one contiguous span of
+# TRAIN_BATCH_TOKENS (+1 per micro-batch for the shifted targets), and rank r of W reads its own disjoint part of that
+# span, so the global batch does not depend on W.
 
 SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
@@ -472,56 +428,38 @@ def check_train_shards(pattern: str, vocab_size: int = 0) -> list[Path]:
         raise ShardError(f"the training shards {pattern} hold no tokens: rebuild or re-download them.")
     return files
 
-class TokenStream:
-    """Reads shards in order and hands out contiguous spans, wrapping around at the end."""
-
-    def __init__(self, files: list[Path]):
-        self.files = files
-        self.file_index = -1
-        self.tokens = torch.empty(0, dtype=torch.uint16)
-        self.pos = 0
-
-    def _next_file(self) -> None:
-        self.file_index = (self.file_index + 1) % len(self.files)
-        self.tokens = load_data_shard(self.files[self.file_index])
-        self.pos = 0
+class DistributedTokenLoader:
+    """The shards in order, wrapping around; each call takes one micro-batch per rank, keeps this rank's."""
+    def __init__(self, pattern: str, ctx: DistContext):
+        self.files, self.ctx = check_train_shards(pattern), ctx
+        self.file_index, self.tokens, self.pos = -1, torch.empty(0, dtype=torch.uint16), 0
 
     def take(self, n: int) -> Tensor:
         parts = []
         while n > 0:
-            if self.pos >= self.tokens.numel():
-                self._next_file()
+            if self.pos >= self.tokens.numel():  # next shard
+                self.file_index = (self.file_index + 1) % len(self.files)
+                self.tokens, self.pos = load_data_shard(self.files[self.file_index]), 0
                 continue
             k = min(n, self.tokens.numel() - self.pos)
             parts.append(self.tokens[self.pos : self.pos + k])
-            self.pos += k
-            n -= k
+            self.pos, n = self.pos + k, n - k
         return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-class DistributedTokenLoader:
-    """Each call takes one micro-batch for every rank from the shared stream; keeps this rank's."""
-
-    def __init__(self, pattern: str, ctx: DistContext):
-        self.stream = TokenStream(check_train_shards(pattern))
-        self.ctx = ctx
 
     def next_batch(self, micro_batch_tokens: int, seq_len: int) -> tuple[Tensor, Tensor]:
         span = micro_batch_tokens + 1
-        chunk = self.stream.take(span * self.ctx.world_size)
+        chunk = self.take(span * self.ctx.world_size)
         local = chunk[self.ctx.rank * span : (self.ctx.rank + 1) * span].to(torch.int64)
         return self.to_device(local[:-1].reshape(-1, seq_len), local[1:].reshape(-1, seq_len))
 
     def to_device(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        non_blocking = self.ctx.device.type == "cuda"
-        return x.to(self.ctx.device, non_blocking=non_blocking), y.to(self.ctx.device, non_blocking=non_blocking)
+        return x.to(self.ctx.device, non_blocking=True), y.to(self.ctx.device, non_blocking=True)
 
 class ShuffledSequenceLoader(DistributedTokenLoader):
-    """TRAIN_SHUFFLE=1, the 2026-04-05 record's sampling: whole sequences (seq_len + 1 tokens) cut from each
-    shard at a random phase, drawn in a random order without replacement, reshuffled when too few are left
-    for a step. The order comes from SEED alone, so every rank draws the same global micro-batch and
-    keeps its part: the batch does not depend on the number of processes. Contiguous spans of a shard whose
-    documents are grouped by source (webmix) are less varied than this; see the README's fidelity figures."""
-
+    """TRAIN_SHUFFLE=1, the 2026-04-05 record's sampling: whole sequences (seq_len + 1 tokens) cut from each shard at a
+    random phase, drawn in a random order without replacement, reshuffled when too few are left for a step. The order
+    comes from SEED alone, so every rank draws the same global micro-batch and keeps its part (the batch does not depend
+    on the process count). More varied than contiguous spans where a shard groups documents by source (webmix)."""
     def __init__(self, pattern: str, ctx: DistContext, seed: int):
         files = check_train_shards(pattern)
         self.shards = [np.memmap(f, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (read_shard_header(f),)) for f in files]
@@ -548,13 +486,12 @@ def make_train_loader(args: Hyperparameters, ctx: DistContext) -> DistributedTok
         return ShuffledSequenceLoader(args.train_pattern, ctx, args.seed)
     return DistributedTokenLoader(args.train_pattern, ctx)
 
-# =================================================================================================
-# Output loss: logits = x @ W^T, softcap z = c*tanh(logits/c), cross entropy, mean over tokens.
-# Computed in chunks of LOSS_CHUNK_TOKENS rows so that the logits never exist for the whole batch:
-# the forward pass also computes the gradients (dL/dx per chunk, dL/dW accumulated in fp32), so the
-# backward pass only scales them. dL/dlogits = (softmax(z) - onehot(y)) * (1 - tanh^2) / N.
-# The PyTorch version below is the reference; the Triton kernel after it fuses the elementwise work.
-# =================================================================================================
+# ==== Output loss ===================================================================================================
+# logits = x @ W^T, softcap z = c*tanh(logits/c), cross entropy, mean over tokens. Computed in chunks of
+# LOSS_CHUNK_TOKENS rows so that the logits never exist for the whole batch: the forward pass also computes the
+# gradients (dL/dx per chunk, dL/dW accumulated in fp32), so the backward pass only scales them.
+# dL/dlogits = (softmax(z) - onehot(y)) * (1 - tanh^2) / N. The PyTorch version below is the reference; the Triton
+# kernel after it fuses the elementwise work.
 
 LOSS_CHUNK_ELEMENTS = 2**27  # default chunk: 128M logits, a 256 MiB bf16 buffer (16384 tokens at V=8192)
 
@@ -576,26 +513,18 @@ def softcap_ce_chunk_torch(logits: Tensor, targets: Tensor, loss_rows: Tensor, s
         grad.scatter_add_(1, targets[:, None], torch.full_like(grad[:, :1], -1.0))
         logits.copy_(grad * ((1.0 - t * t) * grad_scale))
 
-def softcap_ce_loss_naive(x: Tensor, weight: Tensor, targets: Tensor, softcap: float) -> Tensor:
-    """The unchunked formula, for tests: holds all (N, V) logits."""
-    logits = x @ weight.to(x.dtype).t()
-    z = softcap * torch.tanh(logits.float() / softcap)
-    return F.cross_entropy(z, targets)
-
 # ---- Triton kernel: softcap + cross entropy + dL/dlogits, one pass over each chunk's logits ----
-# The three GEMMs (logits, grad_x, grad_W) stay on cuBLAS. Between them the reference makes ~10
-# elementwise passes and fp32 copies of the (chunk, V) logits; this kernel reads each bf16 row from
-# memory once, writes dL/dlogits over it in place and stores the row's loss, so a chunk needs one
-# (chunk, V) buffer in x's dtype and nothing else of that size. Targets must lie in [0, V).
-#
-# Softmax needs a shift m >= max(z) so that exp(z - m) cannot overflow. Softcapping bounds z by c, so
-# m = c serves without a pass for the row max: exp2((z - c) log2 e) >= 2^(-2c log2 e) stays a normal
-# fp32 number while 2c log2 e <= FIXED_SHIFT_MAX_EXP2 (c <= 41.6; 30 by default). The row is then read,
-# exponentiated and summed in one sweep, and dL/dlogits = p dt / s - onehot(y) dt_y needs only the sum.
-# Larger caps fall back to a running row max, which is slower with the row in registers, so their
-# widest block is half as wide. On an H100, 16 columns per thread (num_warps = BLOCK_V / 512) were the
-# fastest: at V=8192 the whole row in one block took 207 us per 16384 rows (2.6 TB/s), against 246-254
-# us for two passes over 2048- or 4096-column blocks (the second re-reading the row from L2).
+# The three GEMMs (logits, grad_x, grad_W) stay on cuBLAS. Between them the reference makes ~10 elementwise
+# passes and fp32 copies of the (chunk, V) logits; this kernel reads each bf16 row from memory once, writes
+# dL/dlogits over it in place and stores the row's loss: a chunk needs one (chunk, V) buffer in x's dtype and
+# nothing else of that size. Targets must lie in [0, V).
+# Softmax needs a shift m >= max(z) so that exp(z - m) cannot overflow. The cap bounds z by c, so m = c serves
+# without a pass for the row max: exp2((z - c) log2 e) >= 2^(-2c log2 e) stays a normal fp32 number while
+# 2c log2 e <= FIXED_SHIFT_MAX_EXP2 (c <= 41.6; 30 by default). The row is then read, exponentiated and summed
+# in one sweep, and dL/dlogits = p dt / s - onehot(y) dt_y needs only the sum. Larger caps fall back to a
+# running row max, slower with the row in registers, so their widest block is half as wide. On an H100,
+# 16 columns per thread (num_warps = BLOCK_V / 512) were the fastest: at V=8192 the whole row in one block
+# took 207 us per 16384 rows (2.6 TB/s), against 246-254 us for two passes over 2048- or 4096-column blocks.
 MAX_BLOCK_V = 8192
 FIXED_SHIFT_MAX_EXP2 = 120.0  # flush-to-zero starts below 2^-126; margin for the sum and rounding
 
@@ -608,10 +537,9 @@ if triton is not None:
 
     @triton.jit
     def _softcap_tanh(logits, neg_2log2e_over_c):
-        """(tanh(u), 1 - tanh(u)^2) for u = logits / c, through sigmoid: e = exp(-2u), s = 1 / (1 + e),
-        tanh = 2s - 1, 1 - tanh^2 = 4 e s^2 (no cancellation where tanh saturates). e is capped at 2^126
-        so that e s^2 stays finite for very negative u (not inf * 0). Libdevice tanh is not available
-        in the interpreter; this costs one exp2 and one fast reciprocal."""
+        """(tanh(u), 1 - tanh(u)^2) for u = logits / c, through sigmoid: e = exp(-2u), s = 1 / (1 + e), tanh = 2s - 1,
+        1 - tanh^2 = 4 e s^2 (no cancellation where tanh saturates). e is capped at 2^126 so that e s^2 stays finite
+        for very negative u (not inf * 0). Libdevice tanh is missing in the interpreter; this is one exp2, one rcp."""
         e = tl.exp2(tl.minimum(logits.to(tl.float32) * neg_2log2e_over_c, 126.0))
         s = 1.0 / (1.0 + e)
         return 2.0 * s - 1.0, (4.0 * s) * (e * s)
@@ -693,9 +621,8 @@ def softcap_ce_chunk_triton(logits: Tensor, targets: Tensor, loss_rows: Tensor, 
     _softcap_ce_kernel[(n,)](logits, targets, loss_rows, float(softcap), float(grad_scale), V=V, BLOCK_V=block_v,
                              NEED_GRAD=need_grad, FIXED_SHIFT=fixed_shift, num_warps=num_warps)
 
-# One custom op for both chunk implementations. It is opaque to torch.compile (inductor would otherwise
-# trace into the loop and the in-place kernel); its autograd formula only scales the gradients the
-# forward pass computed.
+# One custom op for both chunk implementations, opaque to torch.compile (inductor would otherwise trace into
+# the loop and the in-place kernel); its autograd formula only scales the gradients the forward pass computed.
 CHUNK_IMPLS = {"torch": softcap_ce_chunk_torch, "triton": softcap_ce_chunk_triton}
 
 @torch.library.custom_op("parameter_golf::softcap_ce", mutates_args=())
@@ -709,8 +636,7 @@ def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, ch
     loss_rows = torch.empty(n, dtype=torch.float32, device=x.device)
     grad_x = torch.empty_like(x) if need_grad else x.new_empty(0)
     grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=x.device) if need_grad else None
-    # cuBLAS can accumulate a bf16 product into an fp32 matrix (torch>=2.8): dW never passes through
-    # bf16 and needs no temporary.
+    # cuBLAS can accumulate a bf16 product into an fp32 matrix (torch>=2.8): dW skips bf16 and a temporary
     fp32_out = x.is_cuda and x.dtype != torch.float32 and hasattr(torch.ops.aten.addmm, "dtype")
     for start in range(0, n, chunk_tokens):
         end = min(start + chunk_tokens, n)
@@ -749,13 +675,11 @@ def resolve_loss_impl(requested: str, device: torch.device) -> tuple[str, str]:
     if requested == "triton" and reason is not None:
         raise ConfigError(f"LOSS_IMPL=triton, but the Triton kernel cannot run here: {reason}. "
                           "Use LOSS_IMPL=torch (or auto).")
-    if requested == "auto":
-        if device.type != "cuda":
-            return "torch", "auto_no_cuda"
-        if reason is not None:
-            return "torch", "auto_triton_unavailable: " + reason
-        return "triton", "auto_cuda"
-    return requested, "forced_by_LOSS_IMPL"
+    if requested != "auto":
+        return requested, "forced_by_LOSS_IMPL"
+    if device.type != "cuda":
+        return "torch", "auto_no_cuda"
+    return ("triton", "auto_cuda") if reason is None else ("torch", "auto_triton_unavailable: " + reason)
 
 def softcap_ce_loss(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, chunk_tokens: int,
                     impl: str, per_token: bool = False) -> Tensor:
@@ -767,17 +691,14 @@ def softcap_ce_loss(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, 
     mean, rows, _, _ = softcap_ce_op(x, weight, targets, float(softcap), int(chunk_tokens), need_grad, impl)
     return rows if per_token else mean
 
-# =================================================================================================
-# Model
-# A GPT with a U-Net-like skip structure: the first half of the blocks store their outputs, the
-# second half adds them back in reverse order through learned per-channel weights. Every block
-# also mixes its input with x0 (the normalised embedding) through a learned resid_mix. Attention
-# uses RMS-normalised q and k, rotary embeddings, a learned per-head gain on q, and grouped-query
-# attention. Output projections start at zero, so each block starts as the identity.
-# Parameters stay fp32; matmuls run in bf16 under autocast on CUDA; the residual stream is bf16.
-# The record stack's switches (partial rotary, XSA, LN scale, parallel residuals, skip gates, depth
-# recurrence) are chosen once in __init__; a switch that is off adds no parameter and no kernel.
-# =================================================================================================
+# ==== Model =========================================================================================================
+# A GPT with a U-Net-like skip structure: the first half of the blocks store their outputs, the second half adds them
+# back in reverse order through learned per-channel weights. Every block also mixes its input with x0 (the normalised
+# embedding) through a learned resid_mix. Attention uses RMS-normalised q and k, rotary embeddings, a learned per-head
+# gain on q, and grouped-query attention. Output projections start at zero, so each block starts as the identity.
+# Parameters stay fp32; matmuls run in bf16 under autocast on CUDA; the residual stream is bf16. The record stack's
+# switches (partial rotary, XSA, LN scale, parallel residuals, skip gates, depth recurrence) are chosen once in
+# __init__; a switch that is off adds no parameter and no kernel.
 
 CONTROL_TENSOR_NAMES = ("attn_scale", "mlp_scale", "resid_mix", "q_gain", "skip_weights", "skip_gates")
 
@@ -786,7 +707,6 @@ def rms_norm(x: Tensor) -> Tensor:
 
 class CastedLinear(nn.Linear):
     """A bias-free linear layer whose fp32 weight is cast to the input's dtype at the matmul."""
-
     def __init__(self, in_features: int, out_features: int, zero_init: bool = False):
         super().__init__(in_features, out_features, bias=False)
         self.zero_init = zero_init
@@ -803,11 +723,10 @@ def rotary_cos_sin(seq_len: int, rope_dims: int, base: float, device: torch.devi
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotates the first 2*cos.size(-1) dims of x (pairs i, i+half); the rest pass through (partial rotary)."""
-    rd = 2 * cos.size(-1)
-    half = rd // 2
-    x1, x2 = x[..., :half], x[..., half:rd]
+    half = cos.size(-1)
+    x1, x2 = x[..., :half], x[..., half : 2 * half]
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin, x[..., rd:]), dim=-1)
+    return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin, x[..., 2 * half :]), dim=-1)
 
 def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
     """XSA: remove from each head's output y its component along the (normalised) value vector its own
@@ -839,8 +758,7 @@ class CausalSelfAttention(nn.Module):
         cos, sin = rotary_cos_sin(T, self.rope_dims, self.rope_base, x.device)
         q = apply_rotary(rms_norm(q), cos, sin) * self.q_gain.to(q.dtype)[None, :, None, None]
         k = apply_rotary(rms_norm(k), cos, sin)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                           enable_gqa=self.num_kv_heads != self.num_heads)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.num_kv_heads != self.num_heads)
         return self.proj(self.post(y, v).transpose(1, 2).reshape(B, T, C))
 
 MLP_ACTIVATIONS = {"relu2": lambda h: torch.relu(h).square(),
@@ -860,7 +778,6 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """x = mix0*x + mix1*x0, then attention and MLP residual branches on RMS-normed inputs, in sequence
     or (from PARALLEL_RESIDUAL_START on, GPT-J style) both reading the same input."""
-
     def __init__(self, args: Hyperparameters, layer: int):
         super().__init__()
         dim = args.model_dim
@@ -945,13 +862,11 @@ class GPT(nn.Module):
         """input_ids, target_ids: (B, T) int64 -> mean cross entropy over all B*T tokens (fp32)."""
         return self.loss(self.hidden(input_ids), target_ids)
 
-# =================================================================================================
-# Optimizers
-# Muon for the 2-D matrices inside the blocks: Nesterov momentum, then the update is replaced by
-# the nearest semi-orthogonal matrix (Newton-Schulz in bf16), scaled by sqrt(max(1, rows/cols)).
-# Each rank orthogonalises every world_size-th matrix and the updates are summed across ranks.
-# Adam(W) for the embedding (and untied head) and for vectors, scalars and control tensors.
-# =================================================================================================
+# ==== Optimizers ====================================================================================================
+# Muon for the 2-D matrices inside the blocks: Nesterov momentum, then the update is replaced by the nearest
+# semi-orthogonal matrix (Newton-Schulz in bf16), scaled by sqrt(max(1, rows/cols)). Each rank orthogonalises every
+# world_size-th matrix and the updates are summed across ranks. Adam(W) for the embedding (and untied head) and for
+# vectors, scalars and control tensors.
 
 NEWTON_SCHULZ_COEFFS = (3.4445, -4.7750, 2.0315)  # quintic: pushes singular values toward ~1 fast
 
@@ -969,9 +884,8 @@ def newton_schulz_orthogonalize(G: Tensor, steps: int, eps: float = 1e-7) -> Ten
     return X.T if transposed else X
 
 class Muon(torch.optim.Optimizer):
-    """row_normalize (MuonEq-R): each row of the Nesterov update is scaled to unit norm before Newton-Schulz.
-    weight_decay is decoupled: p *= 1 - lr * wd before the update."""
-
+    """row_normalize (MuonEq-R): the Nesterov update's rows to unit norm before Newton-Schulz. Decoupled weight_decay:
+    p *= 1 - lr * wd before the update."""
     def __init__(self, params, lr: float, momentum: float, backend_steps: int, orthogonalize=None,
                  row_normalize: bool = False, weight_decay: float = 0.0):
         super().__init__(params, dict(lr=lr, momentum=momentum, backend_steps=backend_steps, weight_decay=weight_decay))
@@ -985,27 +899,23 @@ class Muon(torch.optim.Optimizer):
         world_size, rank = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
         for group in self.param_groups:
             params = group["params"]
-            # bf16 on GPU halves the all-reduce; gloo (CPU) reduces fp32 only
-            dtype = torch.bfloat16 if params[0].is_cuda else torch.float32
+            dtype = torch.bfloat16 if params[0].is_cuda else torch.float32  # bf16 halves the all-reduce; gloo: fp32
             updates = torch.zeros(sum(p.numel() for p in params), device=params[0].device, dtype=dtype)
-            offset = 0
-            for i, p in enumerate(params):
+            views = updates.split([p.numel() for p in params])  # each matrix's part of the one all-reduced buffer
+            for i, (p, update) in enumerate(zip(params, views)):
                 if i % world_size == rank and p.grad is not None:
                     buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p.grad))
                     buf.mul_(group["momentum"]).add_(p.grad)
                     g = p.grad.add(buf, alpha=group["momentum"])  # Nesterov
                     g = self.orthogonalize(self.normalize(g), group["backend_steps"])
                     g = g * max(1.0, g.size(0) / g.size(1)) ** 0.5
-                    updates[offset : offset + p.numel()] = g.reshape(-1).to(dtype)
-                offset += p.numel()
+                    update.copy_(g.reshape(-1).to(dtype))
             if distributed:
                 dist.all_reduce(updates, op=dist.ReduceOp.SUM)
-            offset = 0
             if group["weight_decay"] > 0:
                 torch._foreach_mul_(params, 1.0 - group["lr"] * group["weight_decay"])
-            for p in params:
-                p.add_(updates[offset : offset + p.numel()].view_as(p).to(p.dtype), alpha=-group["lr"])
-                offset += p.numel()
+            for p, update in zip(params, views):
+                p.add_(update.view_as(p).to(p.dtype), alpha=-group["lr"])
 
 def is_control_tensor(name: str) -> bool:
     return any(pattern in name for pattern in CONTROL_TENSOR_NAMES)
@@ -1020,27 +930,23 @@ def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> l
                    dict(params=scalar_params, lr=args.scalar_lr, base_lr=args.scalar_lr, weight_decay=args.adam_wd)]
     if model.lm_head is not None:
         adam_groups.append(dict(params=[model.lm_head.weight], lr=args.head_lr, base_lr=args.head_lr, weight_decay=0.0))
-    # AdamW: decoupled decay p *= 1 - lr * wd; with every wd 0 it is exactly Adam
     adam = torch.optim.AdamW(adam_groups, betas=(args.beta1, args.beta2), eps=args.adam_eps,
-                             fused=model.tok_emb.weight.is_cuda)
+                             fused=model.tok_emb.weight.is_cuda)  # decoupled p *= 1 - lr * wd: Adam when every wd is 0
     muon = Muon(matrix_params, lr=args.matrix_lr, momentum=args.muon_momentum, backend_steps=args.muon_backend_steps,
                 orthogonalize=orthogonalize, row_normalize=args.muon_row_normalize, weight_decay=args.muon_wd)
     for group in muon.param_groups:
         group["base_lr"] = args.matrix_lr
     return [adam, muon]
 
-# =================================================================================================
-# Evaluation: bits per byte
-# Loss per token depends on the tokenizer; bits per byte does not, so that is the score. Bytes are
-# counted from the SentencePiece pieces of the targets: a byte-fallback piece is 1 byte, a normal
-# piece is its UTF-8 length, and its leading "▁" (a space) counts 1 byte only when the previous
-# token is not a control/unknown/unused token (after BOS, decoding drops that space).
-# =================================================================================================
+# ==== Evaluation: bits per byte =====================================================================================
+# Loss per token depends on the tokenizer; bits per byte does not, so that is the score. Bytes are counted from the
+# SentencePiece pieces of the targets: a byte-fallback piece is 1 byte, a normal piece is its UTF-8 length, and its
+# leading "▁" (a space) counts 1 byte only when the previous token is not a control/unknown/unused token (after BOS,
+# decoding drops that space).
 
 @dataclass
 class ValData:
     """The validation split and what turns its loss into bits per byte."""
-
     tokens: Tensor  # (N,) int64 on CPU, trimmed to whole sequences + 1
     base_bytes: Tensor  # (V,) int16: UTF-8 bytes of each piece, without its leading "▁"
     has_leading_space: Tensor  # (V,) bool
@@ -1050,7 +956,6 @@ class ValData:
 
 def load_tokenizer(path: str, vocab_size: int):
     import sentencepiece as spm
-
     if not Path(path).is_file():
         raise FileNotFoundError(f"TOKENIZER_PATH={path}: no such file. Point TOKENIZER_PATH at the .model file "
                                 "the shards were made with (data/README.md says where to get one).")
@@ -1098,13 +1003,9 @@ def build_byte_luts(sp, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
         if sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i):
             continue
         is_boundary[i] = False
-        if sp.is_byte(i):
-            base_bytes[i] = 1
-            continue
         piece = sp.id_to_piece(i)
-        if piece.startswith("\u2581"):
-            has_leading_space[i], piece = True, piece[1:]
-        base_bytes[i] = len(piece.encode("utf-8"))
+        has_leading_space[i] = piece.startswith("\u2581") and not sp.is_byte(i)
+        base_bytes[i] = 1 if sp.is_byte(i) else len(piece.removeprefix("\u2581").encode("utf-8"))
     return torch.from_numpy(base_bytes), torch.from_numpy(has_leading_space), torch.from_numpy(is_boundary)
 
 def target_bytes(x: Tensor, y: Tensor, val: ValData) -> Tensor:
@@ -1134,11 +1035,10 @@ def check_validation_length(num_tokens: int, args: Hyperparameters, world_size: 
 
 @torch.no_grad()
 def score_windows(model: GPT, val: ValData, ctx: DistContext, autocast, stride: int = 0) -> Tensor:
-    """(summed loss, scored tokens, their bytes), fp64, summed over ranks. Windows of val.seq_len tokens start
-    every `stride` tokens (0: every seq_len, no overlap); the first window scores all its tokens and each later
-    one its last `stride` (the rest is left context), so every token is scored exactly once, the tail too.
-    Ranks take contiguous runs of windows; a short last batch is padded with windows that score nothing,
-    so one compiled shape serves."""
+    """(summed loss, scored tokens, their bytes), fp64, summed over ranks. Windows of val.seq_len tokens start every
+    `stride` tokens (0: every seq_len, no overlap); the first window scores all its tokens and each later one its last
+    `stride` (the rest is left context), so every token is scored exactly once, the tail too. Ranks take contiguous
+    runs of windows; a short last batch is padded with windows that score nothing, so one compiled shape serves."""
     T, total = val.seq_len, val.tokens.numel() - 1
     context = T - (stride or T)
     starts = torch.arange(0, total - context, stride or T)  # the last window still scores a token
@@ -1169,18 +1069,15 @@ def evaluate(model: GPT, val: ValData, ctx: DistContext, autocast, stride: int =
     loss_sum, tokens, num_bytes = score_windows(model, val, ctx, autocast, stride).tolist()
     return loss_sum / tokens, loss_sum / tokens / math.log(2.0) * tokens / num_bytes
 
-# =================================================================================================
-# Export: quantize -> compress -> artifact, and the round trip that the score is measured after
-# Float tensors larger than 65,536 elements get one fp16 scale per row and integer codes of
-# MATRIX_BITS (EMBED_BITS for the embedding), stored one per int8. The step comes from a clip per
-# row: by default (int8) a high percentile of |w|, so one outlier does not waste the row's range;
-# with *_CLIP_SIGMAS > 0 (the record's SD clip) k * std(row) / (2^(bits-1) - 1). Rounding is to
-# nearest, or with GPTQ_CALIBRATION_BATCHES > 0 GPTQ: columns are rounded one at a time and each
-# error is spread over the columns not yet rounded, weighted by the Hessian X^T X of the layer's
-# inputs on training tokens. Smaller tensors stay fp16 (control tensors fp32 in the int8 format).
-# The artifact is a header line (JSON: format, bits, compressor, model shape) and the compressed
-# torch.save payload, its bytes shuffled by plane for lzma and brotli.
-# =================================================================================================
+# ==== Export: quantize -> compress -> artifact, and the round trip that the score is measured after =================
+# Float tensors larger than 65,536 elements get one fp16 scale per row and integer codes of MATRIX_BITS (EMBED_BITS
+# for the embedding), stored one per int8. The step comes from a clip per row: by default (int8) a high percentile of
+# |w|, so one outlier does not waste the row's range; with *_CLIP_SIGMAS > 0 (the record's SD clip)
+# k * std(row) / (2^(bits-1) - 1). Rounding is to nearest, or with GPTQ_CALIBRATION_BATCHES > 0 GPTQ: columns are
+# rounded one at a time and each error is spread over the columns not yet rounded, weighted by the Hessian X^T X of
+# the layer's inputs on training tokens. Smaller tensors stay fp16 (control tensors fp32 in the int8 format). The
+# artifact is a header line (JSON: format, bits, compressor, model shape) and the compressed torch.save payload, its
+# bytes shuffled by plane for lzma and brotli.
 
 QUANT_KEEP_FLOAT_MAX_NUMEL = 65_536
 QUANT_CLIP_QUANTILE = 0.9999984  # the 99.99984th percentile of |w| in each row
@@ -1198,10 +1095,9 @@ MODEL_FIELDS = ("vocab_size num_layers model_dim embedding_dim num_heads num_kv_
                 "num_loops loop_start loop_end").split()
 
 def gptq_round(w: Tensor, hessian: Tensor, scale: Tensor, qmax: int) -> Tensor:
-    """GPTQ codes of a batch of matrices w (B, rows, cols) fp32 with per-row steps scale (B, rows, 1), given each
-    one's H = X^T X (B, cols, cols) of its inputs. Columns go in order of decreasing H diagonal; the upper
-    Cholesky factor U of H^-1 weights each column's error (Frantar et al. 2022). Dead inputs (H_ii = 0) are
-    zeroed. The batch shares every launch: one per column for all its matrices."""
+    """GPTQ codes of matrices w (B, rows, cols) fp32 with per-row steps scale (B, rows, 1) and H = X^T X (B, cols, cols)
+    of each one's inputs. Columns go in order of decreasing H_ii; the upper Cholesky factor U of H^-1 weights each
+    column's error (Frantar et al. 2022). Dead inputs (H_ii = 0) are zeroed. One launch per column for the batch."""
     H = hessian.clone()
     diag = H.diagonal(dim1=1, dim2=2)  # a view of H
     dead = diag == 0
@@ -1233,11 +1129,9 @@ def quantize_rows(w: Tensor, bits: int, clip_sigmas: float, hessian: Tensor | No
         scale = (clip / qmax).clamp_min(QUANT_MIN_SCALE).half()
         w = torch.clamp(w, -clip[..., None], clip[..., None])
     s = scale.float()[..., None]  # stored in fp16: round with that
-    if hessian is not None:
-        batched = w.dim() == 3
-        q = gptq_round(w if batched else w[None], hessian.to(w.device) if batched else hessian.to(w.device)[None],
-                       s if batched else s[None], qmax)
-        return (q if batched else q[0]), scale
+    if hessian is not None:  # gptq_round takes a batch: one matrix is a batch of one
+        batch = [t if w.dim() == 3 else t[None] for t in (w, hessian.to(w.device), s)]
+        return gptq_round(*batch, qmax).view(w.shape), scale
     return torch.clamp(torch.round(w / s), -qmax, qmax).to(torch.int8), scale
 
 def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, hessians: dict | None = None) -> dict:
@@ -1272,9 +1166,8 @@ def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:
 
 @torch.no_grad()
 def collect_hessians(model: GPT, args: Hyperparameters, ctx: DistContext, autocast) -> dict[str, Tensor]:
-    """H = X^T X of the inputs of every quantized matrix over GPTQ_CALIBRATION_BATCHES micro-batches of a fresh
-    *training* loader (never a validation token), shared out over the ranks and summed. The output head's X
-    (the tied embedding's too) are the final hidden states. Looped blocks add each pass."""
+    """H = X^T X of each quantized matrix's inputs over GPTQ_CALIBRATION_BATCHES micro-batches of a fresh *training*
+    loader, shared out over the ranks and summed; the head's X are the final hidden states; loops add each pass."""
     hessians: dict[str, Tensor] = {}
     def add(name: str, x: Tensor) -> None:
         x = x.detach().reshape(-1, x.size(-1)).float()
@@ -1354,17 +1247,16 @@ def check_artifact_matches(header: dict, args: Hyperparameters, path: str) -> No
         raise ConfigError(f"ARTIFACT_PATH={path} holds another model: {', '.join(diff)}. Set these variables as the run "
                           "that made it did (its log's config: line has them all).")
 
-# =================================================================================================
-# Training
-# The clock covers training steps only: compile warm-up runs first and its effects on weights,
-# optimizer state and data position are undone; validation pauses the clock. With a wallclock cap,
-# the learning rate decays linearly over the last WARMDOWN_ITERS * (average step time) of the cap
-# (or over the last WARMDOWN_FRAC of the cap or of ITERATIONS), and all ranks agree on the step to
-# stop at. Depth recurrence switches on at ENABLE_LOOPING_AT of the same fraction; both of its graphs
-# are compiled during the warm-up. With EMA_DECAY, an fp32 average of the weights follows every step.
-# =================================================================================================
+# ==== Training ======================================================================================================
+# The clock covers training steps only: compile warm-up runs first and its effects on weights, optimizer state and
+# data position are undone; validation pauses the clock. With a wallclock cap, the learning rate decays linearly over
+# the last WARMDOWN_ITERS * (average step time) of the cap (or over the last WARMDOWN_FRAC of the cap or of
+# ITERATIONS), and all ranks agree on the step to stop at. Depth recurrence switches on at ENABLE_LOOPING_AT of the
+# same fraction; both of its graphs are compiled during the warm-up. With EMA_DECAY, an fp32 average of the weights
+# follows every step.
 
 NO_BAD_STEP = 2**62  # "no non-finite loss seen yet", kept on the device to avoid a sync per step
+NOT_FINITE_FIX = "lower the learning rates (MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM."
 
 def training_fraction(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
     """How far training is: the share of the wallclock cap used, or without a cap of ITERATIONS."""
@@ -1388,9 +1280,7 @@ def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
     return max(mult, args.min_lr)
 
 class EMA:
-    """An fp32 exponential moving average of the parameters: ema = decay * ema + (1 - decay) * p after
-    every step. It is what gets exported and scored when EMA_DECAY > 0."""
-
+    """An fp32 average of the parameters, ema = decay * ema + (1 - decay) * p after each step: exported and scored."""
     def __init__(self, model: nn.Module, decay: float):
         self.decay, self.params = decay, list(model.parameters())
         self.shadow = [p.detach().float().clone() for p in self.params]
@@ -1437,8 +1327,7 @@ def warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logge
     """Run WARMUP_STEPS real steps so compilation happens off the clock, then undo them."""
     if args.warmup_steps == 0:
         return 0.0
-    sync(ctx.device)
-    t0 = time.perf_counter()
+    t0 = synced_clock(ctx.device)
     model_state = {k: v.detach().clone() for k, v in base_model.state_dict().items()}
     optimizer_states = [copy.deepcopy(opt.state_dict()) for opt in optimizers]
     loader = make_train_loader(args, ctx)
@@ -1453,8 +1342,7 @@ def warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logge
     base_model.load_state_dict(model_state)
     for opt, state in zip(optimizers, optimizer_states):
         opt.load_state_dict(state)
-    sync(ctx.device)
-    warmup_ms = 1000 * (time.perf_counter() - t0)
+    warmup_ms = 1000 * (synced_clock(ctx.device) - t0)
     logger.log(warmup_steps=args.warmup_steps, warmup_time=f"{warmup_ms:.0f}ms")
     return warmup_ms
 
@@ -1463,31 +1351,25 @@ def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
         dist.all_reduce(bad_step, op=dist.ReduceOp.MIN)
     step = int(bad_step.item())
     if step != NO_BAD_STEP:
-        raise FloatingPointError(f"train_loss is not finite at step {step}: lower the learning rates "
-                                 "(MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM.")
+        raise FloatingPointError(f"train_loss is not finite at step {step}: {NOT_FINITE_FIX}")
 
 def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logger) -> tuple[int, EMA | None, float]:
     loader = make_train_loader(args, ctx)
     ema = EMA(base_model, args.ema_decay) if args.ema_decay > 0 else None
-    max_ms = args.train_cap_ms or None
     training_ms, stop_after, step = 0.0, None, 0
     bad_step = torch.full((), NO_BAD_STEP, dtype=torch.int64, device=ctx.device)
-    sync(ctx.device)
-    t0 = time.perf_counter()
+    t0 = synced_clock(ctx.device)
     while True:
         last_step = step == args.iterations or (stop_after is not None and step >= stop_after)
         if last_step or (args.val_loss_every > 0 and step % args.val_loss_every == 0):
-            sync(ctx.device)
-            training_ms += 1000 * (time.perf_counter() - t0)
+            training_ms += 1000 * (synced_clock(ctx.device) - t0)
             check_finite(bad_step, ctx)
             val_loss, val_bpb = evaluate(base_model, val, ctx, autocast)
             if not math.isfinite(val_loss):  # same value on every rank: all stop together
-                raise FloatingPointError(f"val_loss is not finite after step {step}: lower the learning rates "
-                                         "(MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM.")
+                raise FloatingPointError(f"val_loss is not finite after step {step}: {NOT_FINITE_FIX}")
             logger.log(step=f"{step}/{args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights="raw",
                        train_time=f"{training_ms:.0f}ms", step_avg=f"{training_ms / max(step, 1):.2f}ms")
-            sync(ctx.device)
-            t0 = time.perf_counter()
+            t0 = synced_clock(ctx.device)
         if last_step:
             break
         elapsed_ms = training_ms + 1000 * (time.perf_counter() - t0)
@@ -1504,8 +1386,8 @@ def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logg
         step += 1
         elapsed_ms = training_ms + 1000 * (time.perf_counter() - t0)
         logger.progress = {"step": f"{step}/{args.iterations}", "train_time": f"{elapsed_ms:.0f}ms"}
-        reached_cap = max_ms is not None and elapsed_ms >= max_ms
-        if ctx.distributed and max_ms is not None:  # stop together, even if clocks differ a little
+        reached_cap = 0 < args.train_cap_ms <= elapsed_ms
+        if ctx.distributed and args.train_cap_ms > 0:  # stop together, even if clocks differ a little
             flag = torch.tensor(int(reached_cap), device=ctx.device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             reached_cap = bool(flag.item())
@@ -1525,16 +1407,13 @@ def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logg
 
 def export(base_model: GPT, args: Hyperparameters, ctx: DistContext, autocast, logger, weights: str, train_ms: float) -> None:
     """GPTQ's Hessians (every rank) and rounding (rank 0), timed as part of training; rank 0 writes the artifact."""
-    sync(ctx.device)
-    t0 = time.perf_counter()
+    t0 = synced_clock(ctx.device)
     hessians = collect_hessians(base_model, args, ctx, autocast) if args.gptq_calibration_batches > 0 else None
-    sync(ctx.device)
-    hessian_ms = 1000 * (time.perf_counter() - t0)
-    if ctx.is_main:
+    hessian_ms = 1000 * (synced_clock(ctx.device) - t0)
+    if ctx.rank == 0:
         obj = quantize_state_dict(base_model.state_dict(), args, hessians)
         if hessians is not None:
-            sync(ctx.device)
-            gptq_ms, cap_ms = 1000 * (time.perf_counter() - t0), 1000 * args.max_wallclock_seconds
+            gptq_ms, cap_ms = 1000 * (synced_clock(ctx.device) - t0), 1000 * args.max_wallclock_seconds
             logger.log(gptq_hessians=len(hessians), calibration_tokens=math.ceil(args.gptq_calibration_batches / ctx.world_size)
                        * args.train_batch_tokens // ctx.grad_accum_steps, hessian_time=f"{hessian_ms:.0f}ms",
                        gptq_time=f"{gptq_ms:.0f}ms", train_plus_gptq_time=
@@ -1565,8 +1444,7 @@ def score_artifact(base_model: GPT, args: Hyperparameters, ctx: DistContext, aut
     base_model.load_state_dict(state, strict=True)
     base_model.looping = header["looping"]
     for kind, stride in [("roundtrip", 0)] + [("sliding_window", args.eval_stride)] * (args.eval_stride > 0):
-        sync(ctx.device)
-        t0 = time.perf_counter()
+        t0 = synced_clock(ctx.device)
         val_loss, val_bpb = evaluate(base_model, val, ctx, autocast, stride)
         eval_ms = 1000 * (time.perf_counter() - t0)
         window = dict(eval_stride=stride, eval_seq_len=val.seq_len) if stride else {}
@@ -1575,9 +1453,7 @@ def score_artifact(base_model: GPT, args: Hyperparameters, ctx: DistContext, aut
         logger.text(f"final_int{header['matrix_bits']}_{header['compressor']}_{kind}_exact val_loss:{val_loss:.8f} "
                     f"val_bpb:{val_bpb:.8f}")
 
-# =================================================================================================
-# main
-# =================================================================================================
+# ==== main ==========================================================================================================
 
 def check_inputs(args: Hyperparameters, world_size: int) -> Path:
     """Everything that can be checked before a process group or a GPU is touched; returns the log path."""
@@ -1600,8 +1476,7 @@ def check_inputs(args: Hyperparameters, world_size: int) -> Path:
     return log_path
 
 def log_header(logger: Logger, args: Hyperparameters, ctx: DistContext, loss_impl: str, why: str) -> None:
-    logger.text(Path(__file__).read_text(encoding="utf-8"), console=False)
-    logger.text("=" * 100, console=False)
+    logger.text(Path(__file__).read_text(encoding="utf-8") + "\n" + "=" * 100, console=False)  # the code, as it ran
     gpu = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "none"
     logger.log(python=platform.python_version(), torch=torch.__version__, cuda=torch.version.cuda, gpu=gpu.replace(" ", "_"),
                world_size=ctx.world_size, grad_accum_steps=ctx.grad_accum_steps, device=ctx.device.type)
@@ -1673,7 +1548,8 @@ def main() -> None:
         raise
     finally:
         logger.close()
-        teardown_distributed()
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
 
 if __name__ == "__main__":
     try:
