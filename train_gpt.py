@@ -501,9 +501,9 @@ def loss_chunk_tokens(requested: int, vocab_size: int) -> int:
     return requested if requested > 0 else max(1, LOSS_CHUNK_ELEMENTS // vocab_size)
 
 def softcap_ce_chunk_torch(logits: Tensor, targets: Tensor, loss_rows: Tensor, softcap: float, grad_scale: float,
-                           need_grad: bool, block_v: int | None = None) -> None:
+                           need_grad: bool) -> None:
     """The reference for softcap_ce_chunk_triton, with its contract: loss_rows (n,) fp32 <- each row's loss;
-    logits (n, V), any float dtype, <- dL/dlogits * grad_scale if need_grad. fp32 math; block_v is unused."""
+    logits (n, V), any float dtype, <- dL/dlogits * grad_scale if need_grad. fp32 math."""
     t = torch.tanh(logits.float() / softcap)
     z = softcap * t
     lse = torch.logsumexp(z, dim=-1)
@@ -520,17 +520,25 @@ def softcap_ce_chunk_torch(logits: Tensor, targets: Tensor, loss_rows: Tensor, s
 # nothing else of that size. Targets must lie in [0, V).
 # Softmax needs a shift m >= max(z) so that exp(z - m) cannot overflow. The cap bounds z by c, so m = c serves
 # without a pass for the row max: exp2((z - c) log2 e) >= 2^(-2c log2 e) stays a normal fp32 number while
-# 2c log2 e <= FIXED_SHIFT_MAX_EXP2 (c <= 41.6; 30 by default). The row is then read, exponentiated and summed
-# in one sweep, and dL/dlogits = p dt / s - onehot(y) dt_y needs only the sum. Larger caps fall back to a
-# running row max, slower with the row in registers, so their widest block is half as wide. On an H100,
-# 16 columns per thread (num_warps = BLOCK_V / 512) were the fastest: at V=8192 the whole row in one block
-# took 207 us per 16384 rows (2.6 TB/s), against 246-254 us for two passes over 2048- or 4096-column blocks.
+# 2c log2 e <= FIXED_SHIFT_MAX_EXP2 (c <= 41.6; 30 by default). The row, held whole in registers, is then read,
+# exponentiated and summed in one sweep, and dL/dlogits = p dt / s - onehot(y) dt_y needs only the sum. On an
+# H100, 16 columns per thread (num_warps = BLOCK_V / 512) were the fastest: at V=8192 the whole row in one block
+# took 207 us per 16384 rows (2.6 TB/s), against 246-254 us for two passes over 2048- or 4096-column blocks
+# (which the kernel therefore does not have: wider rows and larger caps take the PyTorch path, and say so).
 MAX_BLOCK_V = 8192
 FIXED_SHIFT_MAX_EXP2 = 120.0  # flush-to-zero starts below 2^-126; margin for the sum and rounding
 
-def softmax_shift_is_fixed(softcap: float) -> bool:
-    """Whether the kernel may shift the softmax by the cap itself (no row max): 2c log2 e <= 120."""
-    return 2.0 * softcap * math.log2(math.e) <= FIXED_SHIFT_MAX_EXP2
+def triton_unavailable_reason(vocab_size: int = 0, softcap: float = 0.0) -> str | None:
+    """None when the Triton loss can run here (CUDA, or CPU under TRITON_INTERPRET=1) on these shapes; else why not."""
+    if triton is None:
+        return "triton is not installed"
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        return "no CUDA device (TRITON_INTERPRET=1 runs the kernel on CPU, slowly)"
+    if vocab_size > MAX_BLOCK_V:
+        return f"VOCAB_SIZE={vocab_size} is over {MAX_BLOCK_V}: the kernel holds a whole row in one block"
+    if 2.0 * softcap * math.log2(math.e) > FIXED_SHIFT_MAX_EXP2:
+        return f"LOGIT_SOFTCAP={softcap} is over 41.6: the kernel shifts the softmax by the cap"
+    return None
 
 if triton is not None:
     LOG2E = tl.constexpr(1.4426950408889634)  # exp(a) = exp2(a log2 e): exp2 is the hardware op
@@ -546,80 +554,38 @@ if triton is not None:
 
     @triton.jit
     def _softcap_ce_kernel(logits_ptr, targets_ptr, loss_ptr, softcap, grad_scale, V: tl.constexpr,
-                           BLOCK_V: tl.constexpr, NEED_GRAD: tl.constexpr, FIXED_SHIFT: tl.constexpr):
-        """One program per row r of a chunk; logits (n, V) contiguous, y = targets[r]:
+                           BLOCK_V: tl.constexpr, NEED_GRAD: tl.constexpr):
+        """One program per row r of a chunk; logits (n, V) contiguous, V <= BLOCK_V, y = targets[r]:
             z = c tanh(logits / c),   loss[r] = logsumexp(z) - z[y],
             logits[r] <- (softmax(z) - onehot(y)) * (1 - tanh^2) * grad_scale   (if NEED_GRAD).
-        fp32 throughout, in base 2 (zl = z log2(e), so softmax is exp2(zl - m) / s). A row that fits
-        one block is read once (shift m = c log2 e if FIXED_SHIFT, else its max); a wider row is read
-        twice: a running max and sum over blocks, then the gradient."""
+        fp32 throughout, in base 2: zl = z log2(e), p = exp2(zl - c2) in [2^-2c2, 1] with c2 = c log2(e)."""
         row = tl.program_id(0).to(tl.int64)
         ptr = logits_ptr + row * V
         y = tl.load(targets_ptr + row).to(tl.int32)
-        k = -2.0 / softcap * LOG2E
         c2 = softcap * LOG2E
-        t_y, dt_y = _softcap_tanh(tl.load(ptr + y), k)  # before the row is overwritten
+        t_y, dt_y = _softcap_tanh(tl.load(ptr + y), -2.0 / softcap * LOG2E)  # before the row is overwritten
         cols = tl.arange(0, BLOCK_V)
-        if V <= BLOCK_V:  # the whole row in registers: one read and one write of memory
-            mask = cols < V
-            t, dt = _softcap_tanh(tl.load(ptr + cols, mask=mask, other=0.0), k)
-            if FIXED_SHIFT:  # p = exp2(zl - c2), in [2^-2c2, 1]
-                p = tl.where(mask, tl.exp2((t - 1.0) * c2), 0.0)
-                s = tl.sum(p, 0)
-                lse_minus_zy = tl.log2(s) + (1.0 - t_y) * c2
-            else:
-                zl = tl.where(mask, t * c2, float("-inf"))
-                m = tl.max(zl, 0)
-                p = tl.exp2(zl - m)
-                s = tl.sum(p, 0)
-                lse_minus_zy = m + tl.log2(s) - t_y * c2
-            if NEED_GRAD:
-                g = (p * dt) * (grad_scale / s) - tl.where(cols == y, dt_y * grad_scale, 0.0)
-                tl.store(ptr + cols, g.to(logits_ptr.dtype.element_ty), mask=mask)
-        else:  # pass 1: running max m and sum s of exp2(zl - m); pass 2 re-reads the row (from L2)
-            m = float("-inf")
-            s = 0.0
-            for start in range(0, V, BLOCK_V):  # constexpr bounds (the interpreter needs them)
-                mask = start + cols < V
-                t, dt = _softcap_tanh(tl.load(ptr + start + cols, mask=mask, other=0.0), k)
-                zl = tl.where(mask, t * c2, float("-inf"))
-                m_new = tl.maximum(m, tl.max(zl, 0))
-                s = s * tl.exp2(m - m_new) + tl.sum(tl.exp2(zl - m_new), 0)
-                m = m_new
-            if NEED_GRAD:
-                for start in range(0, V, BLOCK_V):
-                    mask = start + cols < V
-                    t, dt = _softcap_tanh(tl.load(ptr + start + cols, mask=mask, other=0.0), k)
-                    p = tl.exp2(t * c2 - m)
-                    g = (p * dt) * (grad_scale / s) - tl.where(start + cols == y, dt_y * grad_scale, 0.0)
-                    tl.store(ptr + start + cols, g.to(logits_ptr.dtype.element_ty), mask=mask)
-            lse_minus_zy = m + tl.log2(s) - t_y * c2
-        tl.store(loss_ptr + row, lse_minus_zy / LOG2E)
-
-def triton_unavailable_reason() -> str | None:
-    """None when the Triton loss can run here (CUDA, or CPU under TRITON_INTERPRET=1); else why not."""
-    if triton is None:
-        return "triton is not installed"
-    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-        return "no CUDA device (TRITON_INTERPRET=1 runs the kernel on CPU, slowly)"
-    return None
+        mask = cols < V
+        t, dt = _softcap_tanh(tl.load(ptr + cols, mask=mask, other=0.0), -2.0 / softcap * LOG2E)
+        p = tl.where(mask, tl.exp2((t - 1.0) * c2), 0.0)
+        s = tl.sum(p, 0)
+        if NEED_GRAD:
+            g = (p * dt) * (grad_scale / s) - tl.where(cols == y, dt_y * grad_scale, 0.0)
+            tl.store(ptr + cols, g.to(logits_ptr.dtype.element_ty), mask=mask)
+        tl.store(loss_ptr + row, (tl.log2(s) + (1.0 - t_y) * c2) / LOG2E)
 
 def softcap_ce_chunk_triton(logits: Tensor, targets: Tensor, loss_rows: Tensor, softcap: float,
-                            grad_scale: float, need_grad: bool, block_v: int | None = None) -> None:
+                            grad_scale: float, need_grad: bool) -> None:
     """In place: loss_rows (n,) fp32 <- per-row loss; logits (n, V) <- dL/dlogits * grad_scale if need_grad."""
     n, V = logits.shape
-    if not (logits.is_contiguous() and targets.is_contiguous() and loss_rows.is_contiguous()):
-        raise ValueError("softcap_ce_chunk_triton: logits, targets and loss_rows must be contiguous")
-    if targets.shape != (n,) or loss_rows.shape != (n,) or targets.dtype != torch.int64:
-        raise ValueError(f"softcap_ce_chunk_triton: want targets ({n},) int64 and loss_rows ({n},), "
-                         f"got {tuple(targets.shape)} {targets.dtype} and {tuple(loss_rows.shape)}")
-    if loss_rows.dtype != torch.float32 or logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        raise ValueError(f"softcap_ce_chunk_triton: want fp32 loss_rows and float logits, got {logits.dtype}")
-    fixed_shift = softmax_shift_is_fixed(softcap)
-    block_v = block_v or min(triton.next_power_of_2(V), MAX_BLOCK_V if fixed_shift else MAX_BLOCK_V // 2)
-    num_warps = min(max(block_v // 512, 1), 16)  # 16 columns per thread: the fastest on an H100
+    if not (logits.is_contiguous() and targets.is_contiguous() and loss_rows.is_contiguous() and targets.shape ==
+            loss_rows.shape == (n,) and targets.dtype == torch.int64 and loss_rows.dtype == torch.float32):
+        raise ValueError("softcap_ce_chunk_triton: want contiguous logits (n, V), int64 targets (n,), fp32 loss_rows (n,)")
+    if reason := triton_unavailable_reason(V, softcap):
+        raise ValueError(f"softcap_ce_chunk_triton: {reason}")
+    block_v = triton.next_power_of_2(V)
     _softcap_ce_kernel[(n,)](logits, targets, loss_rows, float(softcap), float(grad_scale), V=V, BLOCK_V=block_v,
-                             NEED_GRAD=need_grad, FIXED_SHIFT=fixed_shift, num_warps=num_warps)
+                             NEED_GRAD=need_grad, num_warps=min(max(block_v // 512, 1), 16))  # 16 columns per thread
 
 # One custom op for both chunk implementations, opaque to torch.compile (inductor would otherwise trace into
 # the loop and the in-place kernel); its autograd formula only scales the gradients the forward pass computed.
@@ -669,9 +635,9 @@ def _softcap_ce_backward(ctx, grad_loss, _grad_rows, _grad_grad_x, _grad_grad_w)
 
 softcap_ce_op.register_autograd(_softcap_ce_backward, setup_context=_softcap_ce_setup_context)
 
-def resolve_loss_impl(requested: str, device: torch.device) -> tuple[str, str]:
-    """LOSS_IMPL=auto picks Triton on CUDA; returns (impl, why) so the log says which path runs."""
-    reason = triton_unavailable_reason()
+def resolve_loss_impl(args: Hyperparameters, device: torch.device) -> tuple[str, str]:
+    """LOSS_IMPL=auto picks Triton on CUDA where it can run; returns (impl, why) so the log says which path runs."""
+    requested, reason = args.loss_impl, triton_unavailable_reason(args.vocab_size, args.logit_softcap)
     if requested == "triton" and reason is not None:
         raise ConfigError(f"LOSS_IMPL=triton, but the Triton kernel cannot run here: {reason}. "
                           "Use LOSS_IMPL=torch (or auto).")
@@ -1467,7 +1433,7 @@ def check_inputs(args: Hyperparameters, world_size: int) -> Path:
     check_validation_length(sum(read_shard_header(p, args.vocab_size) for p in val_files), args, world_size, val_files[0].parent)
     load_tokenizer(args.tokenizer_path, args.vocab_size)
     check_tokenizer_matches_data(args)
-    resolve_loss_impl(args.loss_impl, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    resolve_loss_impl(args, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     if not args.run_id:
         args.run_id = time.strftime("%Y%m%d_%H%M%S_") + uuid.uuid4().hex[:8]
     log_path = Path(args.log_dir) / f"{args.run_id}.txt"
@@ -1490,7 +1456,7 @@ def log_header(logger: Logger, args: Hyperparameters, ctx: DistContext, loss_imp
 
 def run(args: Hyperparameters, ctx: DistContext, logger: Logger) -> None:
     sp = load_tokenizer(args.tokenizer_path, args.vocab_size)
-    loss_impl, why = resolve_loss_impl(args.loss_impl, ctx.device)
+    loss_impl, why = resolve_loss_impl(args, ctx.device)
     log_header(logger, args, ctx, loss_impl, why)
     val = load_validation(args, ctx, sp)
     on_cuda = ctx.device.type == "cuda"

@@ -11,7 +11,7 @@ reset outside the timed region). That time includes the host's work whenever the
 graph: the GPU's time alone, which is what a training step that keeps the GPU busy pays. Memory is
 torch.cuda.max_memory_allocated during one forward + backward minus what was allocated before it (so
 it includes x.grad and W.grad). The Triton path is checked against the naive formula at each size
-first. --sweep also times the kernel alone for several block sizes and warp counts, and the three
+first. --sweep also times the kernel alone for several warp counts, and the three
 GEMMs of one chunk, to show where the time goes.
 """
 
@@ -24,8 +24,7 @@ import torch
 
 D_MODEL, SOFTCAP = 512, 30.0
 SIZES = [(8192, 65536), (1024, 65536), (8192, 16384), (1024, 16384)]  # (V, N), the target first
-SWEEP = {1024: [(1024, 1), (1024, 2), (1024, 4), (1024, 8), (512, 2), (256, 1)],
-         8192: [(8192, 4), (8192, 8), (8192, 16), (8192, 32), (4096, 8), (4096, 16), (2048, 4), (1024, 4)]}
+SWEEP = {1024: [1, 2, 4, 8], 8192: [4, 8, 16, 32]}  # num_warps per vocabulary (the whole row is one block)
 
 
 def parse_args():
@@ -117,18 +116,6 @@ def compiled(fn):
     return call
 
 
-def with_max_block_v(tg, max_block_v: int, fn):
-    """fn with the trainer's MAX_BLOCK_V set for the call: rows wider than it take the two-pass loop."""
-    def call(*args):
-        saved, tg.MAX_BLOCK_V = tg.MAX_BLOCK_V, max_block_v
-        try:
-            return fn(*args)
-        finally:
-            tg.MAX_BLOCK_V = saved
-
-    return call
-
-
 def grads(fn, x, weight, targets):
     x, weight = x.detach().requires_grad_(), weight.detach().requires_grad_()
     loss = fn(x, weight, targets)
@@ -139,7 +126,7 @@ def grads(fn, x, weight, targets):
 def check(tg, vocab, n, chunk):
     """Relative errors of the Triton path vs the naive formula on the same bf16 x, and vs fp32 x."""
     x, weight, targets = make_inputs(vocab, n, seed=1)
-    got = grads(lambda a, b, c: tg.softcap_ce_loss_triton(a, b, c, SOFTCAP, chunk), x, weight, targets)
+    got = grads(lambda a, b, c: tg.softcap_ce_loss(a, b, c, SOFTCAP, chunk, "triton"), x, weight, targets)
     for name, xin in (("naive_bf16", x), ("naive_fp32", x.float())):
         want = grads(lambda a, b, c: naive_loss(a, b, c, SOFTCAP), xin, weight, targets)
         errs = [((g - w).norm() / w.norm()).item() for g, w in zip(got, want)]
@@ -155,10 +142,11 @@ def sweep(tg):
         buf = torch.randn(n, vocab, device="cuda").mul_(5).bfloat16()
         targets = torch.randint(0, vocab, (n,), device="cuda")
         loss_rows = torch.empty(n, device="cuda")
-        for block_v, warps in configs:
+        block_v = vocab
+        for warps in configs:
             def kernel():
                 tg._softcap_ce_kernel[(n,)](buf, targets, loss_rows, SOFTCAP, 1.0 / n, V=vocab, BLOCK_V=block_v,
-                                            NEED_GRAD=True, FIXED_SHIFT=True, num_warps=warps)
+                                            NEED_GRAD=True, num_warps=warps)
             ms = triton.testing.do_bench(kernel, warmup=25, rep=200, return_mode="median")
             print(f"sweep kernel V={vocab} rows={n} block_v={block_v} num_warps={warps}: {ms * 1e3:.1f}us "
                   f"{4 * n * vocab / ms / 1e6:.0f}GB/s (bf16 read + write)", flush=True)
@@ -192,18 +180,15 @@ def main():
         sweep(tg)
     label = lambda chunk: "default chunks" if chunk == 0 else f"chunk {chunk}"  # noqa: E731
 
-    def chunked(loss, chunk):  # the trainer resolves LOSS_CHUNK_TOKENS=0 from the vocabulary
-        return lambda x, w, t: loss(x, w, t, SOFTCAP, tg.loss_chunk_tokens(chunk, w.size(0)))
+    def chunked(impl, chunk):  # the trainer resolves LOSS_CHUNK_TOKENS=0 from the vocabulary
+        return lambda x, w, t: tg.softcap_ce_loss(x, w, t, SOFTCAP, tg.loss_chunk_tokens(chunk, w.size(0)), impl)
 
     naive = lambda x, w, t: naive_loss(x, w, t, SOFTCAP)  # noqa: E731
-    reference = chunked(tg.softcap_ce_loss_torch, chunks[0])
+    reference = chunked("torch", chunks[0])
     methods = [("naive", naive, False), ("naive", naive, True), (f"torch {label(chunks[0])}", reference, True)]
     for i, chunk in enumerate(chunks):
-        fn = chunked(tg.softcap_ce_loss_triton, chunk)
+        fn = chunked("triton", chunk)
         methods += [(f"triton {label(chunk)}", fn, False)] + ([(f"triton {label(chunk)}", fn, True)] if i < 2 else [])
-    max_block_v, alt_block_v = tg.MAX_BLOCK_V, 8192 if tg.MAX_BLOCK_V < 8192 else 4096
-    alt = with_max_block_v(tg, alt_block_v, chunked(tg.softcap_ce_loss_triton, chunks[0]))
-    methods.append((f"triton {label(chunks[0])} MAX_BLOCK_V={alt_block_v}", alt, True))
     rows, start = [], time.perf_counter()
     for vocab, n in SIZES:
         if args.budget_s and time.perf_counter() - start > args.budget_s:
@@ -212,8 +197,6 @@ def main():
         check(tg, vocab, n, tg.loss_chunk_tokens(chunks[0], vocab))
         x, weight, targets = make_inputs(vocab, n)
         for name, fn, use_compile in methods:
-            if "MAX_BLOCK_V" in name and vocab <= min(max_block_v, alt_block_v):
-                continue  # the same kernel as the default there
             torch._dynamo.reset()
             ms, graph, mib = measure(compiled(fn) if use_compile else fn, x, weight, targets)
             mode = "compiled" if use_compile else "eager"
@@ -221,7 +204,6 @@ def main():
             print(f"V={vocab} N={n} {name} {mode}: {ms:.3f}ms graph {graph:.3f}ms {mib:.0f}MiB", flush=True)
         del x, weight, targets
         torch.cuda.empty_cache()
-    assert tg.MAX_BLOCK_V == max_block_v
     print("\n| V | N | method | mode | fwd+bwd ms | / compiled naive | CUDA graph ms | / compiled naive | extra peak MiB |")
     print("|---|---|---|---|---|---|---|---|---|")
     for vocab, n, name, mode, ms, graph, mib in rows:

@@ -6,6 +6,7 @@ slow: shapes stay small (123 tokens x 517 vocab, d = 48) and odd, so masks and r
 Errors are relative: |a - b| / |b| for the loss, ||a - b|| / ||b|| (Frobenius) for gradients.
 """
 
+import dataclasses
 import math
 
 import pytest
@@ -91,11 +92,10 @@ def saturate(t: torch.Tensor) -> torch.Tensor:
 
 @needs_triton
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("block_v", [None, 128])  # whole row in one block; 5 blocks, the last ragged
 @pytest.mark.parametrize("saturated", [False, True])
-@pytest.mark.parametrize("softcap", [SOFTCAP, 60.0])  # shift by the cap (one block); by the row max
-def test_kernel_chunk_matches_torch_chunk(dtype, block_v, saturated, softcap):
-    assert tg.softmax_shift_is_fixed(softcap) == (softcap == SOFTCAP)  # both kernel paths are covered
+@pytest.mark.parametrize("softcap", [SOFTCAP, 41.5])  # the default; the largest cap the fixed shift allows
+def test_kernel_chunk_matches_torch_chunk(dtype, saturated, softcap):
+    """V=517 is not a power of two: the block's last 11 columns are masked."""
     gen = torch.Generator().manual_seed(1)
     logits = torch.randn(37, V, generator=gen) * softcap / 10
     logits = (saturate(logits) if saturated else logits).to(DEVICE, dtype)
@@ -105,7 +105,7 @@ def test_kernel_chunk_matches_torch_chunk(dtype, block_v, saturated, softcap):
     want_loss = want_rows.sum()
     for need_grad in (False, True):
         buf, loss_rows = logits.clone(), torch.empty(37, device=DEVICE)
-        tg.softcap_ce_chunk_triton(buf, targets, loss_rows, softcap, 0.25, need_grad, block_v)
+        tg.softcap_ce_chunk_triton(buf, targets, loss_rows, softcap, 0.25, need_grad)
         assert abs(loss_rows.sum().item() / want_loss.item() - 1) <= FP32_TOL
         if need_grad:
             assert torch.isfinite(buf).all()
@@ -229,3 +229,19 @@ def test_per_token_losses_match_naive(impl):
     assert rows.shape == (N,) and rel(rows, want) <= FP32_TOL
     with pytest.raises(ValueError, match="forward-only"):
         tg.softcap_ce_loss(x, weight, targets, SOFTCAP, 50, impl, per_token=True)
+
+
+@needs_triton
+def test_kernel_refuses_rows_it_cannot_hold_and_auto_falls_back_to_torch():
+    """Rows wider than MAX_BLOCK_V or caps above 41.6 are the PyTorch path's: the kernel says why it will not run
+    them, LOSS_IMPL=auto takes torch with that reason, and LOSS_IMPL=triton is a config error."""
+    for vocab, cap, why in [(tg.MAX_BLOCK_V + 1, SOFTCAP, "VOCAB_SIZE"), (64, 41.7, "LOGIT_SOFTCAP")]:
+        logits, targets = torch.zeros(2, vocab, device=DEVICE), torch.zeros(2, dtype=torch.int64, device=DEVICE)
+        with pytest.raises(ValueError, match=why):
+            tg.softcap_ce_chunk_triton(logits, targets, torch.empty(2, device=DEVICE), cap, 1.0, True)
+        args = tg.Hyperparameters(vocab_size=vocab, logit_softcap=cap)
+        impl, reason = tg.resolve_loss_impl(args, torch.device("cuda"))
+        assert impl == "torch" and why in reason
+        with pytest.raises(tg.ConfigError, match=why):
+            tg.resolve_loss_impl(dataclasses.replace(args, loss_impl="triton"), torch.device("cuda"))
+    assert tg.resolve_loss_impl(tg.Hyperparameters(vocab_size=tg.MAX_BLOCK_V), torch.device("cuda"))[0] == "triton"
