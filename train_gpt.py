@@ -185,15 +185,13 @@ class Hyperparameters:
         for name, allowed in [("loss_impl", ("auto", "triton", "torch")), ("mlp_act", ("relu2", "leaky_relu2")),
                               ("compressor", ("zlib", "lzma", "brotli"))]:
             need(getattr(self, name) in allowed, f"{name.upper()}={getattr(self, name)!r} must be one of {', '.join(allowed)}.")
-        need(self.model_dim % self.num_heads == 0,
-             f"NUM_HEADS={self.num_heads} must divide MODEL_DIM={self.model_dim}.")
+        need(self.model_dim % self.num_heads == 0, f"NUM_HEADS={self.num_heads} must divide MODEL_DIM={self.model_dim}.")
         head_dim = self.model_dim // self.num_heads
         need(head_dim % 2 == 0, f"MODEL_DIM/NUM_HEADS={head_dim} (the head size) must be even for rotary "
              "embeddings: change MODEL_DIM or NUM_HEADS.")
         need(self.rope_dims % 2 == 0 and self.rope_dims <= head_dim,
              f"ROPE_DIMS={self.rope_dims} must be even and at most the head size {head_dim} (0: all).")
-        need(self.num_heads % self.num_kv_heads == 0,
-             f"NUM_KV_HEADS={self.num_kv_heads} must divide NUM_HEADS={self.num_heads}.")
+        need(self.num_heads % self.num_kv_heads == 0, f"NUM_KV_HEADS={self.num_kv_heads} must divide NUM_HEADS={self.num_heads}.")
         need(self.embedding_dim in (0, self.model_dim), f"EMBEDDING_DIM={self.embedding_dim}: the factorised "
              f"embedding is not implemented; use 0 or MODEL_DIM={self.model_dim}.")
         need(-1 <= self.parallel_residual_start < self.num_layers, f"PARALLEL_RESIDUAL_START="
@@ -347,10 +345,9 @@ def synced_clock(device: torch.device) -> float:
     return time.perf_counter()
 
 # ==== Data ==========================================================================================================
-# A shard is a 256 x int32 header (magic, version, token count, zeros) followed by uint16 tokens. Documents are
-# concatenated, each starting with BOS. Training streams shards in order: each step takes one contiguous span of
-# TRAIN_BATCH_TOKENS (+1 per micro-batch for the shifted targets), and rank r of W reads its own disjoint part of that
-# span, so the global batch does not depend on W.
+# A shard is a 256 x int32 header (magic, version, token count, zeros), then uint16 tokens: documents concatenated,
+# each after a BOS. Training reads the shards in order, a contiguous span of TRAIN_BATCH_TOKENS a step (+1 per
+# micro-batch for the shifted targets), rank r of W its own part of it: the global batch does not depend on W.
 
 SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
@@ -458,8 +455,7 @@ class DistributedTokenLoader:
 class ShuffledSequenceLoader(DistributedTokenLoader):
     """TRAIN_SHUFFLE=1, the 2026-04-05 record's sampling: whole sequences (seq_len + 1 tokens) cut from each shard at a
     random phase, drawn in a random order without replacement, reshuffled when too few are left for a step. The order
-    comes from SEED alone, so every rank draws the same global micro-batch and keeps its part (the batch does not depend
-    on the process count). More varied than contiguous spans where a shard groups documents by source (webmix)."""
+    comes from SEED alone: every rank draws the same global micro-batch and keeps its part, whatever the process count."""
     def __init__(self, pattern: str, ctx: DistContext, seed: int):
         files = check_train_shards(pattern)
         self.shards = [np.memmap(f, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (read_shard_header(f),)) for f in files]
@@ -487,11 +483,10 @@ def make_train_loader(args: Hyperparameters, ctx: DistContext) -> DistributedTok
     return DistributedTokenLoader(args.train_pattern, ctx)
 
 # ==== Output loss ===================================================================================================
-# logits = x @ W^T, softcap z = c*tanh(logits/c), cross entropy, mean over tokens. Computed in chunks of
-# LOSS_CHUNK_TOKENS rows so that the logits never exist for the whole batch: the forward pass also computes the
-# gradients (dL/dx per chunk, dL/dW accumulated in fp32), so the backward pass only scales them.
-# dL/dlogits = (softmax(z) - onehot(y)) * (1 - tanh^2) / N. The PyTorch version below is the reference; the Triton
-# kernel after it fuses the elementwise work.
+# logits = x @ W^T, softcap z = c*tanh(logits/c), cross entropy, mean over tokens, in chunks of LOSS_CHUNK_TOKENS rows
+# so the logits never exist for the whole batch. The forward pass also computes the gradients (dL/dx per chunk, dL/dW
+# accumulated in fp32; dL/dlogits = (softmax(z) - onehot(y)) * (1 - tanh^2) / N), so the backward pass only scales
+# them. The PyTorch chunk function is the reference; the Triton kernel after it fuses the elementwise work.
 
 LOSS_CHUNK_ELEMENTS = 2**27  # default chunk: 128M logits, a 256 MiB bf16 buffer (16384 tokens at V=8192)
 
@@ -520,11 +515,9 @@ def softcap_ce_chunk_torch(logits: Tensor, targets: Tensor, loss_rows: Tensor, s
 # nothing else of that size. Targets must lie in [0, V).
 # Softmax needs a shift m >= max(z) so that exp(z - m) cannot overflow. The cap bounds z by c, so m = c serves
 # without a pass for the row max: exp2((z - c) log2 e) >= 2^(-2c log2 e) stays a normal fp32 number while
-# 2c log2 e <= FIXED_SHIFT_MAX_EXP2 (c <= 41.6; 30 by default). The row, held whole in registers, is then read,
-# exponentiated and summed in one sweep, and dL/dlogits = p dt / s - onehot(y) dt_y needs only the sum. On an
-# H100, 16 columns per thread (num_warps = BLOCK_V / 512) were the fastest: at V=8192 the whole row in one block
-# took 207 us per 16384 rows (2.6 TB/s), against 246-254 us for two passes over 2048- or 4096-column blocks
-# (which the kernel therefore does not have: wider rows and larger caps take the PyTorch path, and say so).
+# 2c log2 e <= FIXED_SHIFT_MAX_EXP2 (c <= 41.6). The row, whole in registers, is read, exponentiated and summed in
+# one sweep; dL/dlogits = p dt / s - onehot(y) dt_y needs only the sum. On an H100 this beat two passes over
+# narrower blocks (README); wider rows and larger caps take the PyTorch path and the log says so.
 MAX_BLOCK_V = 8192
 FIXED_SHIFT_MAX_EXP2 = 120.0  # flush-to-zero starts below 2^-126; margin for the sum and rounding
 
@@ -658,13 +651,11 @@ def softcap_ce_loss(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, 
     return rows if per_token else mean
 
 # ==== Model =========================================================================================================
-# A GPT with a U-Net-like skip structure: the first half of the blocks store their outputs, the second half adds them
-# back in reverse order through learned per-channel weights. Every block also mixes its input with x0 (the normalised
-# embedding) through a learned resid_mix. Attention uses RMS-normalised q and k, rotary embeddings, a learned per-head
-# gain on q, and grouped-query attention. Output projections start at zero, so each block starts as the identity.
-# Parameters stay fp32; matmuls run in bf16 under autocast on CUDA; the residual stream is bf16. The record stack's
-# switches (partial rotary, XSA, LN scale, parallel residuals, skip gates, depth recurrence) are chosen once in
-# __init__; a switch that is off adds no parameter and no kernel.
+# A GPT with U-Net skips: the first half of the blocks store their outputs, the second half adds them back in reverse
+# order through learned per-channel weights; every block mixes its input with x0 (the normed embedding). Attention
+# has RMS-normed q and k, rotary embeddings, a learned per-head gain on q and grouped-query heads; output projections
+# start at zero. Parameters are fp32, matmuls bf16 under autocast on CUDA. The record stack's switches are chosen
+# once in __init__: one that is off adds no parameter and no kernel.
 
 CONTROL_TENSOR_NAMES = ("attn_scale", "mlp_scale", "resid_mix", "q_gain", "skip_weights", "skip_gates")
 
@@ -733,9 +724,8 @@ MLP_ACTIVATIONS = {"relu2": lambda h: torch.relu(h).square(),
 class MLP(nn.Module):
     def __init__(self, dim: int, mlp_mult: float, act: str = "relu2"):
         super().__init__()
-        hidden = int(mlp_mult * dim)
-        self.fc = CastedLinear(dim, hidden)
-        self.proj = CastedLinear(hidden, dim, zero_init=True)
+        self.fc = CastedLinear(dim, int(mlp_mult * dim))
+        self.proj = CastedLinear(int(mlp_mult * dim), dim, zero_init=True)
         self.act = MLP_ACTIVATIONS[act]
 
     def forward(self, x: Tensor) -> Tensor:
@@ -905,10 +895,9 @@ def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> l
     return [adam, muon]
 
 # ==== Evaluation: bits per byte =====================================================================================
-# Loss per token depends on the tokenizer; bits per byte does not, so that is the score. Bytes are counted from the
-# SentencePiece pieces of the targets: a byte-fallback piece is 1 byte, a normal piece is its UTF-8 length, and its
-# leading "▁" (a space) counts 1 byte only when the previous token is not a control/unknown/unused token (after BOS,
-# decoding drops that space).
+# Loss per token depends on the tokenizer, bits per byte does not: that is the score. The bytes of a target piece: 1 for
+# a byte-fallback piece, else its UTF-8 length, its leading "▁" (a space) counted only when the previous token is not
+# a control/unknown/unused one (after BOS, decoding drops that space).
 
 @dataclass
 class ValData:
@@ -982,10 +971,7 @@ def target_bytes(x: Tensor, y: Tensor, val: ValData) -> Tensor:
 def load_validation(args: Hyperparameters, ctx: DistContext, sp) -> ValData:
     files = find_shards(args.val_pattern, "validation")
     tokens = torch.cat([load_data_shard(f) for f in files]).to(torch.int64)
-    usable = check_validation_length(tokens.numel(), args, ctx.world_size, files[0].parent)
-    if int(tokens.max()) >= args.vocab_size:
-        raise ConfigError(f"validation shards in {files[0].parent} hold token id {int(tokens.max())} >= "
-                          f"VOCAB_SIZE={args.vocab_size}: they were made with another tokenizer.")
+    usable = check_validation_length(tokens.numel(), args, ctx.world_size, files[0].parent)  # ids: check_inputs
     luts = [t.to(ctx.device) for t in build_byte_luts(sp, args.vocab_size)]
     batch_seqs = args.val_batch_size // (ctx.world_size * ctx.grad_accum_steps) // args.val_seq_len
     return ValData(tokens[: usable + 1], *luts, args.val_seq_len, max(batch_seqs, 1))
@@ -1036,26 +1022,21 @@ def evaluate(model: GPT, val: ValData, ctx: DistContext, autocast, stride: int =
     return loss_sum / tokens, loss_sum / tokens / math.log(2.0) * tokens / num_bytes
 
 # ==== Export: quantize -> compress -> artifact, and the round trip that the score is measured after =================
-# Float tensors larger than 65,536 elements get one fp16 scale per row and integer codes of MATRIX_BITS (EMBED_BITS
-# for the embedding), stored one per int8. The step comes from a clip per row: by default (int8) a high percentile of
-# |w|, so one outlier does not waste the row's range; with *_CLIP_SIGMAS > 0 (the record's SD clip)
-# k * std(row) / (2^(bits-1) - 1). Rounding is to nearest, or with GPTQ_CALIBRATION_BATCHES > 0 GPTQ: columns are
-# rounded one at a time and each error is spread over the columns not yet rounded, weighted by the Hessian X^T X of
-# the layer's inputs on training tokens. Smaller tensors stay fp16 (control tensors fp32 in the int8 format). The
-# artifact is a header line (JSON: format, bits, compressor, model shape) and the compressed torch.save payload, its
-# bytes shuffled by plane for lzma and brotli.
+# Float tensors over 65,536 elements get an fp16 scale per row and codes of MATRIX_BITS (EMBED_BITS for the embedding)
+# stored one per int8; the rest stay fp16 (control tensors fp32 in the int8 format). The step is int8's percentile of
+# |w| per row (one outlier does not waste the row's range) or the SD clip, k * std(row) / qmax; rounding is to nearest
+# or GPTQ. The artifact is a JSON header line (format, bits, compressor, model) and the compressed torch.save payload.
 
 QUANT_KEEP_FLOAT_MAX_NUMEL = 65_536
 QUANT_CLIP_QUANTILE = 0.9999984  # the 99.99984th percentile of |w| in each row
 QUANT_MAX = 127
-# Rows whose clip value is below 1 share a fixed step of 1/127 instead of their own finer one: most
-# rows then use only a few dozen int8 levels, which zlib packs far better (the reference run's
-# 17M-parameter model: about 11.6 MB instead of 15.8 MB) for a round-trip cost of a few 0.001 bpb.
+# Rows whose clip is below 1 share a fixed step of 1/127 instead of a finer one of their own: most rows then use a few
+# dozen int8 levels, which zlib packs far better (the reference's 17M parameters: about 11.6 MB, not 15.8 MB).
 QUANT_MIN_SCALE = 1.0 / QUANT_MAX
 GPTQ_BLOCK = 128  # columns rounded before their error reaches the rest in one matmul
 ARTIFACT_LIMIT_BYTES = 16_000_000
 ARTIFACT_MAGIC = b"parameter-golf artifact v1\n"
-BYTE_SHUFFLE = {"zlib": 1, "lzma": 2, "brotli": 2}  # planes: 2 puts the fp16 scales' high bytes together
+BYTE_SHUFFLE = {"zlib": 1, "lzma": 1, "brotli": 2}  # byte planes before compressing: 2 pays only for brotli (README)
 MODEL_FIELDS = ("vocab_size num_layers model_dim embedding_dim num_heads num_kv_heads mlp_mult mlp_act tie_embeddings "
                 "rope_base rope_dims logit_softcap xsa_last_n ln_scale skip_gates_enabled parallel_residual_start "
                 "num_loops loop_start loop_end").split()
@@ -1172,9 +1153,8 @@ def import_brotli():
     return brotli
 
 def artifact_header(args: Hyperparameters, weights: str, looping: bool) -> dict:
-    return dict(matrix_bits=args.matrix_bits, embed_bits=args.embed_bits, matrix_clip_sigmas=args.matrix_clip_sigmas,
-                embed_clip_sigmas=args.embed_clip_sigmas, gptq_calibration_batches=args.gptq_calibration_batches,
-                compressor=args.compressor, byte_shuffle=BYTE_SHUFFLE[args.compressor], weights=weights,
+    export = "matrix_bits embed_bits matrix_clip_sigmas embed_clip_sigmas gptq_calibration_batches compressor".split()
+    return dict({f: getattr(args, f) for f in export}, byte_shuffle=BYTE_SHUFFLE[args.compressor], weights=weights,
                 looping=looping, model={f: getattr(args, f) for f in MODEL_FIELDS})
 
 def payload_bytes(obj: dict) -> bytes:
@@ -1193,8 +1173,7 @@ def save_artifact(obj: dict, header: dict, path: str) -> tuple[int, int]:
 def read_artifact(path: str) -> tuple[dict, bytes]:
     """(header, compressed payload) of an artifact; the header says how to decompress, never a guess."""
     if not Path(path).is_file():
-        raise FileNotFoundError(f"ARTIFACT_PATH={path}: no such file. Point it at the .ptz a run wrote (its log's "
-                                "artifact: line names it).")
+        raise FileNotFoundError(f"ARTIFACT_PATH={path}: no such file. Point it at the .ptz a run wrote (its artifact: line).")
     blob = Path(path).read_bytes()
     if not blob.startswith(ARTIFACT_MAGIC):
         raise ConfigError(f"ARTIFACT_PATH={path} is not an artifact of this script (no '{ARTIFACT_MAGIC.decode().strip()}' "
@@ -1214,21 +1193,17 @@ def check_artifact_matches(header: dict, args: Hyperparameters, path: str) -> No
                           "that made it did (its log's config: line has them all).")
 
 # ==== Training ======================================================================================================
-# The clock covers training steps only: compile warm-up runs first and its effects on weights, optimizer state and
-# data position are undone; validation pauses the clock. With a wallclock cap, the learning rate decays linearly over
-# the last WARMDOWN_ITERS * (average step time) of the cap (or over the last WARMDOWN_FRAC of the cap or of
-# ITERATIONS), and all ranks agree on the step to stop at. Depth recurrence switches on at ENABLE_LOOPING_AT of the
-# same fraction; both of its graphs are compiled during the warm-up. With EMA_DECAY, an fp32 average of the weights
-# follows every step.
+# The clock covers training steps only: the compile warm-up runs first and is undone; validation pauses the clock.
+# The cap is MAX_WALLCLOCK_SECONDS less GPTQ_RESERVE_SECONDS, and all ranks agree on the step to stop at. The learning
+# rate decays linearly over its last WARMDOWN_FRAC (or the last WARMDOWN_ITERS * average step time; without a cap, of
+# ITERATIONS); the loops switch on at ENABLE_LOOPING_AT of it. With EMA_DECAY an fp32 average follows every step.
 
 NO_BAD_STEP = 2**62  # "no non-finite loss seen yet", kept on the device to avoid a sync per step
 NOT_FINITE_FIX = "lower the learning rates (MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM."
 
 def training_fraction(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
     """How far training is: the share of the wallclock cap used, or without a cap of ITERATIONS."""
-    if args.train_cap_ms > 0:
-        return elapsed_ms / args.train_cap_ms
-    return step / max(args.iterations, 1)
+    return elapsed_ms / args.train_cap_ms if args.train_cap_ms > 0 else step / max(args.iterations, 1)
 
 def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
     if args.warmdown_frac > 0:  # WARMDOWN_FRAC wins over WARMDOWN_ITERS (the config line says which ran)
@@ -1290,9 +1265,7 @@ def train_step(model: nn.Module, optimizers: list, loader: DistributedTokenLoade
     return total_loss / ctx.grad_accum_steps
 
 def warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logger) -> float:
-    """Run WARMUP_STEPS real steps so compilation happens off the clock, then undo them."""
-    if args.warmup_steps == 0:
-        return 0.0
+    """Run WARMUP_STEPS real steps so compilation happens off the clock, then undo them; returns its ms."""
     t0 = synced_clock(ctx.device)
     model_state = {k: v.detach().clone() for k, v in base_model.state_dict().items()}
     optimizer_states = [copy.deepcopy(opt.state_dict()) for opt in optimizers]
@@ -1308,8 +1281,7 @@ def warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logge
     base_model.load_state_dict(model_state)
     for opt, state in zip(optimizers, optimizer_states):
         opt.load_state_dict(state)
-    warmup_ms = 1000 * (synced_clock(ctx.device) - t0)
-    logger.log(warmup_steps=args.warmup_steps, warmup_time=f"{warmup_ms:.0f}ms")
+    logger.log(warmup_steps=args.warmup_steps, warmup_time=f"{(warmup_ms := 1000 * (synced_clock(ctx.device) - t0)):.0f}ms")
     return warmup_ms
 
 def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
@@ -1344,8 +1316,7 @@ def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logg
             base_model.looping = True
             logger.log(layer_loop="enabled", step=step, train_time=f"{elapsed_ms:.0f}ms",
                        order="-".join(map(str, sum(base_model.orders[True], []))))
-        loss = train_step(model, optimizers, loader, args, ctx, autocast, step,
-                          lr_multiplier(step, elapsed_ms, args))
+        loss = train_step(model, optimizers, loader, args, ctx, autocast, step, lr_multiplier(step, elapsed_ms, args))
         if ema is not None:
             ema.update()
         bad_step = torch.minimum(bad_step, torch.where(torch.isfinite(loss), NO_BAD_STEP, step + 1))
@@ -1461,8 +1432,7 @@ def run(args: Hyperparameters, ctx: DistContext, logger: Logger) -> None:
     val = load_validation(args, ctx, sp)
     on_cuda = ctx.device.type == "cuda"
     if on_cuda:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if on_cuda else contextlib.nullcontext
     torch.manual_seed(args.seed)
     base_model = GPT(args, loss_impl, torch.bfloat16 if on_cuda else torch.float32).to(ctx.device)
@@ -1480,7 +1450,8 @@ def run(args: Hyperparameters, ctx: DistContext, logger: Logger) -> None:
         model = nn.parallel.DistributedDataParallel(model, device_ids=[ctx.local_rank] if on_cuda else None)
     orthogonalize = torch.compile(newton_schulz_orthogonalize) if use_compile else None
     optimizers = build_optimizers(base_model, args, orthogonalize)
-    warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logger)
+    if args.warmup_steps > 0:
+        warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logger)
     steps, ema, train_ms = train(model, base_model, optimizers, args, ctx, autocast, val, logger)
     if on_cuda:
         logger.log(peak_memory_allocated=f"{torch.cuda.max_memory_allocated() // 2**20}MiB",

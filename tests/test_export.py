@@ -239,12 +239,13 @@ def test_compressors_round_trip_bytes_of_any_length(compressor, size):
     assert train_gpt.decompress(blob, compressor, train_gpt.BYTE_SHUFFLE[compressor], size) == data
 
 
-def test_lzma_and_brotli_store_the_bytes_by_plane_and_zlib_as_they_are():
+def test_brotli_stores_the_bytes_by_plane_and_zlib_and_lzma_as_they_are():
+    """Measured on a P180 int6 GPTQ payload (README): two planes save 0.03% with brotli, cost 0.09% with lzma."""
     data = int6_codes_and_scales(4097)
     padded = data + b"\0"  # an odd length is padded to whole 2-byte words
-    assert train_gpt.BYTE_SHUFFLE == {"zlib": 1, "lzma": 2, "brotli": 2}
+    assert train_gpt.BYTE_SHUFFLE == {"zlib": 1, "lzma": 1, "brotli": 2}
     assert zlib.decompress(train_gpt.compress(data, "zlib")) == data
-    assert lzma.decompress(train_gpt.compress(data, "lzma")) == padded[0::2] + padded[1::2]
+    assert lzma.decompress(train_gpt.compress(data, "lzma")) == data
     brotli = pytest.importorskip("brotli")
     assert brotli.decompress(train_gpt.compress(data, "brotli")) == padded[0::2] + padded[1::2]
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import train_gpt
 
+ROOT = Path(__file__).resolve().parents[1]
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 ROW = re.compile(r"^\| `([A-Z0-9_]+)` \| `([^`]*)` \| (.+) \|$")
 
@@ -34,3 +36,9 @@ def test_readme_test_command_is_what_ci_runs():
     command = "python3 -m pip install -r requirements.txt && python3 -m pytest -q tests"
     assert command in README.read_text(encoding="utf-8")
     assert command in (README.parent / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def test_train_gpt_stays_within_the_line_cap():
+    """The project's hard cap: train_gpt.py is one file of at most 1500 lines."""
+    lines = (ROOT / "train_gpt.py").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 1500, f"train_gpt.py has {len(lines)} lines, over the 1500-line cap"
