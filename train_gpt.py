@@ -382,9 +382,9 @@ def read_shard_header(path: str | Path, vocab_size: int = 0) -> int:
                          "VOCAB_SIZE and TOKENIZER_PATH to that tokenizer's, or rebuild it with data/build_shards.py.")
     return num_tokens
 
-def load_data_shard(path: str | Path) -> Tensor:
-    """All tokens of a validated shard as a 1-D uint16 tensor."""
-    num_tokens = read_shard_header(path)
+def load_data_shard(path: str | Path, vocab_size: int = 0) -> Tensor:
+    """All tokens of a validated shard (with vocab_size: every id below it) as a 1-D uint16 tensor."""
+    num_tokens = read_shard_header(path, vocab_size)
     tokens = np.fromfile(path, dtype=SHARD_TOKEN_DTYPE, count=num_tokens, offset=SHARD_HEADER_BYTES)
     return torch.from_numpy(tokens.astype(np.uint16, copy=False))
 
@@ -970,8 +970,8 @@ def target_bytes(x: Tensor, y: Tensor, val: ValData) -> Tensor:
 
 def load_validation(args: Hyperparameters, ctx: DistContext, sp) -> ValData:
     files = find_shards(args.val_pattern, "validation")
-    tokens = torch.cat([load_data_shard(f) for f in files]).to(torch.int64)
-    usable = check_validation_length(tokens.numel(), args, ctx.world_size, files[0].parent)  # ids: check_inputs
+    tokens = torch.cat([load_data_shard(f, args.vocab_size) for f in files]).to(torch.int64)
+    usable = check_validation_length(tokens.numel(), args, ctx.world_size, files[0].parent)
     luts = [t.to(ctx.device) for t in build_byte_luts(sp, args.vocab_size)]
     batch_seqs = args.val_batch_size // (ctx.world_size * ctx.grad_accum_steps) // args.val_seq_len
     return ValData(tokens[: usable + 1], *luts, args.val_seq_len, max(batch_seqs, 1))

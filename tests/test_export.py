@@ -732,9 +732,9 @@ def test_the_run_logs_gptq_and_the_payload_it_writes(gptq_run):
     assert {k: header[k] for k in ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_sigmas",
                                    "gptq_calibration_batches", "compressor", "byte_shuffle", "weights", "looping")} == \
         dict(matrix_bits=6, embed_bits=8, matrix_clip_sigmas=12.85, embed_clip_sigmas=20.0, gptq_calibration_batches=4,
-             compressor="lzma", byte_shuffle=2, weights="raw", looping=False)
+             compressor="lzma", byte_shuffle=1, weights="raw", looping=False)
     payload = run.artifact_path.read_bytes().split(b"\n", 2)[2]
-    obj = torch.load(io.BytesIO(train_gpt.decompress(payload, "lzma", 2, raw)))
+    obj = torch.load(io.BytesIO(train_gpt.decompress(payload, "lzma", 1, raw)))
     assert len(obj["quantized"]) == QUANTIZED_MATRICES
     for name, q in obj["quantized"].items():
         assert q.abs().max() <= (127 if name == "tok_emb.weight" else 31), name

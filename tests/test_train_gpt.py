@@ -762,12 +762,12 @@ def test_validation_split_shorter_than_a_sequence_per_rank_is_a_config_error(tin
         train_gpt.load_validation(args, dist_context(world_size), tiny_data.sp)
 
 
-def test_validation_tokens_outside_the_vocabulary_are_a_config_error(tiny_data, tmp_path):
+def test_validation_tokens_outside_the_vocabulary_are_a_shard_error_naming_vocab_size(tiny_data, tmp_path):
     data_path = tmp_path / "data"
     data_path.mkdir()
     train_gpt.write_data_shard(data_path / "fineweb_val_000000.bin", np.full(200, tiny_data.vocab_size))
     args = Hyperparameters.from_env(tiny_env(tiny_data, tmp_path, DATA_PATH=data_path))
-    with pytest.raises(ConfigError, match="VOCAB_SIZE"):
+    with pytest.raises(train_gpt.ShardError, match="VOCAB_SIZE"):
         train_gpt.load_validation(args, dist_context(), tiny_data.sp)
 
 
