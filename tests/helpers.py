@@ -10,14 +10,20 @@ anywhere. Nothing here is a test; the fixtures are imported by the test modules 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import lzma
+import os
+import re
+import subprocess
+import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import train_gpt
 
@@ -147,3 +153,64 @@ def tiny_env(data: TinyData, tmp_path: Path, **overrides) -> dict[str, str]:
     )
     env.update({k: str(v) for k, v in overrides.items()})
     return env
+
+
+# ---- Running train_gpt.py as a user would (tests/test_end_to_end.py, tests/test_export.py) ----
+
+SCRIPT = ROOT / "train_gpt.py"
+RUN_TIMEOUT_S = 300
+EVENT_LINE = re.compile(r"[a-z0-9_]+:\S+( [a-z0-9_]+:\S+)*")
+OUR_NAMES = {f.name.upper() for f in dataclasses.fields(train_gpt.Hyperparameters)}
+
+
+@dataclass
+class Run:
+    """A finished subprocess run of train_gpt.py: what it printed, and the variables it was given."""
+    result: subprocess.CompletedProcess
+    env: dict[str, str]
+
+    @property
+    def lines(self) -> list[str]:
+        return self.result.stdout.splitlines()
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.env["LOG_DIR"]) / f"{self.env['RUN_ID']}.txt"
+
+    @property
+    def artifact_path(self) -> Path:
+        return Path(self.env["ARTIFACT_PATH"])
+
+    def events(self, key: str) -> list[dict[str, str]]:
+        """The printed key:value lines that have `key`, as dicts."""
+        found = []
+        for line in self.lines:
+            if EVENT_LINE.fullmatch(line):
+                fields = dict(token.split(":", 1) for token in line.split(" "))
+                if key in fields:
+                    found.append(fields)
+        return found
+
+
+def run_script(env_vars: dict[str, str], cwd: Path, nproc: int = 1, run_class: type = Run) -> Run:
+    """train_gpt.py in a subprocess with env_vars on top of a clean environment (none of our variables, no
+    torchrun ones), one thread; nproc > 1: under torchrun (gloo on CPU)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in OUR_NAMES and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    env.update(env_vars)
+    env["OMP_NUM_THREADS"] = "1"
+    command = [sys.executable, str(SCRIPT)]
+    if nproc > 1:
+        command[1:1] = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    return run_class(result, env_vars)
+
+
+def randomize_matrices(model: torch.nn.Module) -> torch.nn.Module:
+    """Every 2-D non-control parameter ~ N(0, 1/fan_in), the zero-initialised projections too, so the model's
+    predictions depend on its inputs and quantization has something to round."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 2 and not train_gpt.is_control_tensor(name):
+                p.normal_(0.0, p.size(1) ** -0.5)
+    return model

@@ -13,58 +13,25 @@ import contextlib
 import dataclasses
 import json
 import math
-import os
 import re
 import shutil
-import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 
 import train_gpt
-from helpers import ROOT, TinyData, tiny_data, tiny_env  # noqa: F401 (tiny_data: fixture)
+import helpers
+from helpers import EVENT_LINE, OUR_NAMES, SCRIPT, TinyData, tiny_data, tiny_env  # noqa: F401 (fixture, re-exports)
 
-SCRIPT = ROOT / "train_gpt.py"
-RUN_TIMEOUT_S = 300
 FINAL_LINE = re.compile(r"final_int8_zlib_roundtrip_exact val_loss:\d+\.\d{8} val_bpb:\d+\.\d{8}")
-EVENT_LINE = re.compile(r"[a-z0-9_]+:\S+( [a-z0-9_]+:\S+)*")
-OUR_NAMES = {f.name.upper() for f in dataclasses.fields(train_gpt.Hyperparameters)}
 # The run that the happy-path tests share, with 1 and with 2 processes. MODEL_DIM=144 puts the
 # 512 x 144 tied embedding over the 65,536-value keep-as-float limit, so the round trip goes through int8.
 ITERATIONS = 12
 RUN_SETTINGS = dict(MODEL_DIM=144, ITERATIONS=ITERATIONS, VAL_LOSS_EVERY=6, WARMUP_STEPS=2)
 
 
-@dataclass
-class Run:
-    result: subprocess.CompletedProcess
-    env: dict[str, str]
-
-    @property
-    def lines(self) -> list[str]:
-        return self.result.stdout.splitlines()
-
-    @property
-    def log_path(self) -> Path:
-        return Path(self.env["LOG_DIR"]) / f"{self.env['RUN_ID']}.txt"
-
-    @property
-    def artifact_path(self) -> Path:
-        return Path(self.env["ARTIFACT_PATH"])
-
-    def events(self, key: str) -> list[dict[str, str]]:
-        """The printed key:value lines that have `key`, as dicts."""
-        found = []
-        for line in self.lines:
-            if EVENT_LINE.fullmatch(line):
-                fields = dict(token.split(":", 1) for token in line.split(" "))
-                if key in fields:
-                    found.append(fields)
-        return found
-
+class Run(helpers.Run):
     def losses(self, key: str) -> dict[int, float]:
         return {int(e["step"].split("/")[0]): float(e[key]) for e in self.events(key)}
 
@@ -75,17 +42,7 @@ class Run:
 
 
 def run_script(env_vars: dict[str, str], cwd: Path, nproc: int = 1) -> Run:
-    env = {k: v for k, v in os.environ.items()
-           if k not in OUR_NAMES and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
-    env.update(env_vars)
-    env["OMP_NUM_THREADS"] = "1"
-    if nproc == 1:
-        command = [sys.executable, str(SCRIPT)]
-    else:
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-                   str(SCRIPT)]
-    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    return Run(result, env_vars)
+    return helpers.run_script(env_vars, cwd, nproc, Run)
 
 
 def launch(data: TinyData, directory: Path, nproc: int = 1, **settings) -> Run:

@@ -21,7 +21,6 @@ import math
 import os
 import re
 import shutil
-import subprocess
 import sys
 import zlib
 from dataclasses import dataclass
@@ -33,7 +32,8 @@ import torch
 from torch import nn
 
 import train_gpt
-from helpers import ROOT, TinyData, tiny_data, tiny_env  # noqa: F401 (tiny_data: fixture)
+import helpers
+from helpers import TinyData, randomize_matrices, tiny_data, tiny_env  # noqa: F401 (tiny_data: fixture)
 from train_gpt import GRAD_ACCUM_TOTAL, ConfigError, DistContext, Hyperparameters
 
 CPU = torch.device("cpu")
@@ -164,12 +164,7 @@ def int8_reference(state_dict: dict[str, torch.Tensor]) -> dict:
 def random_model(args: Hyperparameters, seed: int = 0) -> train_gpt.GPT:
     """A GPT with every matrix random (no zero-init projections), so that context changes its predictions."""
     torch.manual_seed(seed)
-    model = train_gpt.GPT(args)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.ndim == 2 and not train_gpt.is_control_tensor(name):
-                p.normal_(0.0, p.size(1) ** -0.5)
-    return model
+    return randomize_matrices(train_gpt.GPT(args))
 
 
 def tiny_args_on(data: TinyData, tmp_path: Path, **overrides) -> Hyperparameters:
@@ -572,10 +567,6 @@ def test_the_training_clock_stops_gptq_reserve_seconds_before_the_cap(tiny_data,
 # End to end: int6 + GPTQ + lzma + sliding windows, then EVAL_ONLY on its artifact
 # =================================================================================================
 
-SCRIPT = ROOT / "train_gpt.py"
-RUN_TIMEOUT_S = 300
-EVENT_LINE = re.compile(r"[a-z0-9_]+:\S+( [a-z0-9_]+:\S+)*")
-OUR_NAMES = {f.name.upper() for f in train_gpt.dataclasses.fields(Hyperparameters)}
 FINAL_LINE = re.compile(r"final_int6_lzma_(roundtrip|sliding_window)_exact val_loss:(\d+\.\d{8}) val_bpb:(\d+\.\d{8})")
 VAL_TOKENS = 4097  # a 4,096-target validation split keeps the runs' scoring short
 # MODEL_DIM=144 MLP_MULT=4: the tied embedding (512 x 144) and the MLP matrices (576 x 144) are over the
@@ -585,29 +576,7 @@ RUN_SETTINGS = dict(MODEL_DIM=144, MLP_MULT=4, ITERATIONS=6, MATRIX_BITS=6, MATR
 QUANTIZED_MATRICES = 5
 
 
-@dataclass
-class Run:
-    result: subprocess.CompletedProcess
-    env: dict[str, str]
-
-    @property
-    def lines(self) -> list[str]:
-        return self.result.stdout.splitlines()
-
-    @property
-    def artifact_path(self) -> Path:
-        return Path(self.env["ARTIFACT_PATH"])
-
-    def events(self, key: str) -> list[dict[str, str]]:
-        """The printed key:value lines that have `key`, as dicts."""
-        found = []
-        for line in self.lines:
-            if EVENT_LINE.fullmatch(line):
-                fields = dict(token.split(":", 1) for token in line.split(" "))
-                if key in fields:
-                    found.append(fields)
-        return found
-
+class Run(helpers.Run):
     def final_lines(self) -> list[str]:
         return [line for line in self.lines if line.startswith("final_")]
 
@@ -618,15 +587,7 @@ class Run:
 
 
 def run_script(env_vars: dict[str, str], cwd: Path, nproc: int = 1) -> Run:
-    env = {k: v for k, v in os.environ.items()
-           if k not in OUR_NAMES and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
-    env.update(env_vars)
-    env["OMP_NUM_THREADS"] = "1"
-    command = [sys.executable, str(SCRIPT)]
-    if nproc > 1:
-        command[1:1] = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-    return Run(result, env_vars)
+    return helpers.run_script(env_vars, cwd, nproc, Run)
 
 
 def sha256(path: Path) -> str:

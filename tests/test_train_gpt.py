@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 import train_gpt
-from helpers import BOS_ID, PUBLISHED_TOKENIZER, tiny_data, tiny_env  # noqa: F401 (tiny_data: fixture)
+from helpers import BOS_ID, PUBLISHED_TOKENIZER, randomize_matrices, tiny_data, tiny_env  # noqa: F401 (fixture)
 from train_gpt import GRAD_ACCUM_TOTAL, ConfigError, DistContext, Hyperparameters, ShardError
 
 CPU = torch.device("cpu")
@@ -612,12 +612,7 @@ def trained_looking_model(seed: int) -> tuple[train_gpt.GPT, Hyperparameters]:
     """A GPT whose embedding (1024 x 96 > 65,536) goes through int8, with random non-zero matrices."""
     args = tiny_args(VOCAB_SIZE=1024, MODEL_DIM=96)
     torch.manual_seed(seed)
-    model = train_gpt.GPT(args)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.ndim == 2 and not train_gpt.is_control_tensor(name):
-                p.normal_(0.0, p.size(1) ** -0.5)
-    return model, args
+    return randomize_matrices(train_gpt.GPT(args)), args
 
 
 def test_artifact_round_trip_restores_a_model_with_nearly_the_same_loss(tmp_path, monkeypatch):
