@@ -1394,11 +1394,11 @@ def score_artifact(base_model: GPT, args: Hyperparameters, ctx: DistContext, aut
 
 def check_inputs(args: Hyperparameters, world_size: int) -> Path:
     """Everything that can be checked before a process group or a GPU is touched; returns the log path."""
-    if not args.eval_only:
+    if args.eval_only:  # the artifact to score must exist, be ours and match the model of this config
+        check_artifact_matches(header := read_artifact(args.artifact_path)[0], args, args.artifact_path)
+    else:
         check_train_shards(args.train_pattern, args.vocab_size)
-    else:  # the artifact to score must exist, be ours and match the model of this config
-        check_artifact_matches(read_artifact(args.artifact_path)[0], args, args.artifact_path)
-    if (read_artifact(args.artifact_path)[0]["compressor"] if args.eval_only else args.compressor) == "brotli":
+    if (header["compressor"] if args.eval_only else args.compressor) == "brotli":
         import_brotli()
     val_files = find_shards(args.val_pattern, "validation")
     check_validation_length(sum(read_shard_header(p, args.vocab_size) for p in val_files), args, world_size, val_files[0].parent)
