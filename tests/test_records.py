@@ -337,7 +337,9 @@ def against(tmp_path: Path, folder: Path, shift: float) -> Path:
 
 def test_significance_against_a_record_per_seed_values(made, tmp_path):
     folder = made["non_record"]
-    better, barely = against(tmp_path, folder, 0.1), against(tmp_path, folder, 0.004)
+    # 1 nats clears any seed spread of these tiny runs (0.034 nats between seeds on the stdlib text, smaller on the
+    # FineWeb sample); 0.004 is under the 0.005 bar whatever the spread
+    better, barely = against(tmp_path, folder, 1.0), against(tmp_path, folder, 0.004)
     assert "significance" not in failing(folder, better)
     assert "clears 0.005 nats at p < 0.01" in evidence(folder, "significance", better)
     assert "significance" in failing(folder, barely)
