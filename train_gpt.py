@@ -820,58 +820,66 @@ class GPT(nn.Module):
 
 # ==== Optimizers ====================================================================================================
 # Muon for the 2-D matrices inside the blocks: Nesterov momentum, then the update is replaced by the nearest
-# semi-orthogonal matrix (Newton-Schulz in bf16), scaled by sqrt(max(1, rows/cols)). Each rank orthogonalises every
-# world_size-th matrix and the updates are summed across ranks. Adam(W) for the embedding (and untied head) and for
-# vectors, scalars and control tensors.
+# semi-orthogonal matrix (Newton-Schulz in bf16), scaled by sqrt(max(1, rows/cols)). Matrices of one shape form a bank
+# (a param group) orthogonalised with batched matmuls, one launch per shape. Each rank takes its contiguous share of
+# every bank and all-gathers the updates; a bank's all-gather runs while the next bank is orthogonalised. Adam(W) for
+# the embedding (and untied head) and for vectors, scalars and control tensors.
 
 NEWTON_SCHULZ_COEFFS = (3.4445, -4.7750, 2.0315)  # quintic: pushes singular values toward ~1 fast
+ALL_GATHER = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)  # torch 2.13 renamed it
 
 def newton_schulz_orthogonalize(G: Tensor, steps: int, eps: float = 1e-7) -> Tensor:
-    """Approximately U V^T for G = U S V^T, computed in bf16 (singular values end in ~[0.7, 1.2])."""
+    """Approximately U V^T for G = U S V^T, of one matrix or each of a bank (B, rows, cols), in bf16 (singular
+    values end in ~[0.7, 1.2])."""
     a, b, c = NEWTON_SCHULZ_COEFFS
     X = G.bfloat16()
-    X = X / (X.norm() + eps)  # spectral norm <= Frobenius norm <= 1: inside the iteration's basin
-    transposed = G.size(0) > G.size(1)
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) + eps)  # spectral norm <= Frobenius norm <= 1: the iteration's basin
+    transposed = G.size(-2) > G.size(-1)
     if transposed:
-        X = X.T  # iterate on the wide side: (rows, rows) Gram matrices are the small ones
+        X = X.mT  # iterate on the wide side: (rows, rows) Gram matrices are the small ones
     for _ in range(steps):
-        A = X @ X.T
+        A = X @ X.mT
         X = a * X + (b * A + c * A @ A) @ X
-    return X.T if transposed else X
+    return X.mT if transposed else X
 
 class Muon(torch.optim.Optimizer):
     """row_normalize (MuonEq-R): the Nesterov update's rows to unit norm before Newton-Schulz. Decoupled weight_decay:
-    p *= 1 - lr * wd before the update."""
+    p *= 1 - lr * wd before the update. The params are grouped into banks of one shape here."""
     def __init__(self, params, lr: float, momentum: float, backend_steps: int, orthogonalize=None,
                  row_normalize: bool = False, weight_decay: float = 0.0):
-        super().__init__(params, dict(lr=lr, momentum=momentum, backend_steps=backend_steps, weight_decay=weight_decay))
+        params = list(params)
+        banks = [[p for p in params if p.shape == shape] for shape in dict.fromkeys(p.shape for p in params)]
+        super().__init__([dict(params=bank) for bank in banks],
+                         dict(lr=lr, momentum=momentum, backend_steps=backend_steps, weight_decay=weight_decay))
         self.orthogonalize = orthogonalize or newton_schulz_orthogonalize
-        self.normalize = (lambda g: g / g.float().norm(dim=-1, keepdim=True).clamp_min(1e-7).to(g.dtype)) \
-            if row_normalize else (lambda g: g)
+        self.row_normalize = row_normalize
 
     @torch.no_grad()
     def step(self):
-        distributed = dist.is_available() and dist.is_initialized()
-        world_size, rank = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
+        world, rank = (dist.get_world_size(), dist.get_rank()) if dist.is_available() and dist.is_initialized() else (1, 0)
+        gathers, banks = [], []
         for group in self.param_groups:
-            params = group["params"]
-            dtype = torch.bfloat16 if params[0].is_cuda else torch.float32  # bf16 halves the all-reduce; gloo: fp32
-            updates = torch.zeros(sum(p.numel() for p in params), device=params[0].device, dtype=dtype)
-            views = updates.split([p.numel() for p in params])  # each matrix's part of the one all-reduced buffer
-            for i, (p, update) in enumerate(zip(params, views)):
-                if i % world_size == rank and p.grad is not None:
-                    buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p.grad))
-                    buf.mul_(group["momentum"]).add_(p.grad)
-                    g = p.grad.add(buf, alpha=group["momentum"])  # Nesterov
-                    g = self.orthogonalize(self.normalize(g), group["backend_steps"])
-                    g = g * max(1.0, g.size(0) / g.size(1)) ** 0.5
-                    update.copy_(g.reshape(-1).to(dtype))
-            if distributed:
-                dist.all_reduce(updates, op=dist.ReduceOp.SUM)
-            if group["weight_decay"] > 0:
-                torch._foreach_mul_(params, 1.0 - group["lr"] * group["weight_decay"])
-            for p, update in zip(params, views):
-                p.add_(update.view_as(p).to(p.dtype), alpha=-group["lr"])
+            params, momentum = group["params"], group["momentum"]
+            share = -(-len(params) // world)  # matrices per rank; the last share is padded with zeros
+            mine = params[rank * share : (rank + 1) * share]
+            local = torch.zeros((share, *params[0].shape), device=params[0].device,
+                                dtype=torch.bfloat16 if params[0].is_cuda else torch.float32)  # gloo has no bf16
+            if mine:
+                bufs = [self.state[p].setdefault("momentum_buffer", torch.zeros_like(p)) for p in mine]
+                torch._foreach_mul_(bufs, momentum)
+                torch._foreach_add_(bufs, [p.grad for p in mine])
+                g = torch.stack([p.grad for p in mine]).add_(torch.stack(bufs), alpha=momentum)  # Nesterov
+                g = g / g.norm(dim=-1, keepdim=True).clamp_min(1e-7) if self.row_normalize else g
+                local[: len(mine)] = self.orthogonalize(g, group["backend_steps"]) * max(1, g.size(1) / g.size(2)) ** 0.5
+            updates = local.new_empty((share * world, *local.shape[1:])) if world > 1 else local
+            if world > 1:  # async: this bank travels while the next one is orthogonalised
+                gathers.append(ALL_GATHER(updates, local, async_op=True))
+            banks.append((params, group, updates))
+        for work in gathers:
+            work.wait()
+        for params, group, updates in banks:
+            torch._foreach_mul_(params, 1.0 - group["lr"] * group["weight_decay"])
+            torch._foreach_add_(params, list(updates[: len(params)].to(params[0].dtype)), alpha=-group["lr"])
 
 def is_control_tensor(name: str) -> bool:
     return any(pattern in name for pattern in CONTROL_TENSOR_NAMES)
@@ -1448,7 +1456,7 @@ def run(args: Hyperparameters, ctx: DistContext, logger: Logger) -> None:
     model = torch.compile(base_model, dynamic=False, fullgraph=True) if use_compile else base_model
     if ctx.distributed:
         model = nn.parallel.DistributedDataParallel(model, device_ids=[ctx.local_rank] if on_cuda else None)
-    orthogonalize = torch.compile(newton_schulz_orthogonalize) if use_compile else None
+    orthogonalize = torch.compile(newton_schulz_orthogonalize, dynamic=False) if use_compile else None
     optimizers = build_optimizers(base_model, args, orthogonalize)
     if args.warmup_steps > 0:
         warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logger)

@@ -269,7 +269,7 @@ def test_muon_row_normalize_and_decoupled_weight_decay():
         p.grad = grad.clone()
         opt.step()
         update = grad / grad.norm(dim=1, keepdim=True) if row_normalize else grad
-        torch.testing.assert_close(seen[-1], update)  # what Newton-Schulz receives
+        torch.testing.assert_close(seen[-1], update[None])  # what Newton-Schulz receives: a bank of one
         torch.testing.assert_close(p.detach(), p0 * (1 - 0.1 * wd) - 0.1 * update)
 
 
@@ -368,7 +368,9 @@ def test_the_record_stack_runs_end_to_end_loops_on_time_and_scores_the_ema(tiny_
         assert run.events("roundtrip_val_bpb")[0]["weights"] == "ema"
         assert run.events("loss_impl")[0]["warmdown"] == "frac_0.667_wins_over_WARMDOWN_ITERS"
     one, two = (run.losses("train_loss") for run in runs)
-    assert one.keys() == two.keys() and max(abs(one[k] - two[k]) for k in one) < 1e-4
+    # at most one unit of the log's 4th decimal: 2 ranks orthogonalise banks of 2 matrices where 1 process does banks of 4,
+    # and CPU bf16 matmuls of other batch sizes round differently (a lost all-gather moves losses by > 0.01)
+    assert one.keys() == two.keys() and max(abs(one[k] - two[k]) for k in one) < 1.5e-4
     def score(run) -> float:  # the recipe's exact round-trip line: int6 weights, brotli (a sliding-window line follows)
         line = next(x for x in run.lines if x.startswith("final_int6_brotli_roundtrip_exact "))
         return float(line.split("val_bpb:")[1])

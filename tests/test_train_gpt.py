@@ -16,6 +16,8 @@ import math
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import zlib
 from pathlib import Path
@@ -26,7 +28,7 @@ import torch
 from torch import nn
 
 import train_gpt
-from helpers import BOS_ID, PUBLISHED_TOKENIZER, randomize_matrices, tiny_data, tiny_env  # noqa: F401 (fixture)
+from helpers import BOS_ID, PUBLISHED_TOKENIZER, ROOT, randomize_matrices, tiny_data, tiny_env  # noqa: F401 (fixture)
 from train_gpt import GRAD_ACCUM_TOTAL, ConfigError, DistContext, Hyperparameters, ShardError
 
 CPU = torch.device("cpu")
@@ -359,6 +361,60 @@ def test_muon_step_is_nesterov_then_orthogonalize_then_scale(shape):
     newton_schulz = hand_muon(p0, grads, lr, momentum, lambda G: train_gpt.newton_schulz_orthogonalize(G, 5))
     scale = max(1.0, shape[0] / shape[1]) ** 0.5
     torch.testing.assert_close(run(None), newton_schulz, rtol=0, atol=len(grads) * lr * scale * 1.25 * 2**-8)
+
+
+MIXED_SHAPES = [(8, 16), (16, 8), (8, 16), (24, 16), (8, 16), (16, 8)]  # banks of 3, 2 and 1 matrices
+
+
+def muon_on(shapes, world_size: int = 1, **settings) -> list[torch.Tensor]:
+    """Parameters after three Muon steps from fixed weights and gradients: one optimizer over all of them."""
+    g = torch.Generator().manual_seed(7)
+    params = [nn.Parameter(torch.randn(*s, generator=g)) for s in shapes]
+    grads = [[torch.randn(*s, generator=g) for s in shapes] for _ in range(3)]
+    opt = train_gpt.Muon(params, lr=0.1, momentum=0.9, backend_steps=5, **settings)
+    for step_grads in grads:
+        for p, grad in zip(params, step_grads):
+            p.grad = grad.clone()
+        opt.step()
+    return [p.detach() for p in params]
+
+
+def test_muon_banks_same_shape_matrices_and_matches_them_stepped_one_by_one():
+    calls = []
+
+    def exact(G, steps):  # the SVD polar factor of each matrix of the bank: batching is all that differs
+        calls.append(tuple(G.shape))
+        return polar(G)
+
+    banked = muon_on(MIXED_SHAPES, orthogonalize=exact, row_normalize=True, weight_decay=0.5)
+    assert calls == [(3, 8, 16), (2, 16, 8), (1, 24, 16)] * 3  # one call per shape per step, in first-seen order
+    g = torch.Generator().manual_seed(7)  # muon_on's weights and gradients, each matrix by hand
+    p0 = [torch.randn(*s, generator=g) for s in MIXED_SHAPES]
+    grads = [[torch.randn(*s, generator=g) for s in MIXED_SHAPES] for _ in range(3)]
+    for i in range(len(MIXED_SHAPES)):
+        p, buf = p0[i].clone(), torch.zeros_like(p0[i])
+        for step_grads in grads:
+            buf = 0.9 * buf + step_grads[i]
+            nesterov = step_grads[i] + 0.9 * buf
+            nesterov = nesterov / nesterov.norm(dim=-1, keepdim=True)
+            p = p * (1 - 0.1 * 0.5) - 0.1 * polar(nesterov) * max(1.0, p.size(0) / p.size(1)) ** 0.5
+        torch.testing.assert_close(banked[i], p, rtol=1e-5, atol=1e-5)
+
+
+def test_muon_on_two_processes_matches_one(tmp_path):
+    """Each rank orthogonalises its share of every bank (the bank of 3 splits 2 + 1, padded) and all-gathers."""
+    script = tmp_path / "muon_two.py"
+    script.write_text(f"import sys, torch, torch.distributed as dist\nsys.path[:0] = {[str(ROOT), str(ROOT / 'tests')]!r}\n"
+                      "import test_train_gpt as t\ndist.init_process_group('gloo')\n"
+                      "out = t.muon_on(t.MIXED_SHAPES, row_normalize=True, weight_decay=0.5)\n"
+                      f"torch.save(out, {str(tmp_path)!r} + f'/rank{{dist.get_rank()}}.pt')\ndist.destroy_process_group()\n")
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    one = muon_on(MIXED_SHAPES, row_normalize=True, weight_decay=0.5)
+    for rank in range(2):
+        for got, want in zip(torch.load(tmp_path / f"rank{rank}.pt"), one):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("tie", [1, 0])
