@@ -143,7 +143,6 @@ class Hyperparameters:
     def train_cap_ms(self) -> float:
         """The training clock's cap: MAX_WALLCLOCK_SECONDS less GPTQ_RESERVE_SECONDS (GPTQ runs in the rest); 0: none."""
         return 1000.0 * (self.max_wallclock_seconds - self.gptq_reserve_seconds) if self.max_wallclock_seconds > 0 else 0.0
-
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Hyperparameters:
         """Defaults, then the values of RECIPE, then DATA_DIR's paths, then every variable set explicitly."""
@@ -163,7 +162,6 @@ class Hyperparameters:
         args = cls(**(values | explicit))
         args.validate()
         return args
-
     def validate(self) -> None:
         def need(ok: bool, message: str) -> None:
             if not ok:
@@ -318,17 +316,14 @@ class Logger:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.file = open(path, "x", encoding="utf-8")  # "x": never overwrite an earlier run's log
-
     def text(self, message: str, console: bool = True) -> None:
         if self.file is not None:
             self.file.write(message + "\n")  # the file first: an interrupt between the two leaves the log complete
             self.file.flush()
             if console:
                 print(message, flush=True)
-
     def log(self, **fields) -> None:
         self.text(" ".join(f"{k}:{format_value(v)}" for k, v in fields.items()))
-
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
@@ -430,7 +425,6 @@ class DistributedTokenLoader:
     def __init__(self, pattern: str, ctx: DistContext):
         self.files, self.ctx = check_train_shards(pattern), ctx
         self.file_index, self.tokens, self.pos = -1, torch.empty(0, dtype=torch.uint16), 0
-
     def take(self, n: int) -> Tensor:
         parts = []
         while n > 0:
@@ -442,13 +436,11 @@ class DistributedTokenLoader:
             parts.append(self.tokens[self.pos : self.pos + k])
             self.pos, n = self.pos + k, n - k
         return parts[0] if len(parts) == 1 else torch.cat(parts)
-
     def next_batch(self, micro_batch_tokens: int, seq_len: int) -> tuple[Tensor, Tensor]:
         span = micro_batch_tokens + 1
         chunk = self.take(span * self.ctx.world_size)
         local = chunk[self.ctx.rank * span : (self.ctx.rank + 1) * span].to(torch.int64)
         return self.to_device(local[:-1].reshape(-1, seq_len), local[1:].reshape(-1, seq_len))
-
     def to_device(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         return x.to(self.ctx.device, non_blocking=True), y.to(self.ctx.device, non_blocking=True)
 
@@ -460,7 +452,6 @@ class ShuffledSequenceLoader(DistributedTokenLoader):
         files = check_train_shards(pattern)
         self.shards = [np.memmap(f, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (read_shard_header(f),)) for f in files]
         self.ctx, self.rng, self.order, self.pos = ctx, np.random.default_rng(seed), np.empty((0, 2), np.int64), 0
-
     def next_batch(self, micro_batch_tokens: int, seq_len: int) -> tuple[Tensor, Tensor]:
         n = micro_batch_tokens // seq_len
         step = n * GRAD_ACCUM_TOTAL  # a new epoch only between whole steps, so W does not change the order
@@ -706,13 +697,18 @@ class CausalSelfAttention(nn.Module):
         self.proj = CastedLinear(dim, dim, zero_init=True)
         self.q_gain = nn.Parameter(torch.full((args.num_heads,), args.qk_gain_init))
         self.post = exclusive_self_attention if xsa else (lambda y, v: y)
+        # tables, not traced math: compiled, the latter made every rotary kernel recompute cos and sin per element
+        tables = rotary_cos_sin(max(args.train_seq_len, args.val_seq_len), self.rope_dims, self.rope_base, torch.device("cpu"))
+        self.register_buffer("rope_cos", tables[0], persistent=False)  # not in the state dict or the artifact
+        self.register_buffer("rope_sin", tables[1], persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
         B, T, C = x.shape
         q = self.c_q(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
         k = self.c_k(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
         v = self.c_v(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        cos, sin = rotary_cos_sin(T, self.rope_dims, self.rope_base, x.device)
+        cos, sin = (self.rope_cos[:, :, :T], self.rope_sin[:, :, :T]) if T <= self.rope_cos.size(2) else \
+            rotary_cos_sin(T, self.rope_dims, self.rope_base, x.device)
         q = apply_rotary(rms_norm(q), cos, sin) * self.q_gain.to(q.dtype)[None, :, None, None]
         k = apply_rotary(rms_norm(k), cos, sin)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.num_kv_heads != self.num_heads)
@@ -746,15 +742,12 @@ class Block(nn.Module):
         self.norm = (lambda x: rms_norm(x) * scale) if scale else rms_norm
         parallel = 0 <= args.parallel_residual_start <= layer
         self.residual = self.parallel_residual if parallel else self.sequential_residual
-
     def sequential_residual(self, x: Tensor) -> Tensor:
         x = x + self.attn_scale.to(x.dtype) * self.attn(self.norm(x))
         return x + self.mlp_scale.to(x.dtype) * self.mlp(self.norm(x))
-
     def parallel_residual(self, x: Tensor) -> Tensor:
         h = self.norm(x)
         return x + self.attn_scale.to(x.dtype) * self.attn(h) + self.mlp_scale.to(x.dtype) * self.mlp(h)
-
     def forward(self, x: Tensor, x0: Tensor) -> Tensor:
         mix = self.resid_mix.to(x.dtype)
         return self.residual(mix[0] * x + mix[1] * x0)
@@ -787,13 +780,11 @@ class GPT(nn.Module):
             for m in self.modules():
                 if isinstance(m, CastedLinear) and not m.zero_init and min(m.weight.shape) >= 64:
                     nn.init.orthogonal_(m.weight)
-
     def add_skip(self, x: Tensor, skip: Tensor, i: int) -> Tensor:
         skip = self.skip_weights[i].to(x.dtype) * skip
         if self.skip_gates is None:
             return x + skip
         return torch.lerp(skip, x, torch.sigmoid(self.skip_gates[i].to(x.dtype)))  # gate 0.5 at init
-
     def hidden(self, input_ids: Tensor) -> Tensor:
         """input_ids (B, T) int64 -> the normed final hidden states (B, T, C) that the tied head reads."""
         x = rms_norm(self.tok_emb(input_ids)).to(self.activation_dtype)
@@ -807,13 +798,11 @@ class GPT(nn.Module):
                 x = self.add_skip(x, skips.pop(), j)
             x = self.blocks[i](x, x0)
         return rms_norm(x).to(self.activation_dtype)
-
     def loss(self, h: Tensor, target_ids: Tensor, per_token: bool = False) -> Tensor:
         """Hidden states (..., C) and their targets (...) -> mean cross entropy (fp32), or each token's."""
         head = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
         return softcap_ce_loss(h.reshape(-1, h.size(-1)), head, target_ids.reshape(-1), self.logit_softcap,
                                self.loss_chunk_tokens, self.loss_impl, per_token)
-
     def forward(self, input_ids: Tensor, target_ids: Tensor) -> Tensor:
         """input_ids, target_ids: (B, T) int64 -> mean cross entropy over all B*T tokens (fp32)."""
         return self.loss(self.hidden(input_ids), target_ids)

@@ -494,6 +494,17 @@ def test_rotary_attention_scores_depend_only_on_the_offset():
         torch.testing.assert_close(diagonal, diagonal[:1].expand_as(diagonal), rtol=1e-4, atol=1e-4)
 
 
+def test_rotary_tables_are_buffers_outside_the_artifact_and_longer_sequences_still_work():
+    short, long = (train_gpt.CausalSelfAttention(tiny_args(TRAIN_SEQ_LEN=n, EVAL_SEQ_LEN=2 * n, VAL_BATCH_SIZE=512),
+                                                 xsa=False) for n in (8, 32))
+    cos, sin = train_gpt.rotary_cos_sin(16, 32, 10_000.0, CPU)  # the longer of TRAIN_SEQ_LEN and EVAL_SEQ_LEN
+    assert torch.equal(short.rope_cos, cos) and torch.equal(short.rope_sin, sin)
+    assert not any("rope" in name for name in short.state_dict())  # neither saved nor exported
+    long.load_state_dict(short.state_dict())
+    x = torch.randn(2, 40, 64)  # beyond short's table (computed on the fly) and inside long's
+    torch.testing.assert_close(short(x), long(x), rtol=0, atol=0)
+
+
 def test_untied_head_starts_at_exactly_ln_vocab_and_trains():
     args = tiny_args(TIE_EMBEDDINGS=0)
     torch.manual_seed(0)
