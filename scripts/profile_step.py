@@ -1,0 +1,105 @@
+"""Where a training step's time goes, on one GPU: wall time per step, the optimizers' time alone, and the GPU's
+time per step by kernel kind (attention, GEMMs, inductor's fused elementwise kernels, the loss kernel, ...).
+
+  DATA_PATH=... TOKENIZER_PATH=... python3 scripts/profile_step.py            # the config from the environment
+  RECIPE=record DATA_PATH=... python3 scripts/profile_step.py --trainer-dir DIR --steps 10
+
+The model, optimizers and loader are built as train_gpt.py builds them (compiled). After --warmup steps (the
+compilation), --steps steps are timed between two synchronizes; the optimizers' step() is then timed alone
+over 10 repeats on the gradients of one micro-batch; last, torch.profiler records --profile steps and sums
+each kernel's GPU time per kind. Wall time above the GPU's total is time the GPU waited for the host.
+"""
+
+import argparse
+import collections
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+# kernel name (lower case) -> kind, first match wins; inductor's triton_* kernels are their own kind
+KINDS = [("loss_kernel", ("softcap_ce",)), ("nccl", ("nccl",)), ("attention", ("fmha", "flash", "sdpa", "cudnn", "attn")),
+         ("gemm", ("gemm", "xmma", "nvjet", "cutlass", "cublas", "gemv", "sm90_"))]
+
+
+def kernel_kind(name: str) -> str:
+    lower = name.lower()
+    if lower.startswith("triton_"):  # inductor's kernels, whatever ops their names list
+        return "inductor_triton"
+    return next((kind for kind, keys in KINDS if any(k in lower for k in keys)), "other_aten")
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trainer-dir", default=str(Path(__file__).resolve().parents[1]),
+                        help="folder holding the train_gpt.py to import (another commit's, to compare)")
+    parser.add_argument("--warmup", type=int, default=6, help="steps run first (compilation)")
+    parser.add_argument("--steps", type=int, default=20, help="steps timed")
+    parser.add_argument("--profile", type=int, default=3, help="steps profiled")
+    parser.add_argument("--top", type=int, default=25, help="kernels listed")
+    return parser.parse_args()
+
+
+def main() -> None:
+    cli = parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("error: profile_step.py needs a CUDA GPU (it times compiled training steps and their kernels).")
+    sys.path.insert(0, cli.trainer_dir)
+    import train_gpt as T
+
+    args = T.Hyperparameters.from_env()
+    ctx = T.DistContext(0, 1, 0, torch.device("cuda", 0), T.GRAD_ACCUM_TOTAL)
+    torch.cuda.set_device(ctx.device)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16)  # noqa: E731
+    torch.manual_seed(args.seed)
+    base_model = T.GPT(args, T.resolve_loss_impl(args, ctx.device)[0], torch.bfloat16).to(ctx.device)
+    model = torch.compile(base_model, dynamic=False, fullgraph=True)
+    optimizers = T.build_optimizers(base_model, args, torch.compile(T.newton_schulz_orthogonalize, dynamic=False))
+    loader = T.make_train_loader(args, ctx)
+    step = lambda i: T.train_step(model, optimizers, loader, args, ctx, autocast, i, 1.0)  # noqa: E731
+
+    t0 = time.perf_counter()
+    for i in range(cli.warmup):
+        step(i)
+    compile_s = T.synced_clock(ctx.device) - t0
+    t0 = T.synced_clock(ctx.device)
+    for i in range(cli.steps):
+        step(i)
+    step_ms = 1000 * (T.synced_clock(ctx.device) - t0) / cli.steps
+
+    x, y = loader.next_batch(args.train_batch_tokens // T.GRAD_ACCUM_TOTAL, args.train_seq_len)
+    with autocast():
+        model(x, y).backward()
+    for opt in optimizers:  # once untimed: the optimizer's own compilation
+        opt.step()
+    t0 = T.synced_clock(ctx.device)
+    for _ in range(10):
+        for opt in optimizers:
+            opt.step()
+    optimizer_ms = 1000 * (T.synced_clock(ctx.device) - t0) / 10
+    for opt in optimizers:
+        opt.zero_grad(set_to_none=True)
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for i in range(cli.profile):
+            step(i)
+        torch.cuda.synchronize()
+    kinds, kernels = collections.Counter(), collections.Counter()
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            us = getattr(event, "device_time", None) or getattr(event, "cuda_time", 0)
+            kinds[kernel_kind(event.name)] += us
+            kernels[event.name[:100]] += us
+    per_step = lambda us: us / cli.profile / 1000  # noqa: E731
+    print(f"gpu:{torch.cuda.get_device_name().replace(' ', '_')} compile_warmup:{compile_s:.1f}s "
+          f"step_avg:{step_ms:.1f}ms optimizers:{optimizer_ms:.1f}ms gpu_per_step:{per_step(sum(kinds.values())):.1f}ms")
+    for kind, us in kinds.most_common():
+        print(f"kind:{kind} gpu_per_step:{per_step(us):.1f}ms")
+    for name, us in kernels.most_common(cli.top):
+        print(f"{per_step(us):8.2f} ms  {name}")
+
+
+if __name__ == "__main__":
+    main()

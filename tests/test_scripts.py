@@ -1,0 +1,40 @@
+"""scripts/profile_step.py: its kernel kinds on real kernel names from an H100 profile, and its CPU error.
+Run: python3 -m pytest -q tests/test_scripts.py"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import profile_step  # noqa: E402
+
+# names as torch.profiler printed them for a training step of the defaults (one H100, torch 2.11, cut at 90
+# characters), and NCCL's all-gather kernel as it names it (one GPU runs no NCCL)
+H100_KERNELS = {
+    "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x": "attention",
+    "void cudnn::fusion::compute_dot_do_o_specialized<true, 64>(void const*, void const*, void*": "attention",
+    "void cudnn::fusion::fmha_reduce_head<true>(void const*, void*, unsigned int, unsigned int,": "attention",
+    "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT": "gemm",
+    "triton_per_fused__fused_rms_norm__fused_rms_norm_backward__to_copy__unsafe_view_add_mul_se": "inductor_triton",
+    "triton_poi_fused__to_copy__unsafe_view_mul_pow_relu_threshold_backward_view_2": "inductor_triton",
+    "_softcap_ce_kernel": "loss_kernel",
+    "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)": "nccl",
+    "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float, at::native::func_wrappe": "other_aten",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std:": "other_aten",
+}
+
+
+@pytest.mark.parametrize("name, kind", H100_KERNELS.items())
+def test_profile_step_sorts_kernels_into_kinds(name, kind):
+    assert profile_step.kernel_kind(name) == kind
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU error only")
+def test_profile_step_without_a_gpu_says_it_needs_one():
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "profile_step.py")], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode != 0 and "needs a CUDA GPU" in run.stderr
