@@ -860,14 +860,16 @@ class Muon(torch.optim.Optimizer):
                 g = torch.stack([p.grad for p in mine]).add_(torch.stack(bufs), alpha=momentum)  # Nesterov
                 g = g / g.norm(dim=-1, keepdim=True).clamp_min(1e-7) if self.row_normalize else g
                 local[: len(mine)] = self.orthogonalize(g, group["backend_steps"]) * max(1, g.size(1) / g.size(2)) ** 0.5
-            updates = local.new_empty((share * world, *local.shape[1:])) if world > 1 else local
+            updates = local
             if world > 1:  # async: this bank travels while the next one is orthogonalised
+                updates = local.new_empty((share * world, *local.shape[1:]))
                 gathers.append(ALL_GATHER(updates, local, async_op=True))
             banks.append((params, group, updates))
         for work in gathers:
             work.wait()
         for params, group, updates in banks:
-            torch._foreach_mul_(params, 1.0 - group["lr"] * group["weight_decay"])
+            if group["weight_decay"] > 0:  # else a pass over every matrix for nothing
+                torch._foreach_mul_(params, 1.0 - group["lr"] * group["weight_decay"])
             torch._foreach_add_(params, list(updates[: len(params)].to(params[0].dtype)), alpha=-group["lr"])
 
 def is_control_tensor(name: str) -> bool:

@@ -366,11 +366,16 @@ def test_muon_step_is_nesterov_then_orthogonalize_then_scale(shape):
 MIXED_SHAPES = [(8, 16), (16, 8), (8, 16), (24, 16), (8, 16), (16, 8)]  # banks of 3, 2 and 1 matrices
 
 
-def muon_on(shapes, world_size: int = 1, **settings) -> list[torch.Tensor]:
-    """Parameters after three Muon steps from fixed weights and gradients: one optimizer over all of them."""
+def muon_data(shapes) -> tuple[list[torch.Tensor], list[list[torch.Tensor]]]:
+    """Fixed initial weights, and three steps of gradients, for matrices of these shapes."""
     g = torch.Generator().manual_seed(7)
-    params = [nn.Parameter(torch.randn(*s, generator=g)) for s in shapes]
-    grads = [[torch.randn(*s, generator=g) for s in shapes] for _ in range(3)]
+    return [torch.randn(*s, generator=g) for s in shapes], [[torch.randn(*s, generator=g) for s in shapes] for _ in range(3)]
+
+
+def muon_on(shapes, **settings) -> list[torch.Tensor]:
+    """Parameters after three Muon steps on muon_data(shapes): one optimizer over all of them."""
+    p0, grads = muon_data(shapes)
+    params = [nn.Parameter(p) for p in p0]
     opt = train_gpt.Muon(params, lr=0.1, momentum=0.9, backend_steps=5, **settings)
     for step_grads in grads:
         for p, grad in zip(params, step_grads):
@@ -388,9 +393,7 @@ def test_muon_banks_same_shape_matrices_and_matches_them_stepped_one_by_one():
 
     banked = muon_on(MIXED_SHAPES, orthogonalize=exact, row_normalize=True, weight_decay=0.5)
     assert calls == [(3, 8, 16), (2, 16, 8), (1, 24, 16)] * 3  # one call per shape per step, in first-seen order
-    g = torch.Generator().manual_seed(7)  # muon_on's weights and gradients, each matrix by hand
-    p0 = [torch.randn(*s, generator=g) for s in MIXED_SHAPES]
-    grads = [[torch.randn(*s, generator=g) for s in MIXED_SHAPES] for _ in range(3)]
+    p0, grads = muon_data(MIXED_SHAPES)  # each matrix by hand
     for i in range(len(MIXED_SHAPES)):
         p, buf = p0[i].clone(), torch.zeros_like(p0[i])
         for step_grads in grads:
