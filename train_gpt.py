@@ -16,15 +16,12 @@ config is logged.
   torchrun --standalone --nproc_per_node=8 train_gpt.py
   # the 2026-04-05 record's techniques at once (sp8192 data; README: the record stack):
   RECIPE=record torchrun --standalone --nproc_per_node=8 train_gpt.py
-
-Sections, in order: config, logging and distributed helpers, data, the output loss (PyTorch
-reference and Triton kernel), model, optimizers, evaluation, export, training, main().
 """
 
 from __future__ import annotations
 
-import contextlib, copy, dataclasses, difflib, glob, hashlib, io, json, lzma, math
-import os, platform, signal, sys, time, uuid, zlib
+import contextlib, copy, dataclasses, difflib, glob, hashlib, importlib, io, json, lzma, math
+import os, platform, signal, sys, time, uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,11 +38,23 @@ except ImportError:
     triton = None
 
 # ==== Config ========================================================================================================
-# One dataclass, each field read from the environment variable of its name upper-cased, all validated before any GPU
-# work: a typo found after compiling on 8 GPUs is ten wasted minutes. An unknown variable like ours is an error.
+# One dataclass, each field read from the environment variable of its name upper-cased and validated before any GPU
+# work (a typo found after compiling on 8 GPUs is ten wasted minutes; an unknown variable like ours is an error). Each
+# field declares its rule and role: "model" fields shape the model (an artifact must match), "export" ones are in the
+# artifact's header.
 
 class ConfigError(ValueError):
     """A setting that cannot work; the message names the variable and the fix."""
+
+def require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+RULES = {"> 0": lambda v: v > 0, ">= 0": lambda v: v >= 0, "in [2, 8]": lambda v: 2 <= v <= 8,
+         "in [0, 1)": lambda v: 0 <= v < 1, "in [0, 1]": lambda v: 0 <= v <= 1}
+
+def setting(default, rule: str | tuple = "", role: str = ""):  # rule: a key of RULES, or the allowed words
+    return dataclasses.field(default=default, metadata=dict(rule=rule, role=role))
 
 @dataclass
 class Hyperparameters:
@@ -54,276 +63,293 @@ class Hyperparameters:
     data_dir: str = ""  # the records' layout: sets DATA_PATH and TOKENIZER_PATH from it and VOCAB_SIZE
     data_path: str = "./data/datasets/fineweb10B_sp1024"
     tokenizer_path: str = "./data/tokenizers/fineweb_1024_bpe.model"
-    run_id: str = ""  # empty: a fresh timestamped id
+    run_id: str = ""  # from_env makes an empty one a fresh timestamped id
     log_dir: str = "logs"
     artifact_path: str = "final_model.int8.ptz"
     seed: int = 1337
-    val_batch_size: int = 524_288  # validation tokens per step, summed over ranks and micro-steps
-    val_loss_every: int = 1000  # 0: validate only at the end
-    train_log_every: int = 200
+    val_batch_size: int = setting(524_288, "> 0")  # validation tokens per step, summed over ranks and micro-steps
+    val_loss_every: int = setting(1000, ">= 0")  # 0: validate only at the end
+    train_log_every: int = setting(200, "> 0")
     # length and schedule
-    iterations: int = 20_000
-    warmdown_iters: int = 3000
-    warmdown_frac: float = 0.0  # > 0: warm down over this fraction of the run (wallclock or steps)
-    min_lr: float = 0.0  # floor of the learning-rate multiplier
-    warmup_steps: int = 20  # compile warm-up steps, undone before training starts
-    train_batch_tokens: int = 393_216
+    iterations: int = setting(20_000, ">= 0")
+    warmdown_iters: int = setting(3000, ">= 0")
+    warmdown_frac: float = setting(0.0, "in [0, 1]")  # > 0: warm down over this fraction of the run
+    min_lr: float = setting(0.0, "in [0, 1]")  # floor of the learning-rate multiplier
+    warmup_steps: int = setting(20, ">= 0")  # compile warm-up steps, undone before training starts
+    train_batch_tokens: int = setting(393_216, "> 0")
     train_shuffle: bool = False  # 0: contiguous spans of the shards in order; 1: the record's shuffled sequences
-    train_seq_len: int = 4096
-    max_wallclock_seconds: float = 600.0  # 0: no cap
+    train_seq_len: int = setting(4096, "> 0")
+    max_wallclock_seconds: float = setting(600.0, ">= 0")  # 0: no cap
     # model
-    vocab_size: int = 1024
-    num_layers: int = 9
-    model_dim: int = 512
-    embedding_dim: int = 0  # 0 or MODEL_DIM: the factorised embedding is not implemented
-    num_heads: int = 8
-    num_kv_heads: int = 4
-    mlp_mult: float = 2.0  # hidden size int(MLP_MULT * MODEL_DIM)
-    mlp_act: str = "relu2"  # relu2 | leaky_relu2 (slope 0.5, squared)
-    tie_embeddings: bool = True
-    rope_base: float = 10_000.0
-    rope_dims: int = 0  # rotary on the first ROPE_DIMS dims of each head; 0: all
-    logit_softcap: float = 30.0
+    vocab_size: int = setting(1024, "> 0", "model")
+    num_layers: int = setting(9, "> 0", "model")
+    model_dim: int = setting(512, "> 0", "model")
+    embedding_dim: int = setting(0, ">= 0", "model")  # 0 or MODEL_DIM: the factorised embedding is not implemented
+    num_heads: int = setting(8, "> 0", "model")
+    num_kv_heads: int = setting(4, "> 0", "model")
+    mlp_mult: float = setting(2.0, "> 0", "model")  # hidden size int(MLP_MULT * MODEL_DIM)
+    mlp_act: str = setting("relu2", ("relu2", "leaky_relu2"), "model")  # leaky_relu2: slope 0.5, squared
+    tie_embeddings: bool = setting(True, "", "model")
+    rope_base: float = setting(10_000.0, "> 0", "model")
+    rope_dims: int = setting(0, ">= 0", "model")  # rotary on the first ROPE_DIMS dims of each head; 0: all
+    logit_softcap: float = setting(30.0, "> 0", "model")
     qk_gain_init: float = 1.5
-    xsa_last_n: int = 0  # exclusive self-attention in the last N layers (N >= NUM_LAYERS: all)
-    ln_scale: bool = False  # scale each block's normed inputs by 1/sqrt(layer+1)
-    skip_gates_enabled: bool = False  # sigmoid gates on the U-Net skips
-    parallel_residual_start: int = -1  # attention and MLP in parallel from this layer on; -1: off
-    num_loops: int = 0  # extra passes over layers LOOP_START..LOOP_END (depth recurrence); 0: off
-    loop_start: int = 0
-    loop_end: int = 0
-    enable_looping_at: float = 0.0  # fraction of training after which the loops run
+    xsa_last_n: int = setting(0, ">= 0", "model")  # exclusive self-attention in the last N layers (>= NUM_LAYERS: all)
+    ln_scale: bool = setting(False, "", "model")  # scale each block's normed inputs by 1/sqrt(layer+1)
+    skip_gates_enabled: bool = setting(False, "", "model")  # sigmoid gates on the U-Net skips
+    parallel_residual_start: int = setting(-1, "", "model")  # attention and MLP in parallel from this layer; -1: off
+    num_loops: int = setting(0, ">= 0", "model")  # extra passes over layers LOOP_START..LOOP_END; 0: off
+    loop_start: int = setting(0, "", "model")
+    loop_end: int = setting(0, "", "model")
+    enable_looping_at: float = setting(0.0, "in [0, 1]")  # fraction of training after which the loops run
     ortho_init: bool = False  # orthogonal init of the non-zero-init matrices (the records')
     # optimizers
-    matrix_lr: float = 0.02
-    scalar_lr: float = 0.02
-    tied_embed_lr: float = 0.03
-    tied_embed_init_std: float = 0.005
-    embed_lr: float = 0.6
-    head_lr: float = 0.008
-    muon_momentum: float = 0.99
-    muon_momentum_warmup_start: float = 0.92
-    muon_momentum_warmup_steps: int = 1500
-    muon_backend_steps: int = 5
+    matrix_lr: float = setting(0.02, ">= 0")
+    scalar_lr: float = setting(0.02, ">= 0")
+    tied_embed_lr: float = setting(0.03, ">= 0")
+    tied_embed_init_std: float = setting(0.005, ">= 0")
+    embed_lr: float = setting(0.6, ">= 0")
+    head_lr: float = setting(0.008, ">= 0")
+    muon_momentum: float = setting(0.99, "in [0, 1)")
+    muon_momentum_warmup_start: float = setting(0.92, "in [0, 1)")
+    muon_momentum_warmup_steps: int = setting(1500, ">= 0")
+    muon_backend_steps: int = setting(5, "> 0")
     muon_row_normalize: bool = False  # MuonEq-R: rows to unit norm before Newton-Schulz
-    muon_wd: float = 0.0  # decoupled weight decay: p *= 1 - lr * wd
-    adam_wd: float = 0.0  # on the scalars and control tensors
-    embed_wd: float = 0.0  # on the embedding
-    beta1: float = 0.9
-    beta2: float = 0.95
-    adam_eps: float = 1e-8
-    grad_clip_norm: float = 0.0  # 0: off
-    ema_decay: float = 0.0  # > 0: an EMA of the weights is what is exported and scored
+    muon_wd: float = setting(0.0, ">= 0")  # decoupled weight decay: p *= 1 - lr * wd
+    adam_wd: float = setting(0.0, ">= 0")  # on the scalars and control tensors
+    embed_wd: float = setting(0.0, ">= 0")  # on the embedding
+    beta1: float = setting(0.9, "in [0, 1)")
+    beta2: float = setting(0.95, "in [0, 1)")
+    adam_eps: float = setting(1e-8, "> 0")
+    grad_clip_norm: float = setting(0.0, ">= 0")  # 0: off
+    ema_decay: float = setting(0.0, "in [0, 1)")  # > 0: an EMA of the weights is what is exported and scored
     # implementation
-    loss_chunk_tokens: int = 0  # tokens per chunk of the output loss; 0: LOSS_CHUNK_ELEMENTS // vocab
-    loss_impl: str = "auto"  # auto (triton on CUDA, torch elsewhere) | triton | torch
+    loss_chunk_tokens: int = setting(0, ">= 0")  # tokens per chunk of the output loss; 0: LOSS_CHUNK_ELEMENTS // vocab
+    loss_impl: str = setting("auto", ("auto", "triton", "torch"))  # auto: triton on CUDA, torch elsewhere
     compile: bool = True  # torch.compile on CUDA; always off on CPU
     # export and scoring
-    matrix_bits: int = 8  # bits per weight of the block matrices (the record: 6)
-    embed_bits: int = 8  # bits per weight of the embedding
-    matrix_clip_sigmas: float = 0.0  # > 0: SD clip, each row's step k * std(row) / qmax; 0: int8's quantile clip
-    embed_clip_sigmas: float = 0.0
-    gptq_calibration_batches: int = 0  # > 0: GPTQ on this many training micro-batches' Hessians; 0: round to nearest
-    gptq_reserve_seconds: float = 0.0  # training stops this long before MAX_WALLCLOCK_SECONDS, leaving it to GPTQ
-    compressor: str = "zlib"  # zlib | lzma | brotli (the optional brotli package)
-    eval_stride: int = 0  # > 0: the score also from sliding windows, each scoring its last EVAL_STRIDE tokens
-    eval_seq_len: int = 0  # window of validation and scoring; 0: TRAIN_SEQ_LEN
+    matrix_bits: int = setting(8, "in [2, 8]", "export")  # bits per weight of the block matrices (the record: 6)
+    embed_bits: int = setting(8, "in [2, 8]", "export")  # bits per weight of the embedding
+    matrix_clip_sigmas: float = setting(0.0, ">= 0", "export")  # > 0: SD clip k * std(row) / qmax; 0: int8's quantile
+    embed_clip_sigmas: float = setting(0.0, ">= 0", "export")
+    gptq_calibration_batches: int = setting(0, ">= 0", "export")  # > 0: GPTQ on this many micro-batches' Hessians
+    gptq_reserve_seconds: float = setting(0.0, ">= 0")  # training stops this long before the cap, left to GPTQ
+    compressor: str = setting("zlib", ("zlib", "lzma", "brotli"), "export")  # the keys of COMPRESSORS
+    eval_stride: int = setting(0, ">= 0")  # > 0: the score also from sliding windows scoring their last EVAL_STRIDE
+    eval_seq_len: int = setting(0, ">= 0")  # window of validation and scoring; 0: TRAIN_SEQ_LEN
     eval_only: bool = False  # score the artifact at ARTIFACT_PATH with this config; no training
 
     @property
-    def train_pattern(self) -> str:
-        return os.path.join(self.data_path, "fineweb_train_*.bin")
-    @property
-    def val_pattern(self) -> str:
-        return os.path.join(self.data_path, "fineweb_val_*.bin")
-    @property
-    def val_seq_len(self) -> int:
+    def val_seq_len(self) -> int:  # the window of validation and scoring
         return self.eval_seq_len or self.train_seq_len
+
     @property
     def train_cap_ms(self) -> float:
-        """The training clock's cap: MAX_WALLCLOCK_SECONDS less GPTQ_RESERVE_SECONDS (GPTQ runs in the rest); 0: none."""
-        return 1000.0 * (self.max_wallclock_seconds - self.gptq_reserve_seconds) if self.max_wallclock_seconds > 0 else 0.0
+        """MAX_WALLCLOCK_SECONDS less GPTQ_RESERVE_SECONDS (GPTQ runs in the rest), in ms; 0: no cap."""
+        capped = self.max_wallclock_seconds > 0
+        return 1000.0 * (self.max_wallclock_seconds - self.gptq_reserve_seconds) if capped else 0.0
+
+    def settings(self, role: str) -> dict:  # {name: value} of the fields of a role
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("role") == role}
+
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Hyperparameters:
         """Defaults, then the values of RECIPE, then DATA_DIR's paths, then every variable set explicitly."""
         environ = dict(os.environ if environ is None else environ)
-        check_unknown_env(environ, [f.name.upper() for f in dataclasses.fields(cls)])
+        fields = dataclasses.fields(cls)
+        check_unknown_env(environ, [f.name.upper() for f in fields])
         recipe = environ.get("RECIPE", "").strip()
-        if recipe and recipe not in RECIPES:
-            raise ConfigError(f"RECIPE={recipe!r} is not one of {', '.join(RECIPES)} (or empty for the reference run).")
+        require(not recipe or recipe in RECIPES,
+                f"RECIPE={recipe!r} is not one of {', '.join(RECIPES)} (or empty for the reference run).")
         explicit = {f.name: parse_env_value(f.name.upper(), environ[f.name.upper()], type(f.default))
-                    for f in dataclasses.fields(cls) if f.name.upper() in environ}
+                    for f in fields if f.name.upper() in environ}
         values = dict(RECIPES.get(recipe, {}), recipe=recipe)
         data_dir = explicit.get("data_dir", "")
-        if data_dir:  # the records' layout: DATA_DIR/datasets/fineweb10B_spV and DATA_DIR/tokenizers/fineweb_V_bpe.model
+        if data_dir:  # the records' layout: DATA_DIR/datasets/fineweb10B_spV, DATA_DIR/tokenizers/fineweb_V_bpe.model
             vocab = explicit.get("vocab_size", values.get("vocab_size", cls.vocab_size))
             values["data_path"] = os.path.join(data_dir, "datasets", f"fineweb10B_sp{vocab}")
             values["tokenizer_path"] = os.path.join(data_dir, "tokenizers", f"fineweb_{vocab}_bpe.model")
+        if not explicit.get("run_id"):
+            explicit["run_id"] = time.strftime("%Y%m%d_%H%M%S_") + uuid.uuid4().hex[:8]
         args = cls(**(values | explicit))
         args.validate()
         return args
-    def validate(self) -> None:
-        def need(ok: bool, message: str) -> None:
-            if not ok:
-                raise ConfigError(message)
-        rules = {"> 0": (lambda v: v > 0, "val_batch_size train_log_every train_batch_tokens train_seq_len vocab_size "
-                         "num_layers model_dim num_heads num_kv_heads mlp_mult rope_base logit_softcap "
-                         "muon_backend_steps adam_eps"),
-                 ">= 0": (lambda v: v >= 0, "loss_chunk_tokens val_loss_every iterations warmdown_iters warmup_steps "
-                          "max_wallclock_seconds muon_momentum_warmup_steps grad_clip_norm matrix_lr scalar_lr "
-                          "tied_embed_lr embed_lr head_lr tied_embed_init_std muon_wd adam_wd embed_wd num_loops "
-                          "rope_dims xsa_last_n embedding_dim matrix_clip_sigmas embed_clip_sigmas "
-                          "gptq_calibration_batches gptq_reserve_seconds eval_stride eval_seq_len"),
-                 "in [2, 8]": (lambda v: 2 <= v <= 8, "matrix_bits embed_bits"),
-                 "in [0, 1)": (lambda v: 0 <= v < 1, "muon_momentum muon_momentum_warmup_start beta1 beta2 ema_decay"),
-                 "in [0, 1]": (lambda v: 0 <= v <= 1, "warmdown_frac min_lr enable_looping_at")}
-        for rule, (ok, names) in rules.items():
-            for name in names.split():
-                need(ok(getattr(self, name)), f"{name.upper()}={getattr(self, name)} must be {rule}.")
-        for name, allowed in [("loss_impl", ("auto", "triton", "torch")), ("mlp_act", ("relu2", "leaky_relu2")),
-                              ("compressor", ("zlib", "lzma", "brotli"))]:
-            need(getattr(self, name) in allowed, f"{name.upper()}={getattr(self, name)!r} must be one of {', '.join(allowed)}.")
-        need(self.model_dim % self.num_heads == 0, f"NUM_HEADS={self.num_heads} must divide MODEL_DIM={self.model_dim}.")
-        head_dim = self.model_dim // self.num_heads
-        need(head_dim % 2 == 0, f"MODEL_DIM/NUM_HEADS={head_dim} (the head size) must be even for rotary "
-             "embeddings: change MODEL_DIM or NUM_HEADS.")
-        need(self.rope_dims % 2 == 0 and self.rope_dims <= head_dim,
-             f"ROPE_DIMS={self.rope_dims} must be even and at most the head size {head_dim} (0: all).")
-        need(self.num_heads % self.num_kv_heads == 0, f"NUM_KV_HEADS={self.num_kv_heads} must divide NUM_HEADS={self.num_heads}.")
-        need(self.embedding_dim in (0, self.model_dim), f"EMBEDDING_DIM={self.embedding_dim}: the factorised "
-             f"embedding is not implemented; use 0 or MODEL_DIM={self.model_dim}.")
-        need(-1 <= self.parallel_residual_start < self.num_layers, f"PARALLEL_RESIDUAL_START="
-             f"{self.parallel_residual_start} must be -1 (off) or a layer index below NUM_LAYERS={self.num_layers}.")
-        need(self.num_loops == 0 or 0 <= self.loop_start <= self.loop_end < self.num_layers,
-             f"LOOP_START={self.loop_start} and LOOP_END={self.loop_end} must satisfy 0 <= LOOP_START <= LOOP_END < "
-             f"NUM_LAYERS={self.num_layers} when NUM_LOOPS={self.num_loops} > 0.")
-        need(self.vocab_size <= 65_536, f"VOCAB_SIZE={self.vocab_size} must be <= 65536: shards store uint16 tokens.")
-        need(self.train_batch_tokens % (GRAD_ACCUM_TOTAL * self.train_seq_len) == 0, f"TRAIN_BATCH_TOKENS="
-             f"{self.train_batch_tokens} must be a multiple of {GRAD_ACCUM_TOTAL}*TRAIN_SEQ_LEN="
-             f"{GRAD_ACCUM_TOTAL * self.train_seq_len} (8 micro-batches of whole sequences, split over the ranks).")
-        seq = "EVAL_SEQ_LEN" if self.eval_seq_len else "TRAIN_SEQ_LEN"
-        need(self.val_batch_size >= GRAD_ACCUM_TOTAL * self.val_seq_len, f"VAL_BATCH_SIZE={self.val_batch_size} must "
-             f"be at least {GRAD_ACCUM_TOTAL}*{seq}={GRAD_ACCUM_TOTAL * self.val_seq_len} (one sequence per micro-batch).")
-        need(self.eval_stride <= self.val_seq_len, f"EVAL_STRIDE={self.eval_stride} must be at most {seq}="
-             f"{self.val_seq_len}: each window scores its last EVAL_STRIDE tokens.")
-        for bits, sigmas in (("matrix_bits", "matrix_clip_sigmas"), ("embed_bits", "embed_clip_sigmas")):
-            need(getattr(self, bits) == 8 or getattr(self, sigmas) > 0, f"{bits.upper()}={getattr(self, bits)} needs "
-                 f"{sigmas.upper()} > 0 (the record: 12.85 for matrices, 20 for the embedding): the quantile clip is int8's.")
-        need(self.max_wallclock_seconds == 0 or self.gptq_reserve_seconds < self.max_wallclock_seconds,
-             f"GPTQ_RESERVE_SECONDS={self.gptq_reserve_seconds} must be below MAX_WALLCLOCK_SECONDS="
-             f"{self.max_wallclock_seconds} (it is taken from the training time under that cap).")
-        need(bool(self.run_id) == bool(self.run_id.strip()) and "/" not in self.run_id,
-             f"RUN_ID={self.run_id!r} must be a plain file name (no '/', not blank).")
 
-# Named sets of values (data, not code). "record" is the 2026-04-05 record
-# (SP8192_GPTQ-Embeddings_SDClip_Loop45x2, 1.0856 on 8xH100): its defaults where they differ from ours.
-# "p180" is the best we measured on the 180-second one-GPU proxy (README: the switch table).
+    def validate(self) -> None:
+        for f in dataclasses.fields(self):
+            name, value, rule = f.name.upper(), getattr(self, f.name), f.metadata.get("rule")
+            if isinstance(rule, tuple):
+                require(value in rule, f"{name}={value!r} must be one of {', '.join(rule)}.")
+            elif rule:
+                require(RULES[rule](value), f"{name}={value} must be {rule}.")
+        dim, heads, head_dim = self.model_dim, self.num_heads, self.model_dim // self.num_heads
+        require(dim % heads == 0, f"NUM_HEADS={heads} must divide MODEL_DIM={dim}.")
+        require(head_dim % 2 == 0, f"MODEL_DIM/NUM_HEADS={head_dim} (the head size) must be even for rotary "
+                "embeddings: change MODEL_DIM or NUM_HEADS.")
+        require(self.rope_dims % 2 == 0 and self.rope_dims <= head_dim,
+                f"ROPE_DIMS={self.rope_dims} must be even and at most the head size {head_dim} (0: all).")
+        require(heads % self.num_kv_heads == 0, f"NUM_KV_HEADS={self.num_kv_heads} must divide NUM_HEADS={heads}.")
+        require(self.embedding_dim in (0, dim), f"EMBEDDING_DIM={self.embedding_dim}: the factorised embedding is "
+                f"not implemented; use 0 or MODEL_DIM={dim}.")
+        require(-1 <= self.parallel_residual_start < self.num_layers, f"PARALLEL_RESIDUAL_START="
+                f"{self.parallel_residual_start} must be -1 (off) or a layer index below NUM_LAYERS={self.num_layers}.")
+        require(self.num_loops == 0 or 0 <= self.loop_start <= self.loop_end < self.num_layers,
+                f"LOOP_START={self.loop_start} and LOOP_END={self.loop_end} must satisfy 0 <= LOOP_START <= LOOP_END "
+                f"< NUM_LAYERS={self.num_layers} when NUM_LOOPS={self.num_loops} > 0.")
+        require(self.vocab_size <= 65_536, f"VOCAB_SIZE={self.vocab_size} must be <= 65536: shards store uint16 ids.")
+        n, seq = GRAD_ACCUM_TOTAL, "EVAL_SEQ_LEN" if self.eval_seq_len else "TRAIN_SEQ_LEN"
+        require(self.train_batch_tokens % (n * self.train_seq_len) == 0, f"TRAIN_BATCH_TOKENS="
+                f"{self.train_batch_tokens} must be a multiple of {n}*TRAIN_SEQ_LEN={n * self.train_seq_len} ({n} "
+                "micro-batches of whole sequences, split over the ranks).")
+        require(self.val_batch_size >= n * self.val_seq_len, f"VAL_BATCH_SIZE={self.val_batch_size} must be at least "
+                f"{n}*{seq}={n * self.val_seq_len} (one sequence per micro-batch).")
+        require(self.eval_stride <= self.val_seq_len, f"EVAL_STRIDE={self.eval_stride} must be at most {seq}="
+                f"{self.val_seq_len}: each window scores its last EVAL_STRIDE tokens.")
+        for bits, sigmas in QUANT_GROUPS.values():
+            require(getattr(self, bits) == 8 or getattr(self, sigmas) > 0, f"{bits.upper()}={getattr(self, bits)} "
+                    f"needs {sigmas.upper()} > 0 (the record: 12.85 for matrices, 20 for the embedding): the quantile "
+                    "clip is int8's.")
+        require(self.max_wallclock_seconds == 0 or self.gptq_reserve_seconds < self.max_wallclock_seconds,
+                f"GPTQ_RESERVE_SECONDS={self.gptq_reserve_seconds} must be below MAX_WALLCLOCK_SECONDS="
+                f"{self.max_wallclock_seconds} (it is taken from the training time under that cap).")
+        require(self.run_id.strip() != "" and "/" not in self.run_id,
+                f"RUN_ID={self.run_id!r} must be a plain file name (no '/', not blank).")
+
+# Named sets of values (data, not code). "record" is the 2026-04-05 record (SP8192_GPTQ-Embeddings_SDClip_Loop45x2,
+# 1.0856 on 8xH100): its defaults where they differ from ours. "p180": our best on the 180-second one-GPU proxy.
 RECIPES: dict[str, dict] = {
     "record": dict(vocab_size=8192, data_path="./data/datasets/fineweb10B_sp8192",
                    tokenizer_path="./data/tokenizers/fineweb_8192_bpe.model", num_layers=11, mlp_mult=4.0,
                    mlp_act="leaky_relu2", rope_dims=16, qk_gain_init=4.0, xsa_last_n=11, ln_scale=True,
                    skip_gates_enabled=True, num_loops=2, loop_start=4, loop_end=5, enable_looping_at=0.5,
-                   ortho_init=True, train_shuffle=True, train_seq_len=2048, train_batch_tokens=786_432, warmdown_frac=0.667,
-                   muon_row_normalize=True, muon_wd=0.085, adam_wd=0.02, embed_wd=0.085, grad_clip_norm=0.3,
-                   ema_decay=0.997, train_log_every=500, val_loss_every=4000, matrix_bits=6, embed_bits=8,
-                   matrix_clip_sigmas=12.85, embed_clip_sigmas=20.0, gptq_calibration_batches=64,
+                   ortho_init=True, train_shuffle=True, train_seq_len=2048, train_batch_tokens=786_432,
+                   warmdown_frac=0.667, muon_row_normalize=True, muon_wd=0.085, adam_wd=0.02, embed_wd=0.085,
+                   grad_clip_norm=0.3, ema_decay=0.997, train_log_every=500, val_loss_every=4000, matrix_bits=6,
+                   embed_bits=8, matrix_clip_sigmas=12.85, embed_clip_sigmas=20.0, gptq_calibration_batches=64,
                    gptq_reserve_seconds=12.0, compressor="brotli", eval_stride=64),
 }
 RECIPES["p180"] = dict(RECIPES["record"], num_layers=9, mlp_mult=3.0, num_loops=0, train_batch_tokens=262_144,
                        warmdown_frac=0.6, ema_decay=0.0, val_loss_every=0, train_log_every=50)
 
 GRAD_ACCUM_TOTAL = 8  # micro-batches per step, summed over ranks: world size must divide it
+QUANT_GROUPS = {"embed": ("embed_bits", "embed_clip_sigmas"), "matrix": ("matrix_bits", "matrix_clip_sigmas")}
 ENV_PREFIXES_NOT_OURS = ("OMP_", "CUDA_", "NCCL_", "TORCH", "PYTORCH_", "TRITON_", "MASTER_", "LOCAL_",
                          "GROUP_", "ROLE_", "NVIDIA_", "PYTHON", "LC_", "XDG_", "MKL_", "KMP_", "GLOO_")
 BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 def parse_env_value(name: str, raw: str, kind: type):
-    text = raw.strip()
-    try:
-        if kind is bool:
-            return BOOL_WORDS[text.lower()]
-        if kind is int:
-            with contextlib.suppress(ValueError):
-                return int(text)
-            if not (value := float(text)).is_integer():  # accept 1e5 or 2048.0, but not 2.5
-                raise ValueError
-            return int(value)
-        if kind is float:
-            if not math.isfinite(value := float(text)):
-                raise ValueError
-            return value
+    """raw as the field's type: a bool from BOOL_WORDS, an int also as 1e5 or 2048.0 (not 2.5), a finite float."""
+    if kind is str:
         return raw
-    except (KeyError, ValueError):
-        expected = {bool: "0 or 1", int: "an integer", float: "a finite number"}[kind]
-        raise ConfigError(f"{name}={raw!r} is not {expected}.") from None
+    text = raw.strip()
+    expected = {bool: "0 or 1", int: "an integer", float: "a finite number"}[kind]
+    if kind is bool:
+        require(text.lower() in BOOL_WORDS, f"{name}={raw!r} is not {expected}.")
+        return BOOL_WORDS[text.lower()]
+    if kind is int:
+        with contextlib.suppress(ValueError):
+            return int(text)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    require(math.isfinite(value) and (kind is float or value.is_integer()), f"{name}={raw!r} is not {expected}.")
+    return value if kind is float else int(value)
+
+def abbreviates(name: str, ours: str) -> bool:
+    """Each word of name starts the same word of ours (at least 2 letters, a plural S dropped): ITERS, NUM_LAY."""
+    words, full = name.split("_"), ours.split("_")
+    each = all(len(w) > 1 and o.startswith(w.removesuffix("S")) for w, o in zip(words, full))
+    return len(words) == len(full) and each
 
 def check_unknown_env(environ: dict[str, str], known: list[str]) -> None:
     """A typo of ours: another case (iterations), near (NUM_LAYER), abbreviated word by word (ITERS, NUM_LAY)."""
-    def abbreviates(name: str, ours: str) -> bool:  # each word a prefix of ours (a plural S dropped); ours itself too
-        words, full = name.split("_"), ours.split("_")
-        return len(words) == len(full) and all(len(w) > 1 and o.startswith(w.removesuffix("S")) for w, o in zip(words, full))
     for name in environ:
         upper = name.upper()
         if name in known or upper.startswith(ENV_PREFIXES_NOT_OURS):
             continue
         near = [k for k in known if abbreviates(upper, k)] or difflib.get_close_matches(upper, known, n=1, cutoff=0.85)
         if near:
-            raise ConfigError(f"unknown environment variable {name}={environ[name]!r}: did you mean "
-                              f"{near[0]}? Rename it, or unset it if it is not meant for this script.")
+            raise ConfigError(f"unknown environment variable {name}={environ[name]!r}: did you mean {near[0]}? Rename "
+                              "it, or unset it if it is not meant for this script.")
 
-# ==== Logging and distributed helpers ===============================================================================
+# ==== Logging, processes and the run ===============================================================================
 # Rank 0 writes logs/RUN_ID.txt (flushed as it goes) and prints; other ranks stay silent. Every event is one line of
-# key:value tokens so that logs can be parsed; units are part of the names.
+# key:value tokens so that logs can be parsed; units are part of the names. A Run carries what every phase needs.
 
 @dataclass
 class DistContext:
+    """This process among the W of the run: its rank, its device, its share of the step's micro-batches."""
     rank: int
     world_size: int
     local_rank: int
     device: torch.device
-    grad_accum_steps: int
 
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
 
-def read_dist_env() -> tuple[int, int, int]:
+    @property
+    def grad_accum_steps(self) -> int:
+        return GRAD_ACCUM_TOTAL // self.world_size
+
+    def autocast(self):
+        """bf16 matmuls under autocast on CUDA; on the CPU everything stays fp32."""
+        return torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else contextlib.nullcontext()
+
+    def all_reduce(self, tensor: Tensor, op=dist.ReduceOp.SUM) -> Tensor:
+        """tensor reduced over the ranks, in place; as it is with one process."""
+        if self.distributed:
+            dist.all_reduce(tensor, op=op)
+        return tensor
+
+    def clock(self) -> float:
+        """time.perf_counter() once the device's queued work is done: every timed region starts and ends with one."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+def dist_context() -> DistContext:
+    """This process's place from torchrun's variables (one process without them); no process group yet."""
     try:
         rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     except ValueError:
         raise ConfigError("RANK, WORLD_SIZE and LOCAL_RANK must be integers (torchrun sets them).") from None
-    if world_size < 1 or GRAD_ACCUM_TOTAL % world_size:
-        raise ConfigError(f"WORLD_SIZE={world_size} must divide {GRAD_ACCUM_TOTAL}: run with "
-                          "--nproc_per_node of 1, 2, 4 or 8.")
-    return rank, world_size, local_rank
-
-def setup_distributed() -> DistContext:
-    rank, world_size, local_rank = read_dist_env()
+    require(world_size >= 1 and GRAD_ACCUM_TOTAL % world_size == 0, f"WORLD_SIZE={world_size} must divide "
+            f"{GRAD_ACCUM_TOTAL}: run with --nproc_per_node of 1, 2, 4 or 8.")
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    if world_size > 1 and device.type == "cuda":
-        dist.init_process_group(backend="nccl", device_id=device)
-    elif world_size > 1:
+    return DistContext(rank, world_size, local_rank, device)
+
+def init_distributed(ctx: DistContext) -> None:
+    """Select this rank's GPU and join the process group: NCCL on CUDA, gloo on CPU."""
+    if ctx.device.type == "cuda":
+        torch.cuda.set_device(ctx.device)
+    if ctx.distributed and ctx.device.type == "cuda":
+        dist.init_process_group(backend="nccl", device_id=ctx.device)
+    elif ctx.distributed:
         dist.init_process_group(backend="gloo")
-    return DistContext(rank, world_size, local_rank, device, GRAD_ACCUM_TOTAL // world_size)
 
 class Logger:
-    """Rank 0 appends to the log file and prints; `log(**fields)` writes one key:value line."""
+    """Rank 0 appends to the log file, which its first line creates, and prints; other ranks pass None. `log(**fields)`
+    writes one key:value line."""
+
     def __init__(self, path: Path | None):
-        self.file, self.progress = None, {}  # progress: where training is, for the line an interrupt logs
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self.file = open(path, "x", encoding="utf-8")  # "x": never overwrite an earlier run's log
+        self.path, self.file, self.progress = path, None, {}  # progress: where training is, for an interrupt's line
+
     def text(self, message: str, console: bool = True) -> None:
-        if self.file is not None:
+        if self.path is not None:
+            if self.file is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.file = open(self.path, "x", encoding="utf-8")  # "x": never overwrite an earlier run's log
             self.file.write(message + "\n")  # the file first: an interrupt between the two leaves the log complete
             self.file.flush()
             if console:
                 print(message, flush=True)
+
     def log(self, **fields) -> None:
         self.text(" ".join(f"{k}:{format_value(v)}" for k, v in fields.items()))
+
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
@@ -333,16 +359,25 @@ def format_value(value) -> str:
         return f"{value:.4f}" if abs(value) < 1e6 else f"{value:.0f}"
     return str(value)
 
-def synced_clock(device: torch.device) -> float:
-    """time.perf_counter() once the device's queued work is done: every timed region starts and ends with one."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
+@dataclass
+class Run:
+    """What every phase needs, made by the pre-flight (at the end of the file) once every input has passed. No file is
+    written before the process group has formed: every rank's pre-flight checks come first."""
+    args: Hyperparameters
+    ctx: DistContext
+    log: Logger
+    val: ValData
+    train_files: list[Path]  # every id below VOCAB_SIZE; none with EVAL_ONLY
+    loss_impl: str  # torch | triton, and why (the log says both)
+    loss_impl_reason: str
+    tokenizer_verified: str  # yes: DATA_PATH's manifest records this tokenizer; no_manifest: none does
+    artifact: tuple[dict, bytes] | None  # EVAL_ONLY: the header (of the config's model) and payload to score
 
 # ==== Data ==========================================================================================================
 # A shard is a 256 x int32 header (magic, version, token count, zeros), then uint16 tokens: documents concatenated,
-# each after a BOS. Training reads the shards in order, a contiguous span of TRAIN_BATCH_TOKENS a step (+1 per
-# micro-batch for the shifted targets), rank r of W its own part of it: the global batch does not depend on W.
+# each after a BOS (data/build_shards.py writes them). Training reads the shards in order, a contiguous span of
+# TRAIN_BATCH_TOKENS a step (+1 per micro-batch for the shifted targets), rank r of W its own part of it: the global
+# batch does not depend on W.
 
 SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
@@ -371,10 +406,11 @@ def read_shard_header(path: str | Path, vocab_size: int = 0) -> int:
     if num_tokens < 0 or size != expected:
         raise ShardError(f"{path}: header says {num_tokens} tokens ({expected} bytes) but the file has "
                          f"{size} bytes. The file is truncated or corrupt: delete it and fetch it again.")
-    tokens = np.memmap(path, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (num_tokens,)) if vocab_size and num_tokens else [0]
-    if (top := int(np.max(tokens))) >= max(vocab_size, 1):
-        raise ShardError(f"{path}: token id {top} >= VOCAB_SIZE={vocab_size}: made with another tokenizer. Set "
-                         "VOCAB_SIZE and TOKENIZER_PATH to that tokenizer's, or rebuild it with data/build_shards.py.")
+    if vocab_size and num_tokens:
+        top = int(np.max(np.memmap(path, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (num_tokens,))))
+        if top >= vocab_size:
+            raise ShardError(f"{path}: token id {top} >= VOCAB_SIZE={vocab_size}: made with another tokenizer. Set "
+                             "VOCAB_SIZE and TOKENIZER_PATH to that tokenizer's, or rebuild it (data/build_shards.py).")
     return num_tokens
 
 def load_data_shard(path: str | Path, vocab_size: int = 0) -> Tensor:
@@ -382,15 +418,6 @@ def load_data_shard(path: str | Path, vocab_size: int = 0) -> Tensor:
     num_tokens = read_shard_header(path, vocab_size)
     tokens = np.fromfile(path, dtype=SHARD_TOKEN_DTYPE, count=num_tokens, offset=SHARD_HEADER_BYTES)
     return torch.from_numpy(tokens.astype(np.uint16, copy=False))
-
-def write_data_shard(path: str | Path, tokens) -> None:
-    """Write tokens (any int array-like, values < 65536) as a shard; atomic (temp file + rename)."""
-    array = np.asarray(tokens)
-    if array.ndim != 1 or (array.size and (array.min() < 0 or array.max() >= 2**16)):
-        raise ShardError(f"{path}: tokens must be a 1-D array of ids in [0, 65536).")
-    header = np.zeros(SHARD_HEADER_INTS, dtype="<i4")
-    header[:3] = (SHARD_MAGIC, SHARD_VERSION, array.size)
-    write_atomic(path, header.tobytes() + array.astype(SHARD_TOKEN_DTYPE).tobytes())
 
 def write_atomic(path: str | Path, data: bytes) -> None:
     """A temp file beside path, then a rename: no reader sees half a file, and an interrupt leaves none behind."""
@@ -403,28 +430,25 @@ def write_atomic(path: str | Path, data: bytes) -> None:
     finally:
         tmp.unlink(missing_ok=True)
 
-def find_shards(pattern: str, what: str) -> list[Path]:
+def find_shards(data_path: str, split: str) -> list[Path]:
+    """The shards DATA_PATH/fineweb_{split}_*.bin of a split, "train" or "val", sorted; an error names what is there."""
+    pattern = os.path.join(data_path, f"fineweb_{split}_*.bin")
     files = sorted(Path(p) for p in glob.glob(pattern))
     if not files:
         here = sorted({str(p.parent) for p in Path("data/datasets").glob("*/fineweb_train_*.bin")})
-        raise FileNotFoundError(f"no {what} shards match {pattern}. Set DATA_PATH to the folder with "
-                                "fineweb_train_*.bin and fineweb_val_*.bin (under ./data/datasets: "
-                                f"{', '.join(here) or 'none'}), or fetch them: python3 "
+        raise FileNotFoundError(f"no {'training' if split == 'train' else 'validation'} shards match {pattern}. Set "
+                                "DATA_PATH to the folder with fineweb_train_*.bin and fineweb_val_*.bin (under "
+                                f"./data/datasets: {', '.join(here) or 'none'}), or fetch them: python3 "
                                 "data/cached_challenge_fineweb.py --variant sp1024 --train-shards 1")
-    return files
-
-def check_train_shards(pattern: str, vocab_size: int = 0) -> list[Path]:
-    """Validate every training shard now, not an hour into the run; an empty set would loop forever."""
-    files = find_shards(pattern, "training")
-    if sum(read_shard_header(path, vocab_size) for path in files) == 0:
-        raise ShardError(f"the training shards {pattern} hold no tokens: rebuild or re-download them.")
     return files
 
 class DistributedTokenLoader:
     """The shards in order, wrapping around; each call takes one micro-batch per rank, keeps this rank's."""
-    def __init__(self, pattern: str, ctx: DistContext):
-        self.files, self.ctx = check_train_shards(pattern), ctx
+
+    def __init__(self, files: list[Path], ctx: DistContext):
+        self.files, self.ctx = files, ctx
         self.file_index, self.tokens, self.pos = -1, torch.empty(0, dtype=torch.uint16), 0
+
     def take(self, n: int) -> Tensor:
         parts = []
         while n > 0:
@@ -436,42 +460,52 @@ class DistributedTokenLoader:
             parts.append(self.tokens[self.pos : self.pos + k])
             self.pos, n = self.pos + k, n - k
         return parts[0] if len(parts) == 1 else torch.cat(parts)
+
     def next_batch(self, micro_batch_tokens: int, seq_len: int) -> tuple[Tensor, Tensor]:
         span = micro_batch_tokens + 1
         chunk = self.take(span * self.ctx.world_size)
         local = chunk[self.ctx.rank * span : (self.ctx.rank + 1) * span].to(torch.int64)
         return self.to_device(local[:-1].reshape(-1, seq_len), local[1:].reshape(-1, seq_len))
+
     def to_device(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
         return x.to(self.ctx.device, non_blocking=True), y.to(self.ctx.device, non_blocking=True)
 
 class ShuffledSequenceLoader(DistributedTokenLoader):
-    """TRAIN_SHUFFLE=1, the 2026-04-05 record's sampling: whole sequences (seq_len + 1 tokens) cut from each shard at a
-    random phase, drawn in a random order without replacement, reshuffled when too few are left for a step. The order
-    comes from SEED alone: every rank draws the same global micro-batch and keeps its part, whatever the process count."""
-    def __init__(self, pattern: str, ctx: DistContext, seed: int):
-        files = check_train_shards(pattern)
+    """TRAIN_SHUFFLE=1, the 2026-04-05 record's sampling: whole sequences (seq_len + 1 tokens) cut from each shard at
+    a random phase, drawn in a random order without replacement, reshuffled when too few are left for a step. The
+    order comes from SEED alone: every rank draws the same global micro-batch and keeps its part, whatever W is."""
+
+    def __init__(self, files: list[Path], ctx: DistContext, seed: int):
         self.shards = [np.memmap(f, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (read_shard_header(f),)) for f in files]
-        self.ctx, self.rng, self.order, self.pos = ctx, np.random.default_rng(seed), np.empty((0, 2), np.int64), 0
+        self.ctx, self.rng = ctx, np.random.default_rng(seed)
+        self.order, self.pos = np.empty((0, 2), np.int64), 0  # (shard, start) of each sequence, and the next one
+
+    def reshuffle(self, seq_len: int) -> None:
+        pairs = []
+        for i, shard in enumerate(self.shards):
+            starts = np.arange(int(self.rng.integers(seq_len)), len(shard) - seq_len, seq_len)
+            pairs.append(np.stack([np.full_like(starts, i), starts], 1))
+        order = np.concatenate(pairs)
+        self.order, self.pos = order[self.rng.permutation(len(order))], 0
+
     def next_batch(self, micro_batch_tokens: int, seq_len: int) -> tuple[Tensor, Tensor]:
         n = micro_batch_tokens // seq_len
         step = n * GRAD_ACCUM_TOTAL  # a new epoch only between whole steps, so W does not change the order
-        if self.pos % step == 0 and self.pos + step > len(self.order):  # (shard, start) pairs, shuffled
-            pairs = [np.stack([np.full_like(s, i), s], 1) for i, shard in enumerate(self.shards)
-                     for s in [np.arange(int(self.rng.integers(seq_len)), len(shard) - seq_len, seq_len)]]
-            self.order, self.pos = np.concatenate(pairs), 0
-            self.order = self.order[self.rng.permutation(len(self.order))]
+        if self.pos % step == 0 and self.pos + step > len(self.order):
+            self.reshuffle(seq_len)
             if len(self.order) < step:
                 raise ShardError(f"the training shards hold {len(self.order)} sequences of TRAIN_SEQ_LEN={seq_len}, "
                                  f"fewer than one step ({step}): add data or set TRAIN_SHUFFLE=0.")
         rows = self.order[self.pos + self.ctx.rank * n : self.pos + (self.ctx.rank + 1) * n]
         self.pos += n * self.ctx.world_size
-        w = torch.from_numpy(np.stack([self.shards[i][s : s + seq_len + 1] for i, s in rows]).astype(np.int64))
-        return self.to_device(w[:, :-1], w[:, 1:])
+        sequences = np.stack([self.shards[i][start : start + seq_len + 1] for i, start in rows])
+        sequences = torch.from_numpy(sequences.astype(np.int64))
+        return self.to_device(sequences[:, :-1], sequences[:, 1:])
 
-def make_train_loader(args: Hyperparameters, ctx: DistContext) -> DistributedTokenLoader:
+def make_train_loader(args: Hyperparameters, files: list[Path], ctx: DistContext) -> DistributedTokenLoader:
     if args.train_shuffle:
-        return ShuffledSequenceLoader(args.train_pattern, ctx, args.seed)
-    return DistributedTokenLoader(args.train_pattern, ctx)
+        return ShuffledSequenceLoader(files, ctx, args.seed)
+    return DistributedTokenLoader(files, ctx)
 
 # ==== Output loss ===================================================================================================
 # logits = x @ W^T, softcap z = c*tanh(logits/c), cross entropy, mean over tokens, in chunks of LOSS_CHUNK_TOKENS rows
@@ -482,8 +516,7 @@ def make_train_loader(args: Hyperparameters, ctx: DistContext) -> DistributedTok
 LOSS_CHUNK_ELEMENTS = 2**27  # default chunk: 128M logits, a 256 MiB bf16 buffer (16384 tokens at V=8192)
 
 def loss_chunk_tokens(requested: int, vocab_size: int) -> int:
-    """LOSS_CHUNK_TOKENS, or for 0 the most tokens whose (tokens, vocab) logits fit LOSS_CHUNK_ELEMENTS:
-    small vocabularies then run in one chunk (fewer, larger GEMMs), large ones stay bounded in memory."""
+    """LOSS_CHUNK_TOKENS, or for 0 as many as fit LOSS_CHUNK_ELEMENTS logits: one chunk for small vocabularies."""
     return requested if requested > 0 else max(1, LOSS_CHUNK_ELEMENTS // vocab_size)
 
 def softcap_ce_chunk_torch(logits: Tensor, targets: Tensor, loss_rows: Tensor, softcap: float, grad_scale: float,
@@ -564,7 +597,8 @@ def softcap_ce_chunk_triton(logits: Tensor, targets: Tensor, loss_rows: Tensor, 
     n, V = logits.shape
     if not (logits.is_contiguous() and targets.is_contiguous() and loss_rows.is_contiguous() and targets.shape ==
             loss_rows.shape == (n,) and targets.dtype == torch.int64 and loss_rows.dtype == torch.float32):
-        raise ValueError("softcap_ce_chunk_triton: want contiguous logits (n, V), int64 targets (n,), fp32 loss_rows (n,)")
+        raise ValueError("softcap_ce_chunk_triton: want contiguous logits (n, V), int64 targets (n,), fp32 loss_rows "
+                         "(n,)")
     if reason := triton_unavailable_reason(V, softcap):
         raise ValueError(f"softcap_ce_chunk_triton: {reason}")
     block_v = triton.next_power_of_2(V)
@@ -655,6 +689,7 @@ def rms_norm(x: Tensor) -> Tensor:
 
 class CastedLinear(nn.Linear):
     """A bias-free linear layer whose fp32 weight is cast to the input's dtype at the matmul."""
+
     def __init__(self, in_features: int, out_features: int, zero_init: bool = False):
         super().__init__(in_features, out_features, bias=False)
         self.zero_init = zero_init
@@ -664,7 +699,7 @@ class CastedLinear(nn.Linear):
     def forward(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight.to(x.dtype))
 
-def rotary_cos_sin(seq_len: int, rope_dims: int, base: float, device: torch.device) -> tuple[Tensor, Tensor]:
+def rotary_cos_sin(seq_len: int, rope_dims: int, base: float, device) -> tuple[Tensor, Tensor]:
     inv_freq = 1.0 / base ** (torch.arange(0, rope_dims, 2, device=device, dtype=torch.float32) / rope_dims)
     freqs = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
     return freqs.cos()[None, None], freqs.sin()[None, None]  # (1, 1, T, rope_dims/2)
@@ -698,17 +733,18 @@ class CausalSelfAttention(nn.Module):
         self.q_gain = nn.Parameter(torch.full((args.num_heads,), args.qk_gain_init))
         self.post = exclusive_self_attention if xsa else (lambda y, v: y)
         # tables, not traced math: compiled, the latter made every rotary kernel recompute cos and sin per element
-        tables = rotary_cos_sin(max(args.train_seq_len, args.val_seq_len), self.rope_dims, self.rope_base, torch.device("cpu"))
-        self.register_buffer("rope_cos", tables[0], persistent=False)  # not in the state dict or the artifact
-        self.register_buffer("rope_sin", tables[1], persistent=False)
+        cos, sin = rotary_cos_sin(max(args.train_seq_len, args.val_seq_len), self.rope_dims, self.rope_base, "cpu")
+        self.register_buffer("rope_cos", cos, persistent=False)  # not in the state dict or the artifact
+        self.register_buffer("rope_sin", sin, persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
         B, T, C = x.shape
         q = self.c_q(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
         k = self.c_k(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
         v = self.c_v(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        cos, sin = (self.rope_cos[:, :, :T], self.rope_sin[:, :, :T]) if T <= self.rope_cos.size(2) else \
-            rotary_cos_sin(T, self.rope_dims, self.rope_base, x.device)
+        cos, sin = self.rope_cos[:, :, :T], self.rope_sin[:, :, :T]
+        if T > self.rope_cos.size(2):  # longer than any sequence of the config: computed on the fly
+            cos, sin = rotary_cos_sin(T, self.rope_dims, self.rope_base, x.device)
         q = apply_rotary(rms_norm(q), cos, sin) * self.q_gain.to(q.dtype)[None, :, None, None]
         k = apply_rotary(rms_norm(k), cos, sin)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.num_kv_heads != self.num_heads)
@@ -730,6 +766,7 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """x = mix0*x + mix1*x0, then attention and MLP residual branches on RMS-normed inputs, in sequence
     or (from PARALLEL_RESIDUAL_START on, GPT-J style) both reading the same input."""
+
     def __init__(self, args: Hyperparameters, layer: int):
         super().__init__()
         dim = args.model_dim
@@ -742,12 +779,15 @@ class Block(nn.Module):
         self.norm = (lambda x: rms_norm(x) * scale) if scale else rms_norm
         parallel = 0 <= args.parallel_residual_start <= layer
         self.residual = self.parallel_residual if parallel else self.sequential_residual
+
     def sequential_residual(self, x: Tensor) -> Tensor:
         x = x + self.attn_scale.to(x.dtype) * self.attn(self.norm(x))
         return x + self.mlp_scale.to(x.dtype) * self.mlp(self.norm(x))
+
     def parallel_residual(self, x: Tensor) -> Tensor:
         h = self.norm(x)
         return x + self.attn_scale.to(x.dtype) * self.attn(h) + self.mlp_scale.to(x.dtype) * self.mlp(h)
+
     def forward(self, x: Tensor, x0: Tensor) -> Tensor:
         mix = self.resid_mix.to(x.dtype)
         return self.residual(mix[0] * x + mix[1] * x0)
@@ -762,7 +802,10 @@ def layer_order(args: Hyperparameters, looping: bool) -> tuple[list[int], list[i
     return order[: len(order) // 2], order[len(order) // 2 :]
 
 class GPT(nn.Module):
-    def __init__(self, args: Hyperparameters, loss_impl: str = "torch", activation_dtype=torch.float32):
+    """compile_scoring: the forward pass that scoring runs (hidden states, no loss) is compiled, a graph per shape."""
+
+    def __init__(self, args: Hyperparameters, loss_impl: str = "torch", activation_dtype=torch.float32,
+                 compile_scoring: bool = False):
         super().__init__()
         self.logit_softcap = args.logit_softcap
         self.loss_chunk_tokens = loss_chunk_tokens(args.loss_chunk_tokens, args.vocab_size)
@@ -770,7 +813,7 @@ class GPT(nn.Module):
         self.tok_emb = nn.Embedding(args.vocab_size, args.model_dim)
         nn.init.normal_(self.tok_emb.weight, std=args.tied_embed_init_std if args.tie_embeddings else 1.0)
         self.orders = {False: layer_order(args, False), True: layer_order(args, args.num_loops > 0)}
-        self.looping = False  # set by training at ENABLE_LOOPING_AT; each value is its own compiled graph
+        self.looping = False  # which order runs: training sets it at ENABLE_LOOPING_AT, scoring from the artifact
         num_skips = max(min(len(enc), len(dec)) for enc, dec in self.orders.values())
         self.skip_weights = nn.Parameter(torch.ones(num_skips, args.model_dim))
         self.skip_gates = nn.Parameter(torch.zeros(num_skips, args.model_dim)) if args.skip_gates_enabled else None
@@ -780,11 +823,16 @@ class GPT(nn.Module):
             for m in self.modules():
                 if isinstance(m, CastedLinear) and not m.zero_init and min(m.weight.shape) >= 64:
                     nn.init.orthogonal_(m.weight)
+        self.scoring_hidden = self.hidden
+        if compile_scoring:
+            self.scoring_hidden = torch.compile(self.hidden, dynamic=False, fullgraph=True)
+
     def add_skip(self, x: Tensor, skip: Tensor, i: int) -> Tensor:
         skip = self.skip_weights[i].to(x.dtype) * skip
         if self.skip_gates is None:
             return x + skip
         return torch.lerp(skip, x, torch.sigmoid(self.skip_gates[i].to(x.dtype)))  # gate 0.5 at init
+
     def hidden(self, input_ids: Tensor) -> Tensor:
         """input_ids (B, T) int64 -> the normed final hidden states (B, T, C) that the tied head reads."""
         x = rms_norm(self.tok_emb(input_ids)).to(self.activation_dtype)
@@ -798,11 +846,13 @@ class GPT(nn.Module):
                 x = self.add_skip(x, skips.pop(), j)
             x = self.blocks[i](x, x0)
         return rms_norm(x).to(self.activation_dtype)
+
     def loss(self, h: Tensor, target_ids: Tensor, per_token: bool = False) -> Tensor:
         """Hidden states (..., C) and their targets (...) -> mean cross entropy (fp32), or each token's."""
         head = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
         return softcap_ce_loss(h.reshape(-1, h.size(-1)), head, target_ids.reshape(-1), self.logit_softcap,
                                self.loss_chunk_tokens, self.loss_impl, per_token)
+
     def forward(self, input_ids: Tensor, target_ids: Tensor) -> Tensor:
         """input_ids, target_ids: (B, T) int64 -> mean cross entropy over all B*T tokens (fp32)."""
         return self.loss(self.hidden(input_ids), target_ids)
@@ -834,6 +884,7 @@ def newton_schulz_orthogonalize(G: Tensor, steps: int, eps: float = 1e-7) -> Ten
 class Muon(torch.optim.Optimizer):
     """row_normalize (MuonEq-R): the Nesterov update's rows to unit norm before Newton-Schulz. Decoupled weight_decay:
     p *= 1 - lr * wd before the update. The params are grouped into banks of one shape here."""
+
     def __init__(self, params, lr: float, momentum: float, backend_steps: int, orthogonalize=None,
                  row_normalize: bool = False, weight_decay: float = 0.0):
         params = list(params)
@@ -845,7 +896,8 @@ class Muon(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self):
-        world, rank = (dist.get_world_size(), dist.get_rank()) if dist.is_available() and dist.is_initialized() else (1, 0)
+        distributed = dist.is_available() and dist.is_initialized()
+        world, rank = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
         gathers, banks = [], []
         for group in self.param_groups:
             params, momentum = group["params"], group["momentum"]
@@ -859,7 +911,8 @@ class Muon(torch.optim.Optimizer):
                 torch._foreach_add_(bufs, [p.grad for p in mine])
                 g = torch.stack([p.grad for p in mine]).add_(torch.stack(bufs), alpha=momentum)  # Nesterov
                 g = g / g.norm(dim=-1, keepdim=True).clamp_min(1e-7) if self.row_normalize else g
-                local[: len(mine)] = self.orthogonalize(g, group["backend_steps"]) * max(1, g.size(1) / g.size(2)) ** 0.5
+                aspect = max(1, g.size(1) / g.size(2)) ** 0.5  # sqrt(rows / cols) for tall matrices
+                local[: len(mine)] = self.orthogonalize(g, group["backend_steps"]) * aspect
             updates = local
             if world > 1:  # async: this bank travels while the next one is orthogonalised
                 updates = local.new_empty((share * world, *local.shape[1:]))
@@ -879,7 +932,8 @@ def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> l
     block_params = list(model.blocks.named_parameters())
     matrix_params = [p for n, p in block_params if p.ndim == 2 and not is_control_tensor(n)]
     scalar_params = [p for n, p in block_params if p.ndim < 2 or is_control_tensor(n)] + [model.skip_weights]
-    scalar_params += [] if model.skip_gates is None else [model.skip_gates]
+    if model.skip_gates is not None:
+        scalar_params.append(model.skip_gates)
     embed_lr = args.tied_embed_lr if model.lm_head is None else args.embed_lr
     adam_groups = [dict(params=[model.tok_emb.weight], lr=embed_lr, base_lr=embed_lr, weight_decay=args.embed_wd),
                    dict(params=scalar_params, lr=args.scalar_lr, base_lr=args.scalar_lr, weight_decay=args.adam_wd)]
@@ -908,26 +962,43 @@ class ValData:
     seq_len: int
     batch_seqs: int  # sequences per rank per evaluation batch
 
-def load_tokenizer(path: str, vocab_size: int):
+def load_tokenizer(path: str, vocab_size: int) -> tuple[object, tuple[Tensor, Tensor, Tensor]]:
+    """The SentencePiece model at path, of VOCAB_SIZE pieces, and its byte tables (build_byte_luts), both checked."""
     import sentencepiece as spm
+
     if not Path(path).is_file():
         raise FileNotFoundError(f"TOKENIZER_PATH={path}: no such file. Point TOKENIZER_PATH at the .model file "
                                 "the shards were made with (data/README.md says where to get one).")
     sp = spm.SentencePieceProcessor(model_file=str(path))
-    if sp.vocab_size() != vocab_size:
-        raise ConfigError(f"TOKENIZER_PATH={path} has a vocabulary of {sp.vocab_size()} but VOCAB_SIZE="
-                          f"{vocab_size}: set VOCAB_SIZE={sp.vocab_size()} or use the matching tokenizer.")
-    check_tokenizer_bytes(sp, f"TOKENIZER_PATH={path}")
-    return sp
+    require(sp.vocab_size() == vocab_size, f"TOKENIZER_PATH={path} has a vocabulary of {sp.vocab_size()} but "
+            f"VOCAB_SIZE={vocab_size}: set VOCAB_SIZE={sp.vocab_size()} or use the matching tokenizer.")
+    luts = build_byte_luts(sp, vocab_size)
+    check_tokenizer_bytes(sp, luts, f"TOKENIZER_PATH={path}")
+    return sp, luts
 
-def check_tokenizer_bytes(sp, name: str = "the tokenizer") -> None:
+def build_byte_luts(sp, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(base_bytes, has_leading_space, is_boundary) of every id, as ValData holds them."""
+    base_bytes = np.zeros(vocab_size, dtype=np.int16)
+    has_leading_space = np.zeros(vocab_size, dtype=np.bool_)
+    is_boundary = np.ones(vocab_size, dtype=np.bool_)
+    for i in range(sp.vocab_size()):
+        if sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i):
+            continue
+        is_boundary[i] = False
+        piece = sp.id_to_piece(i)
+        has_leading_space[i] = piece.startswith("\u2581") and not sp.is_byte(i)
+        base_bytes[i] = 1 if sp.is_byte(i) else len(piece.removeprefix("\u2581").encode("utf-8"))
+    return torch.from_numpy(base_bytes), torch.from_numpy(has_leading_space), torch.from_numpy(is_boundary)
+
+def check_tokenizer_bytes(sp, luts: tuple[Tensor, Tensor, Tensor], name: str = "the tokenizer") -> None:
     """The byte rule above holds when SentencePiece strips and collapses whitespace and no piece has "▁" inside
     (remove_extra_whitespaces=false, a user piece "of▁the" break it): test odd texts and such pieces, after a BOS."""
-    base_bytes, has_leading_space, is_boundary = build_byte_luts(sp, sp.vocab_size())
+    base_bytes, has_leading_space, is_boundary = luts
     inner = [p.replace("▁", " ") for p in map(sp.id_to_piece, range(sp.vocab_size())) if "▁" in p[1:]]
-    probes = ["Hello world, 2024 (x) - y.", "  two  spaces,\ttab\n\nnew   line  ", " naïve 漢字 😀 ﬁne", "a \u2581 b"]
+    probes = ["Hello world, 2024 (x) - y.", "  two  spaces,\ttab\n\nnew   line  ", " naïve 漢字 😀 ﬁne", "a ▁ b"]
     for text in probes + inner:
-        ids, decoded = sp.encode(text), len(sp.decode(sp.encode(text)).encode("utf-8"))
+        ids = sp.encode(text)
+        decoded = len(sp.decode(ids).encode("utf-8"))
         after_boundary = [True] + [bool(is_boundary[i]) for i in ids[:-1]]
         counted = sum(int(base_bytes[i]) + int(has_leading_space[i] and not b) for i, b in zip(ids, after_boundary))
         if counted != decoded and sp.unk_id() not in ids:  # unknown pieces go uncounted: a worse score, not better
@@ -944,48 +1015,20 @@ def check_tokenizer_matches_data(args: Hyperparameters) -> str:
     path = Path(args.data_path) / "manifest.json"
     manifest = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     recorded = [t["sha256"] for t in manifest.get("tokenizers", []) if t.get("sha256")]
-    if recorded and (sha := file_sha256(args.tokenizer_path)) not in recorded:
-        raise ConfigError(f"TOKENIZER_PATH={args.tokenizer_path} is not the tokenizer the data was made with: {path} "
-                          f"records sha256 {recorded[0]}, the file has {sha}. Set TOKENIZER_PATH to the one it names.")
-    return "yes" if recorded else "no_manifest"
-
-def build_byte_luts(sp, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
-    base_bytes = np.zeros(vocab_size, dtype=np.int16)
-    has_leading_space = np.zeros(vocab_size, dtype=np.bool_)
-    is_boundary = np.ones(vocab_size, dtype=np.bool_)
-    for i in range(sp.vocab_size()):
-        if sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i):
-            continue
-        is_boundary[i] = False
-        piece = sp.id_to_piece(i)
-        has_leading_space[i] = piece.startswith("\u2581") and not sp.is_byte(i)
-        base_bytes[i] = 1 if sp.is_byte(i) else len(piece.removeprefix("\u2581").encode("utf-8"))
-    return torch.from_numpy(base_bytes), torch.from_numpy(has_leading_space), torch.from_numpy(is_boundary)
+    if not recorded:
+        return "no_manifest"
+    sha = file_sha256(args.tokenizer_path)
+    require(sha in recorded, f"TOKENIZER_PATH={args.tokenizer_path} is not the tokenizer the data was made with: "
+            f"{path} records sha256 {recorded[0]}, the file has {sha}. Set TOKENIZER_PATH to the one it names.")
+    return "yes"
 
 def target_bytes(x: Tensor, y: Tensor, val: ValData) -> Tensor:
     """Bytes of text each target token y stands for, given the previous token x (same shapes)."""
     space = val.has_leading_space[y] & ~val.is_boundary[x]
     return val.base_bytes[y].to(torch.int64) + space.to(torch.int64)
 
-def load_validation(args: Hyperparameters, ctx: DistContext, sp) -> ValData:
-    files = find_shards(args.val_pattern, "validation")
-    tokens = torch.cat([load_data_shard(f, args.vocab_size) for f in files]).to(torch.int64)
-    usable = check_validation_length(tokens.numel(), args, ctx.world_size, files[0].parent)
-    luts = [t.to(ctx.device) for t in build_byte_luts(sp, args.vocab_size)]
-    batch_seqs = args.val_batch_size // (ctx.world_size * ctx.grad_accum_steps) // args.val_seq_len
-    return ValData(tokens[: usable + 1], *luts, args.val_seq_len, max(batch_seqs, 1))
-
-def check_validation_length(num_tokens: int, args: Hyperparameters, world_size: int, folder) -> int:
-    """Tokens usable for validation (whole sequences); at least one sequence per rank."""
-    T, seq = args.val_seq_len, "EVAL_SEQ_LEN" if args.eval_seq_len else "TRAIN_SEQ_LEN"
-    usable = (num_tokens - 1) // T * T
-    if usable < T * world_size:
-        raise ConfigError(f"the validation split ({num_tokens} tokens in {folder}) is shorter than one "
-                          f"{seq}={T} sequence (+1) per rank: use more validation data or a smaller {seq}.")
-    return usable
-
 @torch.no_grad()
-def score_windows(model: GPT, val: ValData, ctx: DistContext, autocast, stride: int = 0) -> Tensor:
+def score_windows(model: GPT, val: ValData, ctx: DistContext, stride: int = 0) -> Tensor:
     """(summed loss, scored tokens, their bytes), fp64, summed over ranks. Windows of val.seq_len tokens start every
     `stride` tokens (0: every seq_len, no overlap); the first window scores all its tokens and each later one its last
     `stride` (the rest is left context), so every token is scored exactly once, the tail too. Ranks take contiguous
@@ -995,29 +1038,27 @@ def score_windows(model: GPT, val: ValData, ctx: DistContext, autocast, stride: 
     starts = torch.arange(0, total - context, stride or T)  # the last window still scores a token
     starts = starts[len(starts) * ctx.rank // ctx.world_size : len(starts) * (ctx.rank + 1) // ctx.world_size]
     batch = min(val.batch_seqs, len(starts))
-    hidden = getattr(model, "compiled_hidden", model.hidden)
     sums = torch.zeros(3, dtype=torch.float64, device=ctx.device)  # loss * tokens, tokens, bytes
     was_training = model.training
     model.eval()
     for i in range(0, len(starts), batch):
-        s = torch.cat([starts[i : i + batch], starts.new_full((batch - len(starts[i : i + batch]),), total)])
-        w = val.tokens[(s[:, None] + torch.arange(T + 1)).clamp_max(total)].to(ctx.device, non_blocking=True)
-        lo = 0 if s[0] == 0 else context  # only the split's first window scores its first tokens
-        x, y = w[:, :-1], w[:, lo + 1 :]
-        with autocast():
-            losses = model.loss(hidden(x)[:, lo:], y, per_token=True).view(batch, T - lo)
-        s, pos = s.to(ctx.device)[:, None], torch.arange(lo, T, device=ctx.device)
-        scored = (pos >= torch.where(s == 0, 0, context)) & (s + pos < total)
+        first = starts[i : i + batch]
+        first = torch.cat([first, starts.new_full((batch - len(first),), total)])  # (batch,) window starts, padded
+        windows = val.tokens[(first[:, None] + torch.arange(T + 1)).clamp_max(total)].to(ctx.device, non_blocking=True)
+        lo = 0 if first[0] == 0 else context  # only the split's first window scores its first tokens
+        x, y = windows[:, :-1], windows[:, lo + 1 :]
+        with ctx.autocast():
+            losses = model.loss(model.scoring_hidden(x)[:, lo:], y, per_token=True).view(batch, T - lo)
+        first, pos = first.to(ctx.device)[:, None], torch.arange(lo, T, device=ctx.device)
+        scored = (pos >= torch.where(first == 0, 0, context)) & (first + pos < total)
         sums += torch.stack([(losses.double() * scored).sum(), scored.sum(),
                              (target_bytes(x[:, lo:], y, val) * scored).sum()])
-    if ctx.distributed:
-        dist.all_reduce(sums)
     model.train(was_training)
-    return sums
+    return ctx.all_reduce(sums)
 
-def evaluate(model: GPT, val: ValData, ctx: DistContext, autocast, stride: int = 0) -> tuple[float, float]:
+def evaluate(model: GPT, val: ValData, ctx: DistContext, stride: int = 0) -> tuple[float, float]:
     """(val_loss in nats per token, val_bpb) over the whole split."""
-    loss_sum, tokens, num_bytes = score_windows(model, val, ctx, autocast, stride).tolist()
+    loss_sum, tokens, num_bytes = score_windows(model, val, ctx, stride).tolist()
     return loss_sum / tokens, loss_sum / tokens / math.log(2.0) * tokens / num_bytes
 
 # ==== Export: quantize -> compress -> artifact, and the round trip that the score is measured after =================
@@ -1035,10 +1076,10 @@ QUANT_MIN_SCALE = 1.0 / QUANT_MAX
 GPTQ_BLOCK = 128  # columns rounded before their error reaches the rest in one matmul
 ARTIFACT_LIMIT_BYTES = 16_000_000
 ARTIFACT_MAGIC = b"parameter-golf artifact v1\n"
-BYTE_SHUFFLE = {"zlib": 1, "lzma": 1, "brotli": 2}  # byte planes before compressing: 2 pays only for brotli (README)
-MODEL_FIELDS = ("vocab_size num_layers model_dim embedding_dim num_heads num_kv_heads mlp_mult mlp_act tie_embeddings "
-                "rope_base rope_dims logit_softcap xsa_last_n ln_scale skip_gates_enabled parallel_residual_start "
-                "num_loops loop_start loop_end").split()
+# name -> (module, its compress() keywords, byte planes). Planes > 1: byte k of every word together before compressing,
+# which pays for brotli only (README). brotli is an optional package, imported when it is asked for.
+COMPRESSORS = {"zlib": ("zlib", dict(level=9), 1), "lzma": ("lzma", dict(preset=9 | lzma.PRESET_EXTREME), 1),
+               "brotli": ("brotli", dict(quality=11), 2)}
 
 def gptq_round(w: Tensor, hessian: Tensor, scale: Tensor, qmax: int) -> Tensor:
     """GPTQ codes of matrices w (B, rows, cols) fp32 with per-row steps scale (B, rows, 1) and H = X^T X (B, cols, cols)
@@ -1080,10 +1121,15 @@ def quantize_rows(w: Tensor, bits: int, clip_sigmas: float, hessian: Tensor | No
         return gptq_round(*batch, qmax).view(w.shape), scale
     return torch.clamp(torch.round(w / s), -qmax, qmax).to(torch.int8), scale
 
+def quant_group(name: str) -> str:
+    """The QUANT_GROUPS entry of a quantized tensor."""
+    return "embed" if name.startswith("tok_emb") else "matrix"
+
 def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, hessians: dict | None = None) -> dict:
     """The payload: codes and scales of the large tensors, the small ones kept. Tensors with a Hessian (GPTQ) are
-    rounded on its device, those of one shape together (one launch per column); the others on the CPU."""
-    quantized, scales, kept, groups = {}, {}, {}, {}
+    rounded on its device, those of one shape and group together (one launch per column); the others on the CPU."""
+    hessians = hessians or {}
+    quantized, scales, kept, batches = {}, {}, {}, {}
     for name, tensor in state_dict.items():
         t = tensor.detach()
         if not t.is_floating_point():
@@ -1091,14 +1137,14 @@ def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, he
         elif t.numel() <= QUANT_KEEP_FLOAT_MAX_NUMEL:
             kept[name] = (t.float() if is_control_tensor(name) and args.matrix_clip_sigmas == 0 else t.half()).cpu()
         else:
-            gptq = name in (hessians or {})
-            groups.setdefault((tuple(t.shape), name.startswith("tok_emb")) if gptq else name, []).append(name)
-    for names in groups.values():
-        embed, gptq = names[0].startswith("tok_emb"), names[0] in (hessians or {})
-        bits, sigmas = (args.embed_bits, args.embed_clip_sigmas) if embed else (args.matrix_bits, args.matrix_clip_sigmas)
-        device = hessians[names[0]].device if gptq else "cpu"
+            key = (tuple(t.shape), quant_group(name)) if name in hessians else name
+            batches.setdefault(key, []).append(name)
+    for names in batches.values():
+        bits, sigmas = (getattr(args, field) for field in QUANT_GROUPS[quant_group(names[0])])
+        hessian = torch.stack([hessians[n] for n in names]) if names[0] in hessians else None
+        device = "cpu" if hessian is None else hessian.device
         w = torch.stack([state_dict[n].detach().to(device).float().reshape(state_dict[n].size(0), -1) for n in names])
-        q, scale = quantize_rows(w, bits, sigmas, torch.stack([hessians[n] for n in names]) if gptq else None)
+        q, scale = quantize_rows(w, bits, sigmas, hessian)
         for n, qn, sn in zip(names, q, scale):
             quantized[n], scales[n] = qn.reshape(state_dict[n].shape).to("cpu", copy=True), sn.to("cpu", copy=True)
     return {"quantized": quantized, "scales": scales, "kept": kept}
@@ -1111,50 +1157,51 @@ def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:
     return out
 
 @torch.no_grad()
-def collect_hessians(model: GPT, args: Hyperparameters, ctx: DistContext, autocast) -> dict[str, Tensor]:
+def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
     """H = X^T X of each quantized matrix's inputs over GPTQ_CALIBRATION_BATCHES micro-batches of a fresh *training*
     loader, shared out over the ranks and summed; the head's X are the final hidden states; loops add each pass."""
+    args, ctx = run.args, run.ctx
     hessians: dict[str, Tensor] = {}
+
     def add(name: str, x: Tensor) -> None:
         x = x.detach().reshape(-1, x.size(-1)).float()
         hessians.setdefault(name, x.new_zeros(x.size(1), x.size(1))).addmm_(x.T, x)
+
     hooks = [m.register_forward_hook(lambda m, inputs, out, name=n + ".weight": add(name, inputs[0]))
-             for n, m in model.named_modules() if isinstance(m, CastedLinear) and m.weight.numel() > QUANT_KEEP_FLOAT_MAX_NUMEL]
-    loader = make_train_loader(args, ctx)
+             for n, m in model.named_modules()
+             if isinstance(m, CastedLinear) and m.weight.numel() > QUANT_KEEP_FLOAT_MAX_NUMEL]
+    loader = make_train_loader(args, run.train_files, ctx)
     for _ in range(math.ceil(args.gptq_calibration_batches / ctx.world_size)):  # the ranks share the micro-batches
         x, _ = loader.next_batch(args.train_batch_tokens // GRAD_ACCUM_TOTAL, args.train_seq_len)
-        with autocast():
+        with ctx.autocast():
             add("tok_emb.weight" if model.lm_head is None else "lm_head.weight", model.hidden(x))
     for hook in hooks:
         hook.remove()
-    for H in hessians.values() if ctx.distributed else []:
-        dist.all_reduce(H)
+    for H in hessians.values():
+        ctx.all_reduce(H)
     return hessians
 
-def compress(data: bytes, compressor: str) -> bytes:
-    planes = BYTE_SHUFFLE[compressor]
+def compressor(name: str):
+    """The module of COMPRESSORS[name]; a missing optional one is an error that says how to get it."""
+    try:
+        return importlib.import_module(COMPRESSORS[name][0])
+    except ImportError:
+        raise ConfigError(f"COMPRESSOR={name} needs the optional {name} package: pip install {name} (or use "
+                          "COMPRESSOR=lzma, in the standard library).") from None
+
+def compress(data: bytes, name: str) -> bytes:
+    _, keywords, planes = COMPRESSORS[name]
     if planes > 1:  # byte k of every planes-byte word together: [b0 b2 b4 ... | b1 b3 b5 ...]
         data = np.frombuffer(data + bytes(-len(data) % planes), np.uint8).reshape(-1, planes).T.tobytes()
-    if compressor == "brotli":
-        return import_brotli().compress(data, quality=11)
-    return lzma.compress(data, preset=9 | lzma.PRESET_EXTREME) if compressor == "lzma" else zlib.compress(data, level=9)
+    return compressor(name).compress(data, **keywords)
 
-def decompress(blob: bytes, compressor: str, planes: int, size: int) -> bytes:
-    data = {"zlib": zlib.decompress, "lzma": lzma.decompress}.get(compressor, lambda b: import_brotli().decompress(b))(blob)
+def decompress(blob: bytes, name: str, planes: int, size: int) -> bytes:
+    data = compressor(name).decompress(blob)
     return np.frombuffer(data, np.uint8).reshape(planes, -1).T.tobytes()[:size] if planes > 1 else data
 
-def import_brotli():
-    try:
-        import brotli
-    except ImportError:
-        raise ConfigError("COMPRESSOR=brotli needs the optional brotli package: pip install brotli "
-                          "(or use COMPRESSOR=lzma, in the standard library).") from None
-    return brotli
-
 def artifact_header(args: Hyperparameters, weights: str, looping: bool) -> dict:
-    export = "matrix_bits embed_bits matrix_clip_sigmas embed_clip_sigmas gptq_calibration_batches compressor".split()
-    return dict({f: getattr(args, f) for f in export}, byte_shuffle=BYTE_SHUFFLE[args.compressor], weights=weights,
-                looping=looping, model={f: getattr(args, f) for f in MODEL_FIELDS})
+    return dict(args.settings("export"), byte_shuffle=COMPRESSORS[args.compressor][2], weights=weights,
+                looping=looping, model=args.settings("model"))
 
 def payload_bytes(obj: dict) -> bytes:
     buffer = io.BytesIO()
@@ -1169,27 +1216,28 @@ def save_artifact(obj: dict, header: dict, path: str) -> tuple[int, int]:
     write_atomic(path, blob)
     return len(raw), len(blob)
 
-def read_artifact(path: str) -> tuple[dict, bytes]:
-    """(header, compressed payload) of an artifact; the header says how to decompress, never a guess."""
+def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, bytes]:
+    """(header, compressed payload) of the artifact at path, whose model must be the config's: the header says how
+    to decompress, never a guess."""
     if not Path(path).is_file():
-        raise FileNotFoundError(f"ARTIFACT_PATH={path}: no such file. Point it at the .ptz a run wrote (its artifact: line).")
+        raise FileNotFoundError(f"ARTIFACT_PATH={path}: no such file. Point it at the .ptz a run wrote (its artifact: "
+                                "line).")
     blob = Path(path).read_bytes()
-    if not blob.startswith(ARTIFACT_MAGIC):
-        raise ConfigError(f"ARTIFACT_PATH={path} is not an artifact of this script (no '{ARTIFACT_MAGIC.decode().strip()}' "
-                          "header; artifacts from before the header, or another script's, cannot be read): re-export it.")
+    require(blob.startswith(ARTIFACT_MAGIC), f"ARTIFACT_PATH={path} is not an artifact of this script (no "
+            f"'{ARTIFACT_MAGIC.decode().strip()}' header; artifacts from before the header, or another script's, "
+            "cannot be read): re-export it.")
     line, payload = blob[len(ARTIFACT_MAGIC) :].split(b"\n", 1)
-    return json.loads(line), payload
+    header = json.loads(line)
+    ours = args.settings("model")
+    diff = [f"{k.upper()}={v} (config: {ours[k]})" for k, v in header["model"].items() if ours[k] != v]
+    require(not diff, f"ARTIFACT_PATH={path} holds another model: {', '.join(diff)}. Set these variables as the run "
+            "that made it did (its log's config: line has them all).")
+    return header, payload
 
-def load_artifact(path: str) -> tuple[dict, dict[str, Tensor]]:
-    header, payload = read_artifact(path)
+def load_weights(header: dict, payload: bytes) -> dict[str, Tensor]:
+    """The state dict an artifact's payload holds: decompressed, loaded, dequantized."""
     raw = decompress(payload, header["compressor"], header["byte_shuffle"], header["payload_bytes"])
-    return header, dequantize_state_dict(torch.load(io.BytesIO(raw), map_location="cpu"))
-
-def check_artifact_matches(header: dict, args: Hyperparameters, path: str) -> None:
-    diff = [f"{f.upper()}={v} (config: {getattr(args, f)})" for f, v in header["model"].items() if getattr(args, f) != v]
-    if diff:
-        raise ConfigError(f"ARTIFACT_PATH={path} holds another model: {', '.join(diff)}. Set these variables as the run "
-                          "that made it did (its log's config: line has them all).")
+    return dequantize_state_dict(torch.load(io.BytesIO(raw), map_location="cpu"))
 
 # ==== Training ======================================================================================================
 # The clock covers training steps only: the compile warm-up runs first and is undone; validation pauses the clock.
@@ -1219,8 +1267,13 @@ def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
         mult = remaining_ms / max(warmdown_ms, 1e-9) if remaining_ms <= warmdown_ms else 1.0
     return max(mult, args.min_lr)
 
+def muon_momentum(step: int, args: Hyperparameters) -> float:
+    frac = min(step / args.muon_momentum_warmup_steps, 1.0) if args.muon_momentum_warmup_steps > 0 else 1.0
+    return (1 - frac) * args.muon_momentum_warmup_start + frac * args.muon_momentum
+
 class EMA:
     """An fp32 average of the parameters, ema = decay * ema + (1 - decay) * p after each step: exported and scored."""
+
     def __init__(self, model: nn.Module, decay: float):
         self.decay, self.params = decay, list(model.parameters())
         self.shadow = [p.detach().float().clone() for p in self.params]
@@ -1233,257 +1286,273 @@ class EMA:
     def copy_to_model(self) -> None:
         torch._foreach_copy_(self.params, self.shadow)
 
-def muon_momentum(step: int, args: Hyperparameters) -> float:
-    frac = min(step / args.muon_momentum_warmup_steps, 1.0) if args.muon_momentum_warmup_steps > 0 else 1.0
-    return (1 - frac) * args.muon_momentum_warmup_start + frac * args.muon_momentum
+@dataclass
+class TrainState:
+    """The GPT (its parameters are what the optimizers, the EMA, export and scoring see), what a training step calls
+    (the same GPT, compiled on CUDA and wrapped for DDP with several processes), and the optimizers."""
+    model: GPT
+    step_model: nn.Module
+    optimizers: list[torch.optim.Optimizer]
 
-def train_step(model: nn.Module, optimizers: list, loader: DistributedTokenLoader, args: Hyperparameters,
-               ctx: DistContext, autocast, step: int, lr_scale: float) -> Tensor:
+def train_step(run: Run, state: TrainState, loader: DistributedTokenLoader, step: int, lr_scale: float) -> Tensor:
     """One optimizer step over TRAIN_BATCH_TOKENS; returns this rank's mean loss (on the device)."""
+    args, ctx = run.args, run.ctx
     micro_batch_tokens = args.train_batch_tokens // GRAD_ACCUM_TOTAL
     total_loss = torch.zeros((), device=ctx.device)
     for micro_step in range(ctx.grad_accum_steps):
         if ctx.distributed:  # all-reduce gradients once, after the last micro-batch
-            model.require_backward_grad_sync = micro_step == ctx.grad_accum_steps - 1
+            state.step_model.require_backward_grad_sync = micro_step == ctx.grad_accum_steps - 1
         x, y = loader.next_batch(micro_batch_tokens, args.train_seq_len)
-        with autocast():
-            loss = model(x, y)
+        with ctx.autocast():
+            loss = state.step_model(x, y)
         total_loss += loss.detach()
         (loss / ctx.grad_accum_steps).backward()
-    for opt in optimizers:
+    for opt in state.optimizers:
         for group in opt.param_groups:
             group["lr"] = group["base_lr"] * lr_scale
             if isinstance(opt, Muon):
                 group["momentum"] = muon_momentum(step, args)
     if args.grad_clip_norm > 0:
-        params = [p for opt in optimizers for g in opt.param_groups for p in g["params"]]
+        params = [p for opt in state.optimizers for group in opt.param_groups for p in group["params"]]
         torch.nn.utils.clip_grad_norm_(params, args.grad_clip_norm)
-    for opt in optimizers:
+    for opt in state.optimizers:
         opt.step()
         opt.zero_grad(set_to_none=True)
     return total_loss / ctx.grad_accum_steps
 
-def warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logger) -> float:
-    """Run WARMUP_STEPS real steps so compilation happens off the clock, then undo them; returns its ms."""
-    t0 = synced_clock(ctx.device)
-    model_state = {k: v.detach().clone() for k, v in base_model.state_dict().items()}
-    optimizer_states = [copy.deepcopy(opt.state_dict()) for opt in optimizers]
-    loader = make_train_loader(args, ctx)
-    for looping in sorted({False, args.num_loops > 0}):  # compile the looping graph too, off the clock
-        base_model.looping = looping
+def warmup_and_restore(run: Run, state: TrainState) -> float:
+    """Run WARMUP_STEPS real steps (of both layer orders when the loops are on) so compilation happens off the clock,
+    then restore the model and optimizers as they were; returns its ms."""
+    args, log, model = run.args, run.log, state.model
+    t0 = run.ctx.clock()
+    model_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    optimizer_states = [copy.deepcopy(opt.state_dict()) for opt in state.optimizers]
+    loader = make_train_loader(args, run.train_files, run.ctx)
+    for looping in [False, True] if args.num_loops > 0 else [False]:
+        model.looping = looping
         for step in range(args.warmup_steps):
-            train_step(model, optimizers, loader, args, ctx, autocast, step, 1.0)
-            logger.progress = {"warmup_step": f"{step + 1}/{args.warmup_steps}", "looping": int(looping)}
+            train_step(run, state, loader, step, 1.0)
+            log.progress = {"warmup_step": f"{step + 1}/{args.warmup_steps}", "looping": int(looping)}
             if step < 3 or (step + 1) % 10 == 0 or step + 1 == args.warmup_steps:
-                logger.log(**logger.progress)
-    base_model.looping = False
-    base_model.load_state_dict(model_state)
-    for opt, state in zip(optimizers, optimizer_states):
-        opt.load_state_dict(state)
-    logger.log(warmup_steps=args.warmup_steps, warmup_time=f"{(warmup_ms := 1000 * (synced_clock(ctx.device) - t0)):.0f}ms")
+                log.log(**log.progress)
+    model.looping = False
+    model.load_state_dict(model_state)
+    for opt, saved in zip(state.optimizers, optimizer_states):
+        opt.load_state_dict(saved)
+    warmup_ms = 1000 * (run.ctx.clock() - t0)
+    log.log(warmup_steps=args.warmup_steps, warmup_time=f"{warmup_ms:.0f}ms")
     return warmup_ms
 
 def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
-    if ctx.distributed:
-        dist.all_reduce(bad_step, op=dist.ReduceOp.MIN)
-    step = int(bad_step.item())
+    step = int(ctx.all_reduce(bad_step, dist.ReduceOp.MIN).item())
     if step != NO_BAD_STEP:
         raise FloatingPointError(f"train_loss is not finite at step {step}: {NOT_FINITE_FIX}")
 
-def train(model, base_model, optimizers, args, ctx, autocast, val: ValData, logger) -> tuple[int, EMA | None, float]:
-    loader = make_train_loader(args, ctx)
-    ema = EMA(base_model, args.ema_decay) if args.ema_decay > 0 else None
+def log_validation(run: Run, model: GPT, step: int, weights: str, **timing) -> None:
+    """Evaluate model on the validation split and log it; a loss that is not finite ends the run."""
+    val_loss, val_bpb = evaluate(model, run.val, run.ctx)
+    if not math.isfinite(val_loss):  # same value on every rank: all stop together
+        raise FloatingPointError(f"val_loss is not finite after step {step}: {NOT_FINITE_FIX}")
+    run.log.log(step=f"{step}/{run.args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights=weights, **timing)
+
+def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
+    """Steps until ITERATIONS or the cap, validating every VAL_LOSS_EVERY steps and at the end with the clock stopped;
+    returns (steps, the EMA or None, training ms)."""
+    args, ctx, log, model = run.args, run.ctx, run.log, state.model
+    loader = make_train_loader(args, run.train_files, ctx)
+    ema = EMA(model, args.ema_decay) if args.ema_decay > 0 else None
     training_ms, stop_after, step = 0.0, None, 0
     bad_step = torch.full((), NO_BAD_STEP, dtype=torch.int64, device=ctx.device)
-    t0 = synced_clock(ctx.device)
+    t0 = ctx.clock()
     while True:
         last_step = step == args.iterations or (stop_after is not None and step >= stop_after)
         if last_step or (args.val_loss_every > 0 and step % args.val_loss_every == 0):
-            training_ms += 1000 * (synced_clock(ctx.device) - t0)
+            training_ms += 1000 * (ctx.clock() - t0)
             check_finite(bad_step, ctx)
-            val_loss, val_bpb = evaluate(base_model, val, ctx, autocast)
-            if not math.isfinite(val_loss):  # same value on every rank: all stop together
-                raise FloatingPointError(f"val_loss is not finite after step {step}: {NOT_FINITE_FIX}")
-            logger.log(step=f"{step}/{args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights="raw",
-                       train_time=f"{training_ms:.0f}ms", step_avg=f"{training_ms / max(step, 1):.2f}ms")
-            t0 = synced_clock(ctx.device)
+            log_validation(run, model, step, "raw", train_time=f"{training_ms:.0f}ms",
+                           step_avg=f"{training_ms / max(step, 1):.2f}ms")
+            t0 = ctx.clock()
         if last_step:
             break
         elapsed_ms = training_ms + 1000 * (time.perf_counter() - t0)
-        if args.num_loops > 0 and not base_model.looping and \
-                training_fraction(step, elapsed_ms, args) >= args.enable_looping_at:
-            base_model.looping = True
-            logger.log(layer_loop="enabled", step=step, train_time=f"{elapsed_ms:.0f}ms",
-                       order="-".join(map(str, sum(base_model.orders[True], []))))
-        loss = train_step(model, optimizers, loader, args, ctx, autocast, step, lr_multiplier(step, elapsed_ms, args))
+        loops_due = args.num_loops > 0 and training_fraction(step, elapsed_ms, args) >= args.enable_looping_at
+        if loops_due and not model.looping:
+            model.looping = True
+            log.log(layer_loop="enabled", step=step, train_time=f"{elapsed_ms:.0f}ms",
+                    order="-".join(map(str, sum(model.orders[True], []))))
+        loss = train_step(run, state, loader, step, lr_multiplier(step, elapsed_ms, args))
         if ema is not None:
             ema.update()
         bad_step = torch.minimum(bad_step, torch.where(torch.isfinite(loss), NO_BAD_STEP, step + 1))
         step += 1
         elapsed_ms = training_ms + 1000 * (time.perf_counter() - t0)
-        logger.progress = {"step": f"{step}/{args.iterations}", "train_time": f"{elapsed_ms:.0f}ms"}
+        log.progress = {"step": f"{step}/{args.iterations}", "train_time": f"{elapsed_ms:.0f}ms"}
         reached_cap = 0 < args.train_cap_ms <= elapsed_ms
-        if ctx.distributed and args.train_cap_ms > 0:  # stop together, even if clocks differ a little
-            flag = torch.tensor(int(reached_cap), device=ctx.device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            reached_cap = bool(flag.item())
+        if ctx.distributed and args.train_cap_ms > 0:  # every rank stops at once, even if the clocks differ a little
+            reached_cap = bool(ctx.all_reduce(torch.tensor(int(reached_cap), device=ctx.device), dist.ReduceOp.MAX))
         if stop_after is None and reached_cap:
             stop_after = step
         if step <= 10 or step % args.train_log_every == 0 or stop_after is not None:
             check_finite(bad_step, ctx)
-            if ctx.distributed:  # log the mean over all ranks' micro-batches, as one process would
-                dist.all_reduce(loss)
-                loss /= ctx.world_size
-            logger.log(step=f"{step}/{args.iterations}", train_loss=loss.item(), train_time=f"{elapsed_ms:.0f}ms",
-                       step_avg=f"{elapsed_ms / step:.2f}ms",
-                       tokens_per_s=f"{step * args.train_batch_tokens / (elapsed_ms / 1000):.0f}")
+            mean_loss = ctx.all_reduce(loss) / ctx.world_size  # over all ranks' micro-batches, as one process sees it
+            log.log(step=f"{step}/{args.iterations}", train_loss=mean_loss.item(), train_time=f"{elapsed_ms:.0f}ms",
+                    step_avg=f"{elapsed_ms / step:.2f}ms",
+                    tokens_per_s=f"{step * args.train_batch_tokens / (elapsed_ms / 1000):.0f}")
     if stop_after is not None and stop_after < args.iterations:
-        logger.log(stopping_early="wallclock_cap", train_time=f"{training_ms:.0f}ms", step=f"{step}/{args.iterations}")
+        log.log(stopping_early="wallclock_cap", train_time=f"{training_ms:.0f}ms", step=f"{step}/{args.iterations}")
     return step, ema, training_ms
 
-def export(base_model: GPT, args: Hyperparameters, ctx: DistContext, autocast, logger, weights: str, train_ms: float) -> None:
+def export(run: Run, model: GPT, weights: str, train_ms: float) -> None:
     """GPTQ's Hessians (every rank) and rounding (rank 0), timed as part of training; rank 0 writes the artifact."""
-    t0 = synced_clock(ctx.device)
-    hessians = collect_hessians(base_model, args, ctx, autocast) if args.gptq_calibration_batches > 0 else None
-    hessian_ms = 1000 * (synced_clock(ctx.device) - t0)
+    args, ctx = run.args, run.ctx
+    t0 = ctx.clock()
+    hessians = collect_hessians(run, model) if args.gptq_calibration_batches > 0 else None
+    hessian_ms = 1000 * (ctx.clock() - t0)
     if ctx.rank == 0:
-        obj = quantize_state_dict(base_model.state_dict(), args, hessians)
+        obj = quantize_state_dict(model.state_dict(), args, hessians)
         if hessians is not None:
-            gptq_ms, cap_ms = 1000 * (synced_clock(ctx.device) - t0), 1000 * args.max_wallclock_seconds
-            logger.log(gptq_hessians=len(hessians), calibration_tokens=math.ceil(args.gptq_calibration_batches / ctx.world_size)
-                       * args.train_batch_tokens // ctx.grad_accum_steps, hessian_time=f"{hessian_ms:.0f}ms",
-                       gptq_time=f"{gptq_ms:.0f}ms", train_plus_gptq_time=
-                       f"{train_ms + gptq_ms:.0f}ms", within_cap="yes" if not cap_ms or train_ms + gptq_ms <= cap_ms else "NO")
+            gptq_ms, cap_ms = 1000 * (ctx.clock() - t0), 1000 * args.max_wallclock_seconds
+            batches = math.ceil(args.gptq_calibration_batches / ctx.world_size)  # per rank
+            run.log.log(gptq_hessians=len(hessians),
+                        calibration_tokens=batches * args.train_batch_tokens // ctx.grad_accum_steps,
+                        hessian_time=f"{hessian_ms:.0f}ms", gptq_time=f"{gptq_ms:.0f}ms",
+                        train_plus_gptq_time=f"{train_ms + gptq_ms:.0f}ms",
+                        within_cap="yes" if not cap_ms or train_ms + gptq_ms <= cap_ms else "NO")
         if Path(args.artifact_path).exists():  # an earlier run's, named by its sha256 in that run's log: keep it
-            os.replace(args.artifact_path, moved := f"{args.artifact_path}.{file_sha256(args.artifact_path)[:12]}")
-            logger.log(artifact_previous_moved_to=moved)
-        raw_bytes, model_bytes = save_artifact(obj, artifact_header(args, weights, base_model.looping), args.artifact_path)
-        log_artifact(args, logger, model_bytes, raw_bytes)
+            moved = f"{args.artifact_path}.{file_sha256(args.artifact_path)[:12]}"
+            os.replace(args.artifact_path, moved)
+            run.log.log(artifact_previous_moved_to=moved)
+        raw_bytes, model_bytes = save_artifact(obj, artifact_header(args, weights, model.looping), args.artifact_path)
+        log_artifact(run, model_bytes, raw_bytes)
     if ctx.distributed:
         dist.barrier()
 
-def log_artifact(args: Hyperparameters, logger, model_bytes: int, raw_bytes: int) -> None:
-    code_bytes = len(Path(__file__).read_bytes())
+def log_artifact(run: Run, model_bytes: int, raw_bytes: int) -> None:
+    path, code_bytes = run.args.artifact_path, len(Path(__file__).read_bytes())
     total = code_bytes + model_bytes
-    logger.log(artifact=args.artifact_path, sha256=file_sha256(args.artifact_path), code_bytes=code_bytes,
-               model_bytes=model_bytes, total_bytes=total, limit_bytes=ARTIFACT_LIMIT_BYTES,
-               within_limit="yes" if total <= ARTIFACT_LIMIT_BYTES else "NO", payload_raw_bytes=raw_bytes,
-               compression_ratio=f"{raw_bytes / model_bytes:.3f}")
+    run.log.log(artifact=path, sha256=file_sha256(path), code_bytes=code_bytes, model_bytes=model_bytes,
+                total_bytes=total, limit_bytes=ARTIFACT_LIMIT_BYTES,
+                within_limit="yes" if total <= ARTIFACT_LIMIT_BYTES else "NO", payload_raw_bytes=raw_bytes,
+                compression_ratio=f"{raw_bytes / model_bytes:.3f}")
 
-def score_artifact(base_model: GPT, args: Hyperparameters, ctx: DistContext, autocast, val: ValData, logger) -> None:
-    """Rebuild the weights from the artifact on disk and score them: the final lines, named by the artifact's
-    format (final_int8_zlib_roundtrip_exact for the defaults; with EVAL_STRIDE, a sliding_window line after)."""
-    header, state = load_artifact(args.artifact_path)
-    check_artifact_matches(header, args, args.artifact_path)
-    if args.eval_only:
-        log_artifact(args, logger, Path(args.artifact_path).stat().st_size, header["payload_bytes"])
-    base_model.load_state_dict(state, strict=True)
-    base_model.looping = header["looping"]
-    for kind, stride in [("roundtrip", 0)] + [("sliding_window", args.eval_stride)] * (args.eval_stride > 0):
-        t0 = synced_clock(ctx.device)
-        val_loss, val_bpb = evaluate(base_model, val, ctx, autocast, stride)
+def score_artifact(run: Run, model: GPT, header: dict, payload: bytes) -> None:
+    """Load the weights an artifact holds into model and score them: the final lines, named by the artifact's format
+    (final_int8_zlib_roundtrip_exact for the defaults; with EVAL_STRIDE, a sliding_window line after)."""
+    model.load_state_dict(load_weights(header, payload), strict=True)
+    model.looping = header["looping"]
+    strides = {"roundtrip": 0}
+    if run.args.eval_stride > 0:
+        strides["sliding_window"] = run.args.eval_stride
+    for kind, stride in strides.items():
+        t0 = run.ctx.clock()
+        val_loss, val_bpb = evaluate(model, run.val, run.ctx, stride)
         eval_ms = 1000 * (time.perf_counter() - t0)
-        window = dict(eval_stride=stride, eval_seq_len=val.seq_len) if stride else {}
-        logger.log(**{f"{kind}_val_loss": val_loss, f"{kind}_val_bpb": val_bpb}, weights=header["weights"], **window,
-                   eval_time=f"{eval_ms:.0f}ms", eval_time_8gpu_est=f"{eval_ms * ctx.world_size / 8:.0f}ms")
-        logger.text(f"final_int{header['matrix_bits']}_{header['compressor']}_{kind}_exact val_loss:{val_loss:.8f} "
-                    f"val_bpb:{val_bpb:.8f}")
+        window = dict(eval_stride=stride, eval_seq_len=run.val.seq_len) if stride else {}
+        run.log.log(**{f"{kind}_val_loss": val_loss, f"{kind}_val_bpb": val_bpb}, weights=header["weights"], **window,
+                    eval_time=f"{eval_ms:.0f}ms", eval_time_8gpu_est=f"{eval_ms * run.ctx.world_size / 8:.0f}ms")
+        run.log.text(f"final_int{header['matrix_bits']}_{header['compressor']}_{kind}_exact val_loss:{val_loss:.8f} "
+                     f"val_bpb:{val_bpb:.8f}")
 
-# ==== main ==========================================================================================================
+# ==== Pre-flight and main ===========================================================================================
+# Everything that can be wrong with the inputs is found before a process group or a GPU is touched, and once: the Run
+# it makes carries the results. main() is the sequence of phases; errors end as "error: ..." with exit code 2.
 
-def check_inputs(args: Hyperparameters, world_size: int) -> Path:
-    """Everything that can be checked before a process group or a GPU is touched; returns the log path."""
-    if args.eval_only:  # the artifact to score must exist, be ours and match the model of this config
-        check_artifact_matches(header := read_artifact(args.artifact_path)[0], args, args.artifact_path)
-    else:
-        check_train_shards(args.train_pattern, args.vocab_size)
-    if (header["compressor"] if args.eval_only else args.compressor) == "brotli":
-        import_brotli()
-    val_files = find_shards(args.val_pattern, "validation")
-    check_validation_length(sum(read_shard_header(p, args.vocab_size) for p in val_files), args, world_size, val_files[0].parent)
-    load_tokenizer(args.tokenizer_path, args.vocab_size)
-    check_tokenizer_matches_data(args)
-    resolve_loss_impl(args, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
-    if not args.run_id:
-        args.run_id = time.strftime("%Y%m%d_%H%M%S_") + uuid.uuid4().hex[:8]
-    log_path = Path(args.log_dir) / f"{args.run_id}.txt"
-    if log_path.exists():
-        raise ConfigError(f"{log_path} already exists: set another RUN_ID (logs are never overwritten).")
-    return log_path
-
-def log_header(logger: Logger, args: Hyperparameters, ctx: DistContext, loss_impl: str, why: str) -> None:
-    logger.text(Path(__file__).read_text(encoding="utf-8") + "\n" + "=" * 100, console=False)  # the code, as it ran
-    gpu = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "none"
-    logger.log(python=platform.python_version(), torch=torch.__version__, cuda=torch.version.cuda, gpu=gpu.replace(" ", "_"),
-               world_size=ctx.world_size, grad_accum_steps=ctx.grad_accum_steps, device=ctx.device.type)
-    logger.text("config:" + json.dumps(dataclasses.asdict(args), sort_keys=True))
-    logger.log(loss_impl=loss_impl, loss_impl_reason=why.replace(" ", "_"), compile=args.compile and ctx.device.type == "cuda",
-               tokenizer_verified=check_tokenizer_matches_data(args), warmdown=f"frac_{args.warmdown_frac}_wins_over_"
-               f"WARMDOWN_ITERS" if args.warmdown_frac > 0 else f"iters_{args.warmdown_iters}")
-    if ctx.device.type == "cpu" and args.train_batch_tokens >= Hyperparameters.train_batch_tokens:
-        smoke = " ".join(__doc__.split("smoke run")[1].split("\n", 1)[1].split("\n  #")[0].replace("\\", "").split())
-        logger.text(f"cpu_note: these are GPU settings (minutes per step on a CPU). A CPU smoke run: {smoke}")
-
-def run(args: Hyperparameters, ctx: DistContext, logger: Logger) -> None:
-    sp = load_tokenizer(args.tokenizer_path, args.vocab_size)
+def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
+    artifact, train_files = None, []
+    if args.eval_only:  # the artifact to score must exist, be ours and hold the config's model
+        artifact = read_artifact(args.artifact_path, args)
+    else:  # every training shard now, not an hour into the run; an empty set would loop forever
+        train_files = find_shards(args.data_path, "train")
+        if sum(read_shard_header(path, args.vocab_size) for path in train_files) == 0:
+            raise ShardError(f"the training shards in {args.data_path} hold no tokens: rebuild or re-download them.")
+    compressor(artifact[0]["compressor"] if artifact else args.compressor)  # an optional one must be installed
+    val_files = find_shards(args.data_path, "val")
+    tokens = torch.cat([load_data_shard(f, args.vocab_size) for f in val_files]).to(torch.int64)
+    T, seq = args.val_seq_len, "EVAL_SEQ_LEN" if args.eval_seq_len else "TRAIN_SEQ_LEN"
+    usable = (tokens.numel() - 1) // T * T  # whole sequences, at least one per rank
+    require(usable >= T * ctx.world_size, f"the validation split ({tokens.numel()} tokens in {val_files[0].parent}) "
+            f"is shorter than one {seq}={T} sequence (+1) per rank: use more validation data or a smaller {seq}.")
+    _, luts = load_tokenizer(args.tokenizer_path, args.vocab_size)
+    verified = check_tokenizer_matches_data(args)
     loss_impl, why = resolve_loss_impl(args, ctx.device)
-    log_header(logger, args, ctx, loss_impl, why)
-    val = load_validation(args, ctx, sp)
-    on_cuda = ctx.device.type == "cuda"
+    log_path = Path(args.log_dir) / f"{args.run_id}.txt"
+    require(not log_path.exists(), f"{log_path} already exists: set another RUN_ID (logs are never overwritten).")
+    batch_seqs = max(args.val_batch_size // (ctx.world_size * ctx.grad_accum_steps) // T, 1)
+    val = ValData(tokens[: usable + 1], *[t.to(ctx.device) for t in luts], T, batch_seqs)
+    logger = Logger(log_path if ctx.rank == 0 else None)
+    return Run(args, ctx, logger, val, train_files, loss_impl, why, verified, artifact)
+
+def log_header(run: Run) -> None:
+    args, ctx, log = run.args, run.ctx, run.log
+    log.text(Path(__file__).read_text(encoding="utf-8") + "\n" + "=" * 100, console=False)  # the code, as it ran
+    gpu = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "none"
+    log.log(python=platform.python_version(), torch=torch.__version__, cuda=torch.version.cuda,
+            gpu=gpu.replace(" ", "_"), world_size=ctx.world_size, grad_accum_steps=ctx.grad_accum_steps,
+            device=ctx.device.type)
+    log.text("config:" + json.dumps(dataclasses.asdict(args), sort_keys=True))
+    warmdown = f"frac_{args.warmdown_frac}_wins_over_WARMDOWN_ITERS" if args.warmdown_frac > 0 else ""
+    log.log(loss_impl=run.loss_impl, loss_impl_reason=run.loss_impl_reason.replace(" ", "_"),
+            compile=args.compile and ctx.device.type == "cuda", tokenizer_verified=run.tokenizer_verified,
+            warmdown=warmdown or f"iters_{args.warmdown_iters}")
+    if ctx.device.type == "cpu" and args.train_batch_tokens >= Hyperparameters.train_batch_tokens:
+        log.text("cpu_note: these are GPU settings (minutes per step on a CPU). A CPU smoke run, in seconds: the "
+                 "first command of the docstring (head -n 12 train_gpt.py)")
+
+def train_and_score(run: Run) -> None:
+    args, ctx, log = run.args, run.ctx, run.log
+    on_cuda, compiled = ctx.device.type == "cuda", args.compile and ctx.device.type == "cuda"
+    log_header(run)
     if on_cuda:
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if on_cuda else contextlib.nullcontext
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(args.seed)
-    base_model = GPT(args, loss_impl, torch.bfloat16 if on_cuda else torch.float32).to(ctx.device)
-    use_compile = args.compile and on_cuda
-    if use_compile:  # scoring's forward pass, without the loss; one shape per window length
-        base_model.compiled_hidden = torch.compile(base_model.hidden, dynamic=False, fullgraph=True)
+    model = GPT(args, run.loss_impl, torch.bfloat16 if on_cuda else torch.float32, compiled).to(ctx.device)
     if args.eval_only:
-        return score_artifact(base_model, args, ctx, autocast, val, logger)
-    raw_bytes, code_bytes = len(payload_bytes(quantize_state_dict(base_model.state_dict(), args))), len(Path(__file__).read_bytes())
-    logger.log(model_params=sum(p.numel() for p in base_model.parameters()), payload_raw_bytes=raw_bytes, code_bytes=code_bytes,
-               limit_bytes=ARTIFACT_LIMIT_BYTES, compression_needed=f"{raw_bytes / max(ARTIFACT_LIMIT_BYTES - code_bytes, 1):.2f}x",
-               val_tokens=val.tokens.numel() - 1, loss_chunk_tokens=base_model.loss_chunk_tokens)
-    model = torch.compile(base_model, dynamic=False, fullgraph=True) if use_compile else base_model
+        log_artifact(run, Path(args.artifact_path).stat().st_size, run.artifact[0]["payload_bytes"])
+        return score_artifact(run, model, *run.artifact)
+    raw_bytes = len(payload_bytes(quantize_state_dict(model.state_dict(), args)))
+    code_bytes = len(Path(__file__).read_bytes())
+    log.log(model_params=sum(p.numel() for p in model.parameters()), payload_raw_bytes=raw_bytes,
+            code_bytes=code_bytes, limit_bytes=ARTIFACT_LIMIT_BYTES,
+            compression_needed=f"{raw_bytes / max(ARTIFACT_LIMIT_BYTES - code_bytes, 1):.2f}x",
+            val_tokens=run.val.tokens.numel() - 1, loss_chunk_tokens=model.loss_chunk_tokens)
+    step_model = torch.compile(model, dynamic=False, fullgraph=True) if compiled else model
     if ctx.distributed:
-        model = nn.parallel.DistributedDataParallel(model, device_ids=[ctx.local_rank] if on_cuda else None)
-    orthogonalize = torch.compile(newton_schulz_orthogonalize, dynamic=False) if use_compile else None
-    optimizers = build_optimizers(base_model, args, orthogonalize)
+        step_model = nn.parallel.DistributedDataParallel(step_model, device_ids=[ctx.local_rank] if on_cuda else None)
+    orthogonalize = torch.compile(newton_schulz_orthogonalize, dynamic=False) if compiled else None
+    state = TrainState(model, step_model, build_optimizers(model, args, orthogonalize))
     if args.warmup_steps > 0:
-        warmup_and_restore(model, base_model, optimizers, args, ctx, autocast, logger)
-    steps, ema, train_ms = train(model, base_model, optimizers, args, ctx, autocast, val, logger)
+        warmup_and_restore(run, state)
+    steps, ema, train_ms = train(run, state)
     if on_cuda:
-        logger.log(peak_memory_allocated=f"{torch.cuda.max_memory_allocated() // 2**20}MiB",
-                   peak_memory_reserved=f"{torch.cuda.max_memory_reserved() // 2**20}MiB", steps=steps)
+        log.log(peak_memory_allocated=f"{torch.cuda.max_memory_allocated() // 2**20}MiB",
+                peak_memory_reserved=f"{torch.cuda.max_memory_reserved() // 2**20}MiB", steps=steps)
     if ema is not None:  # from here on the model holds the average: it is what is exported and scored
         ema.copy_to_model()
-        val_loss, val_bpb = evaluate(base_model, val, ctx, autocast)
-        logger.log(step=f"{steps}/{args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights="ema")
-    export(base_model, args, ctx, autocast, logger, "raw" if ema is None else "ema", train_ms)
-    score_artifact(base_model, args, ctx, autocast, val, logger)
+        log_validation(run, model, steps, "ema")
+    export(run, model, "raw" if ema is None else "ema", train_ms)
+    score_artifact(run, model, *read_artifact(args.artifact_path, args))
 
 def main() -> None:
     def raise_interrupt(signum, frame):  # SIGINT and SIGTERM alike: unwind, log the step reached, clean up
         raise KeyboardInterrupt(signal.Signals(signum).name)
+
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, raise_interrupt)
-    args = Hyperparameters.from_env()
-    rank, world_size, _ = read_dist_env()
-    log_path = check_inputs(args, world_size)
-    ctx = setup_distributed()
-    logger = Logger(log_path if rank == 0 else None)
+    run = preflight(Hyperparameters.from_env(), dist_context())
     try:
-        run(args, ctx, logger)
-        if ctx.distributed:  # tear down together: gloo aborts if a peer closes its pairs first
+        init_distributed(run.ctx)
+        train_and_score(run)
+        if run.ctx.distributed:  # tear down together: gloo aborts if a peer closes its pairs first
             dist.barrier()
     except Exception as exc:  # keep the reason in the log, then fail as usual
-        logger.text(f"error:{type(exc).__name__} {exc}")
+        run.log.text(f"error:{type(exc).__name__} {exc}")
         raise
     except KeyboardInterrupt as exc:
-        logger.log(interrupted=exc.args[0], **logger.progress)
+        run.log.log(interrupted=exc.args[0], **run.log.progress)
         raise
     finally:
-        logger.close()
+        run.log.close()
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
 

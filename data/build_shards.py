@@ -45,6 +45,17 @@ import sentencepiece as spm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import train_gpt  # noqa: E402  (the shard format and its checks live in the trainer)
 
+def write_data_shard(path: str | Path, tokens) -> None:
+    """Write tokens (any int array-like, values < 65536) as a shard in train_gpt.py's format (its data section:
+    header, then uint16 ids), atomically: a temp file beside path, then a rename."""
+    array = np.asarray(tokens)
+    if array.ndim != 1 or (array.size and (array.min() < 0 or array.max() >= 2**16)):
+        raise train_gpt.ShardError(f"{path}: tokens must be a 1-D array of ids in [0, 65536).")
+    header = np.zeros(train_gpt.SHARD_HEADER_INTS, dtype="<i4")
+    header[:3] = (train_gpt.SHARD_MAGIC, train_gpt.SHARD_VERSION, array.size)
+    train_gpt.write_atomic(path, header.tobytes() + array.astype(train_gpt.SHARD_TOKEN_DTYPE).tobytes())
+
+
 # The published FineWeb tokenizers' trainer and normalizer settings, as stored in the model proto of
 # fineweb_1024_bpe.model (byte fallback: any byte is representable, so there is never an <unk>;
 # split_digits: numbers are spelled digit by digit; no dummy prefix: a document does not start with
@@ -304,7 +315,7 @@ class SplitWriter:
         if self.fill == 0:
             return
         path = self.output / f"fineweb_{self.split}_{len(self.files):06d}.bin"
-        train_gpt.write_data_shard(path, np.concatenate(self.pending))
+        write_data_shard(path, np.concatenate(self.pending))
         num_tokens = train_gpt.read_shard_header(path)
         self.files.append({"name": path.name, "split": self.split, "tokens": num_tokens,
                            "bytes": path.stat().st_size, "sha256": file_sha256(path)})

@@ -168,7 +168,7 @@ def fineweb_for_cpu() -> Path:
     val = train_gpt.load_data_shard(sorted(FINEWEB_DATA.glob("fineweb_val_*.bin"))[0]).numpy()
     bos = (val[: CPU_VAL_TOKENS + 1] == build_shards.BOS_ID).nonzero()[0]
     cut = int(bos[-1]) if len(bos) > 1 else min(CPU_VAL_TOKENS, val.size)
-    train_gpt.write_data_shard(output / "fineweb_val_000000.bin", val[:cut])
+    build_shards.write_data_shard(output / "fineweb_val_000000.bin", val[:cut])
     print(f"quickstart: no GPU, so validation uses the first {cut} tokens of FineWeb's validation split "
           f"(the full split takes hours on a CPU); val_bpb is not comparable with full-split scores", flush=True)
     return output

@@ -283,7 +283,7 @@ def run(plan: Plan, quiet: bool = False) -> dict:
 
 def write_shard(path: Path, chunks: list[Chunk], source: Path) -> dict:
     tokens = np.concatenate([c.tokens for c in chunks])
-    train_gpt.write_data_shard(path, tokens)
+    build_shards.write_data_shard(path, tokens)
     m = SPLIT_PATTERN.match(path.name)
     return {"name": path.name, "split": m.group(1) if m else "other", "tokens": int(tokens.size),
             "bytes": path.stat().st_size, "sha256": build_shards.file_sha256(path), "source": str(source),

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import torch
 
+import build_shards
 import train_gpt
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,9 +126,9 @@ def make_tiny_data(root: Path) -> TinyData:
     data_path = root / "shards"
     data_path.mkdir()
     half = len(train_docs) // 2
-    train_gpt.write_data_shard(data_path / "fineweb_train_000000.bin", encode_documents(sp, train_docs[:half]))
-    train_gpt.write_data_shard(data_path / "fineweb_train_000001.bin", encode_documents(sp, train_docs[half:]))
-    train_gpt.write_data_shard(data_path / "fineweb_val_000000.bin", encode_documents(sp, val_docs))
+    build_shards.write_data_shard(data_path / "fineweb_train_000000.bin", encode_documents(sp, train_docs[:half]))
+    build_shards.write_data_shard(data_path / "fineweb_train_000001.bin", encode_documents(sp, train_docs[half:]))
+    build_shards.write_data_shard(data_path / "fineweb_val_000000.bin", encode_documents(sp, val_docs))
     return TinyData(tokenizer_path, data_path, sp, train_docs, val_docs)
 
 

@@ -70,13 +70,13 @@ def small_tokenizer(tmp_path_factory) -> Path:
 def test_shard_write_and_read_agree(tmp_path):
     tokens = np.array([1, 0, 65535, 2, 1023, 1] + list(range(5000)), dtype=np.int64)
     path = tmp_path / "fineweb_train_000000.bin"
-    train_gpt.write_data_shard(path, tokens)
+    build_shards.write_data_shard(path, tokens)
     assert path.stat().st_size == train_gpt.SHARD_HEADER_BYTES + 2 * tokens.size
     header = np.fromfile(path, dtype="<i4", count=3)
     assert header.tolist() == [20240520, 1, tokens.size]
     assert train_gpt.read_shard_header(path) == tokens.size
     assert np.array_equal(train_gpt.load_data_shard(path).numpy(), tokens)
-    train_gpt.write_data_shard(path, [])  # an empty shard is still well formed
+    build_shards.write_data_shard(path, [])  # an empty shard is still well formed
     assert train_gpt.read_shard_header(path) == 0
 
 
@@ -91,7 +91,7 @@ def test_shard_write_and_read_agree(tmp_path):
 ])
 def test_corrupt_or_truncated_shard_is_detected(tmp_path, damage, message):
     path = tmp_path / "shard.bin"
-    train_gpt.write_data_shard(path, np.arange(1000) % 1024)
+    build_shards.write_data_shard(path, np.arange(1000) % 1024)
     path.write_bytes(damage(path.read_bytes()))
     with pytest.raises(train_gpt.ShardError, match=message):
         train_gpt.read_shard_header(path)

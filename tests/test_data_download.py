@@ -19,6 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "data"))
 
+import build_shards  # noqa: E402
 import cached_challenge_fineweb as dl  # noqa: E402
 import train_gpt  # noqa: E402
 
@@ -94,7 +95,7 @@ class FakeHub:
 
 def shard_bytes(tmp_path: Path, tokens) -> bytes:
     path = tmp_path / "one_shard.bin"
-    train_gpt.write_data_shard(path, np.asarray(tokens, dtype=np.uint16))
+    build_shards.write_data_shard(path, np.asarray(tokens, dtype=np.uint16))
     return path.read_bytes()
 
 

@@ -54,7 +54,7 @@ def setup(tmp_path_factory):
     shards = root / "shards"
     shards.mkdir()
     tokens = [t for d in english_docs(20) for t in [1] + sp.encode(d)]
-    train_gpt.write_data_shard(shards / "fineweb_val_000000.bin", tokens)
+    build_shards.write_data_shard(shards / "fineweb_val_000000.bin", tokens)
     return root, tokenizer, shards
 
 
@@ -118,7 +118,7 @@ def build_bad_tokenizer(t: Trial):
 
 def build_output_taken(t: Trial):
     (t.tmp / "taken").mkdir()
-    train_gpt.write_data_shard(t.tmp / "taken" / "fineweb_train_000000.bin", [1, 2, 3])
+    build_shards.write_data_shard(t.tmp / "taken" / "fineweb_train_000000.bin", [1, 2, 3])
     message = build(t.tmp, str(write_jsonl(t.tmp / "d.jsonl", english_docs(5))), "--tokenizer", str(t.tokenizer),
                     output="taken")
     assert train_gpt.read_shard_header(t.tmp / "taken" / "fineweb_train_000000.bin") == 3
@@ -177,7 +177,7 @@ def retok_truncated(t: Trial):
 
 
 def retok_wrong_from_model(t: Trial):
-    train_gpt.write_data_shard(t.tmp / "fineweb_val_000000.bin", [1, 4, 1000, 5])
+    build_shards.write_data_shard(t.tmp / "fineweb_val_000000.bin", [1, 4, 1000, 5])
     return retok(t, inputs=t.tmp / "fineweb_val_000000.bin")
 
 

@@ -73,8 +73,8 @@ def test_cpu_fineweb_validation_prefix_ends_at_a_document_boundary(tmp_path, mon
     src = data / "datasets" / "fineweb10B_sp1024"
     src.mkdir(parents=True)
     docs = [np.concatenate([[1], np.full(n, 7)]) for n in (100, 250, 80, 400)]
-    train_gpt.write_data_shard(src / "fineweb_val_000000.bin", np.concatenate(docs))
-    train_gpt.write_data_shard(src / "fineweb_train_000000.bin", np.concatenate(docs))
+    build_shards.write_data_shard(src / "fineweb_val_000000.bin", np.concatenate(docs))
+    build_shards.write_data_shard(src / "fineweb_train_000000.bin", np.concatenate(docs))
     monkeypatch.setattr(quickstart, "FINEWEB_DATA", src)
     monkeypatch.setattr(quickstart, "DATA_DIR", data)
     monkeypatch.setattr(quickstart, "CPU_VAL_TOKENS", 500)

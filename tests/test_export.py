@@ -31,6 +31,7 @@ import pytest
 import torch
 from torch import nn
 
+import build_shards
 import train_gpt
 import helpers
 from helpers import TinyData, randomize_matrices, tiny_data, tiny_env  # noqa: F401 (tiny_data: fixture)
@@ -484,8 +485,8 @@ def test_calibration_never_reads_a_validation_token(tiny_data, tmp_path):
     data_path = tmp_path / "disjoint"
     data_path.mkdir()
     for i in range(2):
-        train_gpt.write_data_shard(data_path / f"fineweb_train_00000{i}.bin", rng.integers(4, 256, 5000))
-    train_gpt.write_data_shard(data_path / "fineweb_val_000000.bin", rng.integers(256, 512, 5000))
+        build_shards.write_data_shard(data_path / f"fineweb_train_00000{i}.bin", rng.integers(4, 256, 5000))
+    build_shards.write_data_shard(data_path / "fineweb_val_000000.bin", rng.integers(256, 512, 5000))
     args = calibration_args(tiny_data, tmp_path, DATA_PATH=data_path, GPTQ_CALIBRATION_BATCHES=30)
     model = random_model(args)
     seen, real_hidden = [], model.hidden
@@ -608,7 +609,7 @@ def data_folders(tiny_data, tmp_path_factory) -> dict[str, Path]:
         if with_train:
             for shard in tiny_data.data_path.glob("fineweb_train_*.bin"):
                 shutil.copy(shard, folders[name] / shard.name)
-        train_gpt.write_data_shard(folders[name] / "fineweb_val_000000.bin", tokens.numpy())
+        build_shards.write_data_shard(folders[name] / "fineweb_val_000000.bin", tokens.numpy())
     assert not torch.equal(val[:VAL_TOKENS], val[-VAL_TOKENS:])
     return folders
 

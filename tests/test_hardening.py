@@ -137,7 +137,7 @@ def test_a_shard_with_an_id_outside_the_vocabulary_is_refused_before_training(ti
     data_path = copy_data(tiny_data, tmp_path)
     tokens = train_gpt.load_data_shard(data_path / name).numpy().copy()
     tokens[len(tokens) // 2] = tiny_data.vocab_size + 7
-    train_gpt.write_data_shard(data_path / name, tokens)
+    build_shards.write_data_shard(data_path / name, tokens)
     with pytest.raises(ShardError) as error:
         train_gpt.check_inputs(args_for(tiny_data, tmp_path, DATA_PATH=data_path), 1)
     message = str(error.value)
@@ -348,7 +348,7 @@ def trigger(key: str, data: TinyData, tmp_path: Path, request) -> str:
         if key == "truncated":
             shard.write_bytes(shard.read_bytes()[:-3])
         else:
-            train_gpt.write_data_shard(shard, np.append(train_gpt.load_data_shard(shard).numpy(), data.vocab_size + 7))
+            build_shards.write_data_shard(shard, np.append(train_gpt.load_data_shard(shard).numpy(), data.vocab_size + 7))
         return error_text(lambda: train_gpt.check_inputs(args(DATA_PATH=folder), 1))
     if key == "another vocabulary":
         return error_text(lambda: train_gpt.load_tokenizer(str(data.tokenizer_path), 1024))

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import build_shards
 import train_gpt
 from helpers import ROOT, TinyData, tiny_data, tiny_env  # noqa: F401 (tiny_data: fixture)
 
@@ -74,7 +75,7 @@ def small_validation_data(data: TinyData, root: Path) -> Path:
     for shard in data.data_path.glob("fineweb_train_*.bin"):
         shutil.copyfile(shard, root / shard.name)
     val = train_gpt.load_data_shard(data.data_path / "fineweb_val_000000.bin").numpy()[:257]
-    train_gpt.write_data_shard(root / "fineweb_val_000000.bin", val.astype(np.uint16))
+    build_shards.write_data_shard(root / "fineweb_val_000000.bin", val.astype(np.uint16))
     return root
 
 

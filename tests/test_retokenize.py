@@ -50,9 +50,9 @@ def shards(tmp_path, tokenizers) -> Path:
     folder.mkdir()
     train = encode(tokenizers[0], DOCS[:100])
     cut = int(np.flatnonzero(train == 1)[60]) + 5  # five tokens into document 60
-    train_gpt.write_data_shard(folder / "fineweb_train_000000.bin", train[:cut])
-    train_gpt.write_data_shard(folder / "fineweb_train_000001.bin", train[cut:])
-    train_gpt.write_data_shard(folder / "fineweb_val_000000.bin", encode(tokenizers[0], DOCS[100:]))
+    build_shards.write_data_shard(folder / "fineweb_train_000000.bin", train[:cut])
+    build_shards.write_data_shard(folder / "fineweb_train_000001.bin", train[cut:])
+    build_shards.write_data_shard(folder / "fineweb_val_000000.bin", encode(tokenizers[0], DOCS[100:]))
     return folder
 
 
@@ -124,9 +124,9 @@ def test_empty_shards_and_shards_without_bos(tmp_path, tokenizers):
     old, new = (spm.SentencePieceProcessor(model_file=str(m)) for m in tokenizers)
     folder = tmp_path / "in"
     folder.mkdir()
-    train_gpt.write_data_shard(folder / "fineweb_train_000000.bin", [])
+    build_shards.write_data_shard(folder / "fineweb_train_000000.bin", [])
     middle = encode(tokenizers[0], ["the middle of a document"])[1:]  # no BOS at all
-    train_gpt.write_data_shard(folder / "fineweb_train_000001.bin", middle)
+    build_shards.write_data_shard(folder / "fineweb_train_000001.bin", middle)
     retok(tokenizers[0], tokenizers[1], folder, tmp_path / "out", "--workers", "2")
     assert train_gpt.read_shard_header(tmp_path / "out" / "fineweb_train_000000.bin") == 0
     assert train_gpt.load_data_shard(tmp_path / "out" / "fineweb_train_000001.bin").tolist() == \
@@ -171,7 +171,7 @@ def test_errors_exit_2_naming_the_file_before_any_output(tmp_path, tokenizers, s
     # Ids the --from-model does not have: the shards were made with another tokenizer.
     wide = tmp_path / "wide"
     wide.mkdir()
-    train_gpt.write_data_shard(wide / "fineweb_val_000000.bin", [1, 5, 399, 7])
+    build_shards.write_data_shard(wide / "fineweb_val_000000.bin", [1, 5, 399, 7])
     fails_with(capsys, lambda: retok(old, new, wide, out), str(wide / "fineweb_val_000000.bin"), "token id 399",
                "only 300 tokens")
     # Not a shard: the trainer's own check (ShardError) says so.

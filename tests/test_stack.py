@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import build_shards
 import train_gpt
 from helpers import tiny_data  # noqa: F401 (fixture)
 from train_gpt import ConfigError, Hyperparameters
@@ -339,7 +340,7 @@ def test_warmup_compiles_both_loop_graphs_and_restores_everything(tmp_path, monk
 
 
 def test_too_little_data_for_a_shuffled_step_is_a_shard_error_naming_the_fix(tmp_path):
-    train_gpt.write_data_shard(tmp_path / "fineweb_train_000000.bin", np.arange(100))
+    build_shards.write_data_shard(tmp_path / "fineweb_train_000000.bin", np.arange(100))
     loader = train_gpt.ShuffledSequenceLoader(str(tmp_path / "fineweb_train_*.bin"),
                                               train_gpt.DistContext(0, 1, 0, torch.device("cpu"), 8), 0)
     with pytest.raises(train_gpt.ShardError, match="fewer than one step .*TRAIN_SHUFFLE=0"):

@@ -27,6 +27,7 @@ import pytest
 import torch
 from torch import nn
 
+import build_shards
 import train_gpt
 from helpers import BOS_ID, PUBLISHED_TOKENIZER, ROOT, randomize_matrices, tiny_data, tiny_env  # noqa: F401 (fixture)
 from train_gpt import GRAD_ACCUM_TOTAL, ConfigError, DistContext, Hyperparameters, ShardError
@@ -156,7 +157,7 @@ def test_process_counts_that_do_not_divide_8_are_a_config_error(monkeypatch, env
 def test_shard_write_read_round_trip(tmp_path):
     tokens = np.array([0, 1, 2, 65535, 1234, 1], dtype=np.int64)
     path = tmp_path / "fineweb_train_000000.bin"
-    train_gpt.write_data_shard(path, tokens)
+    build_shards.write_data_shard(path, tokens)
     assert path.stat().st_size == train_gpt.SHARD_HEADER_BYTES + 2 * len(tokens)
     assert train_gpt.read_shard_header(path) == len(tokens)
     loaded = train_gpt.load_data_shard(path)
@@ -167,14 +168,14 @@ def test_shard_write_read_round_trip(tmp_path):
 @pytest.mark.parametrize("tokens", [[0, 65536], [-1, 5], [[1, 2], [3, 4]]])
 def test_write_data_shard_rejects_what_uint16_cannot_hold(tmp_path, tokens):
     with pytest.raises(ShardError):
-        train_gpt.write_data_shard(tmp_path / "s.bin", np.array(tokens))
+        build_shards.write_data_shard(tmp_path / "s.bin", np.array(tokens))
 
 
 @pytest.mark.parametrize("damage", ["bad_magic", "wrong_version", "negative_count", "truncated_tokens",
                                     "truncated_header", "extra_bytes"])
 def test_malformed_shard_is_a_shard_error_naming_the_file(tmp_path, damage):
     path = tmp_path / "fineweb_val_000000.bin"
-    train_gpt.write_data_shard(path, np.arange(100))
+    build_shards.write_data_shard(path, np.arange(100))
     data = bytearray(path.read_bytes())
     if damage == "bad_magic":
         data[0:4] = np.int32(12345).tobytes()
@@ -197,7 +198,7 @@ def test_malformed_shard_is_a_shard_error_naming_the_file(tmp_path, damage):
 
 def test_find_shards_sorts_and_names_the_pattern_when_nothing_matches(tmp_path):
     for name in ["fineweb_train_000002.bin", "fineweb_train_000000.bin", "fineweb_train_000001.bin"]:
-        train_gpt.write_data_shard(tmp_path / name, [1, 2])
+        build_shards.write_data_shard(tmp_path / name, [1, 2])
     found = train_gpt.find_shards(str(tmp_path / "fineweb_train_*.bin"), "training")
     assert [p.name for p in found] == [f"fineweb_train_00000{i}.bin" for i in range(3)]
     pattern = str(tmp_path / "fineweb_val_*.bin")
@@ -219,7 +220,7 @@ def write_counting_shards(directory: Path) -> np.ndarray:
     stream, start = [], 0
     for i, size in enumerate(SHARD_SIZES):
         tokens = np.arange(start, start + size)
-        train_gpt.write_data_shard(directory / f"fineweb_train_{i:06d}.bin", tokens)
+        build_shards.write_data_shard(directory / f"fineweb_train_{i:06d}.bin", tokens)
         stream.append(tokens)
         start += size
     return np.concatenate(stream)
@@ -280,7 +281,7 @@ def time_limit(seconds: float):
 
 
 def test_training_shards_without_tokens_are_an_error_not_a_hang(tmp_path):
-    train_gpt.write_data_shard(tmp_path / "fineweb_train_000000.bin", np.array([], dtype=np.uint16))
+    build_shards.write_data_shard(tmp_path / "fineweb_train_000000.bin", np.array([], dtype=np.uint16))
     with time_limit(3), pytest.raises((ShardError, ConfigError)):
         loader = train_gpt.DistributedTokenLoader(str(tmp_path / "fineweb_train_*.bin"), dist_context())
         loader.next_batch(MICRO_BATCH_TOKENS, SEQ_LEN)
@@ -821,7 +822,7 @@ def test_validation_split_shorter_than_a_sequence_per_rank_is_a_config_error(tin
                                                                               world_size):
     data_path = tmp_path / "data"
     data_path.mkdir()
-    train_gpt.write_data_shard(data_path / "fineweb_val_000000.bin", np.ones(val_tokens, dtype=np.uint16))
+    build_shards.write_data_shard(data_path / "fineweb_val_000000.bin", np.ones(val_tokens, dtype=np.uint16))
     args = Hyperparameters.from_env(tiny_env(tiny_data, tmp_path, DATA_PATH=data_path, TRAIN_SEQ_LEN=64))
     with pytest.raises(ConfigError, match="TRAIN_SEQ_LEN=64"):
         train_gpt.load_validation(args, dist_context(world_size), tiny_data.sp)
@@ -830,7 +831,7 @@ def test_validation_split_shorter_than_a_sequence_per_rank_is_a_config_error(tin
 def test_validation_tokens_outside_the_vocabulary_are_a_shard_error_naming_vocab_size(tiny_data, tmp_path):
     data_path = tmp_path / "data"
     data_path.mkdir()
-    train_gpt.write_data_shard(data_path / "fineweb_val_000000.bin", np.full(200, tiny_data.vocab_size))
+    build_shards.write_data_shard(data_path / "fineweb_val_000000.bin", np.full(200, tiny_data.vocab_size))
     args = Hyperparameters.from_env(tiny_env(tiny_data, tmp_path, DATA_PATH=data_path))
     with pytest.raises(train_gpt.ShardError, match="VOCAB_SIZE"):
         train_gpt.load_validation(args, dist_context(), tiny_data.sp)

@@ -1,0 +1,145 @@
+"""Same behaviour, shown: train_gpt.py of a git revision against another (default: the working tree's), on tiny CPU
+configurations, compared on every logged number and on the artifacts' bytes.
+
+  python3 scripts/compare_revisions.py a24b18c                  # a24b18c against the working tree
+  python3 scripts/compare_revisions.py a24b18c HEAD --only defaults,eval_only
+
+Both sides run in folders of their own, on the same tiny data (tests/helpers.py builds it), with the same relative
+log and artifact paths, one CPU thread each. A log is compared from the line after the source it starts with; the
+values that depend on the clock or on the script's own size (times, code_bytes and what adds it in) are masked, all
+else must match to the character, and the artifacts must be byte-identical. One line per configuration, then a
+verdict; exit 1 if anything differs. `eval_only` scores the first side's `gptq_brotli_sliding` artifact with both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "data"), str(ROOT / "tests")]
+
+TINY = dict(NUM_LAYERS="2", MODEL_DIM="64", NUM_HEADS="2", NUM_KV_HEADS="1", MLP_MULT="2", TRAIN_SEQ_LEN="64",
+            TRAIN_BATCH_TOKENS=str(8 * 2 * 64), VAL_BATCH_SIZE=str(8 * 8 * 64), ITERATIONS="10", WARMDOWN_ITERS="4",
+            WARMUP_STEPS="2", VAL_LOSS_EVERY="5", TRAIN_LOG_EVERY="1", MAX_WALLCLOCK_SECONDS="0", LOSS_IMPL="torch")
+RECORD_TINY = dict(TINY, NUM_LAYERS="6", ITERATIONS="12", GPTQ_CALIBRATION_BATCHES="4", EVAL_STRIDE="16",
+                   TRAIN_LOG_EVERY="1", VAL_LOSS_EVERY="6")
+GPTQ_BROTLI = dict(TINY, MATRIX_BITS="6", MATRIX_CLIP_SIGMAS="12.85", EMBED_CLIP_SIGMAS="20", TIE_EMBEDDINGS="0",
+                   GPTQ_CALIBRATION_BATCHES="4", COMPRESSOR="brotli", EVAL_STRIDE="16")
+# name -> (variables on top of the data's, processes)
+CONFIGS = {
+    "defaults": (TINY, 1),
+    "record": (dict(RECORD_TINY, RECIPE="record"), 1),
+    "p180": (dict(RECORD_TINY, RECIPE="p180"), 1),
+    "gptq_brotli_sliding": (GPTQ_BROTLI, 1),
+    "ema_loops": (dict(TINY, NUM_LAYERS="4", NUM_LOOPS="1", LOOP_START="1", LOOP_END="2", ENABLE_LOOPING_AT="0.5",
+                       EMA_DECAY="0.9", TRAIN_SHUFFLE="1", PARALLEL_RESIDUAL_START="2", GRAD_CLIP_NORM="0.5",
+                       MUON_WD="0.05", WARMDOWN_FRAC="0.5", VAL_LOSS_EVERY="4"), 1),
+    "eval_only": (dict(GPTQ_BROTLI, EVAL_ONLY="1"), 1),
+    "two_processes": (dict(TINY, TRAIN_SHUFFLE="1", GPTQ_CALIBRATION_BATCHES="4", WARMUP_STEPS="0"), 2),
+}
+CLOCK_OR_CODE = re.compile(r"(^|_)(time|avg|est|code_bytes|total_bytes|compression_needed|tokens_per_s|within_cap)$")
+SEPARATOR = "=" * 100
+TORCHRUN_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TRITON_INTERPRET")
+
+
+def masked_log(path: Path) -> list[str]:
+    """The log after the source it starts with, each clock- or code-size-dependent value replaced by '*'."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    lines = lines[lines.index(SEPARATOR) + 1 :]
+    masked = []
+    for line in lines:
+        tokens = [t.split(":", 1)[0] + ":*" if CLOCK_OR_CODE.search(t.split(":", 1)[0]) else t for t in line.split(" ")]
+        masked.append(" ".join(tokens))
+    return masked
+
+
+def run_side(script: Path, folder: Path, env_vars: dict[str, str], nproc: int) -> subprocess.CompletedProcess:
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(script, folder / "train_gpt.py")
+    import helpers
+
+    env = {k: v for k, v in os.environ.items() if k not in helpers.OUR_NAMES and k not in TORCHRUN_NAMES}
+    env.update(env_vars, OMP_NUM_THREADS="1", RUN_ID="compare", LOG_DIR="logs", ARTIFACT_PATH="model.ptz")
+    command = [sys.executable, "train_gpt.py"]
+    if nproc > 1:
+        command[1:1] = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=900)
+
+
+def compare(name: str, sides: list[Path], work: Path, data_env: dict[str, str]) -> bool:
+    variables, nproc = CONFIGS[name]
+    env = dict(data_env, **variables)
+    results = []
+    for i, script in enumerate(sides):
+        folder = work / f"side{i}" / name
+        if env.get("EVAL_ONLY") == "1":  # both score the artifact the first side trained
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copy(work / "side0" / "gptq_brotli_sliding" / "model.ptz", folder / "model.ptz")
+        result = run_side(script, folder, env, nproc)
+        if result.returncode != 0:
+            print(f"FAILED {name} side {i} (exit {result.returncode}): {result.stderr.strip()[-600:]}")
+            return False
+        artifact = (folder / "model.ptz").read_bytes()
+        results.append((masked_log(folder / "logs" / "compare.txt"), hashlib.sha256(artifact).hexdigest()))
+    (log_a, sha_a), (log_b, sha_b) = results
+    if log_a != log_b:
+        first = next((i for i, (a, b) in enumerate(zip(log_a, log_b)) if a != b), min(len(log_a), len(log_b)))
+        a, b = (log[first] if first < len(log) else "<end of log>" for log in (log_a, log_b))
+        print(f"DIFFERENT {name}: log line {first + 1} after the source\n  a: {a}\n  b: {b}")
+        return False
+    if sha_a != sha_b:
+        print(f"DIFFERENT {name}: logs agree but the artifacts differ ({sha_a[:12]} vs {sha_b[:12]})")
+        return False
+    numbers = sum(len(re.findall(r":-?\d+\.\d+", line)) for line in log_a)
+    print(f"same {name}: {len(log_a)} log lines, {numbers} decimal numbers, artifact sha256 {sha_a[:12]}")
+    return True
+
+
+def script_of(revision: str, work: Path) -> Path:
+    if revision == "worktree":
+        return ROOT / "train_gpt.py"
+    path = work / f"train_gpt.{revision}.py"
+    path.write_bytes(subprocess.run(["git", "show", f"{revision}:train_gpt.py"], cwd=ROOT, check=True,
+                                    capture_output=True).stdout)
+    return path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("base", help="a git revision, e.g. a24b18c")
+    parser.add_argument("other", nargs="?", default="worktree", help="another revision (default: the working tree)")
+    parser.add_argument("--only", help=f"comma-separated names of {', '.join(CONFIGS)}")
+    parser.add_argument("--keep", type=Path, help="run in this folder and keep it (default: a temporary one)")
+    cli = parser.parse_args()
+    names = cli.only.split(",") if cli.only else list(CONFIGS)
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown:
+        parser.error(f"--only: unknown {', '.join(unknown)}; the names are {', '.join(CONFIGS)}")
+    if "eval_only" in names and "gptq_brotli_sliding" not in names:
+        names.insert(names.index("eval_only"), "gptq_brotli_sliding")  # it makes the artifact eval_only scores
+    import helpers  # the tests' tiny data: a SentencePiece tokenizer and shards made on the spot
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = cli.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        data = helpers.make_tiny_data(Path(tempfile.mkdtemp(dir=work)))
+        data_env = dict(DATA_PATH=str(data.data_path), TOKENIZER_PATH=str(data.tokenizer_path),
+                        VOCAB_SIZE=str(data.vocab_size))
+        sides = [script_of(cli.base, work), script_of(cli.other, work)]
+        print(f"a: {cli.base}  b: {cli.other}  data: {data.data_path}")
+        ok = [compare(name, sides, work, data_env) for name in names]
+    print(f"{sum(ok)} of {len(ok)} configurations the same" + ("" if all(ok) else ": DIFFERENT"))
+    return 0 if all(ok) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
