@@ -144,8 +144,7 @@ class Hyperparameters:
         return self.eval_seq_len or self.train_seq_len
 
     @property
-    def train_cap_ms(self) -> float:
-        """MAX_WALLCLOCK_SECONDS less GPTQ_RESERVE_SECONDS (GPTQ runs in the rest), in ms; 0: no cap."""
+    def train_cap_ms(self) -> float:  # MAX_WALLCLOCK_SECONDS less GPTQ_RESERVE_SECONDS (GPTQ runs in the rest); 0: none
         capped = self.max_wallclock_seconds > 0
         return 1000.0 * (self.max_wallclock_seconds - self.gptq_reserve_seconds) if capped else 0.0
 
@@ -155,8 +154,7 @@ class Hyperparameters:
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Hyperparameters:
         """Defaults, then the values of RECIPE, then DATA_DIR's paths, then every variable set explicitly."""
-        environ = dict(os.environ if environ is None else environ)
-        fields = dataclasses.fields(cls)
+        environ, fields = dict(os.environ if environ is None else environ), dataclasses.fields(cls)
         check_unknown_env(environ, [f.name.upper() for f in fields])
         recipe = environ.get("RECIPE", "").strip()
         require(not recipe or recipe in RECIPES,
@@ -241,8 +239,7 @@ def parse_env_value(name: str, raw: str, kind: type):
     """raw as the field's type: a bool from BOOL_WORDS, an int also as 1e5 or 2048.0 (not 2.5), a finite float."""
     if kind is str:
         return raw
-    text = raw.strip()
-    expected = {bool: "0 or 1", int: "an integer", float: "a finite number"}[kind]
+    text, expected = raw.strip(), {bool: "0 or 1", int: "an integer", float: "a finite number"}[kind]
     if kind is bool:
         require(text.lower() in BOOL_WORDS, f"{name}={raw!r} is not {expected}.")
         return BOOL_WORDS[text.lower()]
@@ -293,12 +290,10 @@ class DistContext:
     def grad_accum_steps(self) -> int:
         return GRAD_ACCUM_TOTAL // self.world_size
 
-    def autocast(self):
-        """bf16 matmuls under autocast on CUDA; on the CPU everything stays fp32."""
+    def autocast(self):  # bf16 matmuls on CUDA; on the CPU everything stays fp32
         return torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else contextlib.nullcontext()
 
-    def all_reduce(self, tensor: Tensor, op=dist.ReduceOp.SUM) -> Tensor:
-        """tensor reduced over the ranks, in place; as it is with one process."""
+    def all_reduce(self, tensor: Tensor, op=dist.ReduceOp.SUM) -> Tensor:  # in place; as it is with one process
         if self.distributed:
             dist.all_reduce(tensor, op=op)
         return tensor
@@ -309,8 +304,7 @@ class DistContext:
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
 
-def dist_context() -> DistContext:
-    """This process's place from torchrun's variables (one process without them); no process group yet."""
+def dist_context() -> DistContext:  # from torchrun's variables (one process without them); no process group yet
     try:
         rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -321,8 +315,7 @@ def dist_context() -> DistContext:
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     return DistContext(rank, world_size, local_rank, device)
 
-def init_distributed(ctx: DistContext) -> None:
-    """Select this rank's GPU and join the process group: NCCL on CUDA, gloo on CPU."""
+def init_distributed(ctx: DistContext) -> None:  # this rank's GPU, and the process group: NCCL on CUDA, else gloo
     if ctx.device.type == "cuda":
         torch.cuda.set_device(ctx.device)
     if ctx.distributed and ctx.device.type == "cuda":
@@ -394,8 +387,8 @@ def read_shard_header(path: str | Path, vocab_size: int = 0) -> int:
     path = Path(path)
     size = path.stat().st_size
     if size < SHARD_HEADER_BYTES:
-        raise ShardError(f"{path}: {size} bytes is shorter than the {SHARD_HEADER_BYTES}-byte shard "
-                         "header. The file is truncated: delete it and download or rebuild it.")
+        raise ShardError(f"{path}: {size} bytes is shorter than the {SHARD_HEADER_BYTES}-byte shard header. The file "
+                         "is truncated: delete it and download or rebuild it.")
     header = np.fromfile(path, dtype="<i4", count=SHARD_HEADER_INTS)
     if int(header[0]) != SHARD_MAGIC or int(header[1]) != SHARD_VERSION:
         raise ShardError(f"{path}: header magic/version {int(header[0])}/{int(header[1])}, expected "
@@ -519,8 +512,7 @@ def loss_chunk_tokens(requested: int, vocab_size: int) -> int:
     """LOSS_CHUNK_TOKENS, or for 0 as many as fit LOSS_CHUNK_ELEMENTS logits: one chunk for small vocabularies."""
     return requested if requested > 0 else max(1, LOSS_CHUNK_ELEMENTS // vocab_size)
 
-def softcap_ce_chunk_torch(logits: Tensor, targets: Tensor, loss_rows: Tensor, softcap: float, grad_scale: float,
-                           need_grad: bool) -> None:
+def softcap_ce_chunk_torch(logits, targets, loss_rows, softcap: float, grad_scale: float, need_grad: bool) -> None:
     """The reference for softcap_ce_chunk_triton, with its contract: loss_rows (n,) fp32 <- each row's loss;
     logits (n, V), any float dtype, <- dL/dlogits * grad_scale if need_grad. fp32 math."""
     t = torch.tanh(logits.float() / softcap)
@@ -533,15 +525,14 @@ def softcap_ce_chunk_torch(logits: Tensor, targets: Tensor, loss_rows: Tensor, s
         logits.copy_(grad * ((1.0 - t * t) * grad_scale))
 
 # ---- Triton kernel: softcap + cross entropy + dL/dlogits, one pass over each chunk's logits ----
-# The three GEMMs (logits, grad_x, grad_W) stay on cuBLAS. Between them the reference makes ~10 elementwise
-# passes and fp32 copies of the (chunk, V) logits; this kernel reads each bf16 row from memory once, writes
-# dL/dlogits over it in place and stores the row's loss: a chunk needs one (chunk, V) buffer in x's dtype and
-# nothing else of that size. Targets must lie in [0, V).
-# Softmax needs a shift m >= max(z) so that exp(z - m) cannot overflow. The cap bounds z by c, so m = c serves
-# without a pass for the row max: exp2((z - c) log2 e) >= 2^(-2c log2 e) stays a normal fp32 number while
-# 2c log2 e <= FIXED_SHIFT_MAX_EXP2 (c <= 41.6). The row, whole in registers, is read, exponentiated and summed in
-# one sweep; dL/dlogits = p dt / s - onehot(y) dt_y needs only the sum. On an H100 this beat two passes over
-# narrower blocks (README); wider rows and larger caps take the PyTorch path and the log says so.
+# The three GEMMs (logits, grad_x, grad_W) stay on cuBLAS. Between them the reference makes ~10 elementwise passes and
+# fp32 copies of the (chunk, V) logits; this kernel reads each bf16 row once, writes dL/dlogits over it in place and
+# stores the row's loss: a chunk needs one (chunk, V) buffer and nothing else of that size. Targets lie in [0, V).
+# Softmax needs a shift m >= max(z) so that exp(z - m) cannot overflow. The cap bounds z by c, so m = c serves without
+# a pass for the row max: exp2((z - c) log2 e) >= 2^(-2c log2 e) stays a normal fp32 number while 2c log2 e <=
+# FIXED_SHIFT_MAX_EXP2 (c <= 41.6). The row, whole in registers, is read, exponentiated and summed in one sweep;
+# dL/dlogits = p dt / s - onehot(y) dt_y needs only the sum. On an H100 this beat two passes over narrower blocks
+# (README); wider rows and larger caps take the PyTorch path and the log says so.
 MAX_BLOCK_V = 8192
 FIXED_SHIFT_MAX_EXP2 = 120.0  # flush-to-zero starts below 2^-126; margin for the sum and rounding
 
@@ -591,8 +582,7 @@ if triton is not None:
             tl.store(ptr + cols, g.to(logits_ptr.dtype.element_ty), mask=mask)
         tl.store(loss_ptr + row, (tl.log2(s) + (1.0 - t_y) * c2) / LOG2E)
 
-def softcap_ce_chunk_triton(logits: Tensor, targets: Tensor, loss_rows: Tensor, softcap: float,
-                            grad_scale: float, need_grad: bool) -> None:
+def softcap_ce_chunk_triton(logits, targets, loss_rows, softcap: float, grad_scale: float, need_grad: bool) -> None:
     """In place: loss_rows (n,) fp32 <- per-row loss; logits (n, V) <- dL/dlogits * grad_scale if need_grad."""
     n, V = logits.shape
     if not (logits.is_contiguous() and targets.is_contiguous() and loss_rows.is_contiguous() and targets.shape ==
@@ -665,8 +655,7 @@ def resolve_loss_impl(args: Hyperparameters, device: torch.device) -> tuple[str,
         return "torch", "auto_no_cuda"
     return ("triton", "auto_cuda") if reason is None else ("torch", "auto_triton_unavailable: " + reason)
 
-def softcap_ce_loss(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, chunk_tokens: int,
-                    impl: str, per_token: bool = False) -> Tensor:
+def softcap_ce_loss(x, weight, targets, softcap: float, chunk_tokens: int, impl: str, per_token=False) -> Tensor:
     """Mean softcapped cross entropy of x (N, d) @ weight (V, d)^T against targets (N,), fp32; per_token:
     the (N,) losses, forward only. Gradient work only when autograd will ask for it."""
     need_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
@@ -1121,10 +1110,6 @@ def quantize_rows(w: Tensor, bits: int, clip_sigmas: float, hessian: Tensor | No
         return gptq_round(*batch, qmax).view(w.shape), scale
     return torch.clamp(torch.round(w / s), -qmax, qmax).to(torch.int8), scale
 
-def quant_group(name: str) -> str:
-    """The QUANT_GROUPS entry of a quantized tensor."""
-    return "embed" if name.startswith("tok_emb") else "matrix"
-
 def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, hessians: dict | None = None) -> dict:
     """The payload: codes and scales of the large tensors, the small ones kept. Tensors with a Hessian (GPTQ) are
     rounded on its device, those of one shape and group together (one launch per column); the others on the CPU."""
@@ -1136,11 +1121,11 @@ def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, he
             kept[name] = t.cpu()
         elif t.numel() <= QUANT_KEEP_FLOAT_MAX_NUMEL:
             kept[name] = (t.float() if is_control_tensor(name) and args.matrix_clip_sigmas == 0 else t.half()).cpu()
-        else:
-            key = (tuple(t.shape), quant_group(name)) if name in hessians else name
-            batches.setdefault(key, []).append(name)
-    for names in batches.values():
-        bits, sigmas = (getattr(args, field) for field in QUANT_GROUPS[quant_group(names[0])])
+        else:  # a batch: one tensor, or with GPTQ every tensor of one shape and QUANT_GROUPS entry
+            group = "embed" if name.startswith("tok_emb") else "matrix"
+            batches.setdefault((tuple(t.shape) if name in hessians else name, group), []).append(name)
+    for (_, group), names in batches.items():
+        bits, sigmas = (getattr(args, field) for field in QUANT_GROUPS[group])
         hessian = torch.stack([hessians[n] for n in names]) if names[0] in hessians else None
         device = "cpu" if hessian is None else hessian.device
         w = torch.stack([state_dict[n].detach().to(device).float().reshape(state_dict[n].size(0), -1) for n in names])
@@ -1288,8 +1273,8 @@ class EMA:
 
 @dataclass
 class TrainState:
-    """The GPT (its parameters are what the optimizers, the EMA, export and scoring see), what a training step calls
-    (the same GPT, compiled on CUDA and wrapped for DDP with several processes), and the optimizers."""
+    """The GPT (whose parameters the optimizers, EMA, export and scoring see), what a step calls (the same GPT,
+    compiled on CUDA and wrapped in DDP with several processes) and the optimizers."""
     model: GPT
     step_model: nn.Module
     optimizers: list[torch.optim.Optimizer]
@@ -1321,8 +1306,7 @@ def train_step(run: Run, state: TrainState, loader: DistributedTokenLoader, step
     return total_loss / ctx.grad_accum_steps
 
 def warmup_and_restore(run: Run, state: TrainState) -> float:
-    """Run WARMUP_STEPS real steps (of both layer orders when the loops are on) so compilation happens off the clock,
-    then restore the model and optimizers as they were; returns its ms."""
+    """WARMUP_STEPS real steps (of both layer orders with loops) compile off the clock; then all is as before. ms."""
     args, log, model = run.args, run.log, state.model
     t0 = run.ctx.clock()
     model_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -1348,16 +1332,14 @@ def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
     if step != NO_BAD_STEP:
         raise FloatingPointError(f"train_loss is not finite at step {step}: {NOT_FINITE_FIX}")
 
-def log_validation(run: Run, model: GPT, step: int, weights: str, **timing) -> None:
-    """Evaluate model on the validation split and log it; a loss that is not finite ends the run."""
+def log_validation(run: Run, model: GPT, step: int, weights: str, **timing) -> None:  # a loss not finite ends the run
     val_loss, val_bpb = evaluate(model, run.val, run.ctx)
     if not math.isfinite(val_loss):  # same value on every rank: all stop together
         raise FloatingPointError(f"val_loss is not finite after step {step}: {NOT_FINITE_FIX}")
     run.log.log(step=f"{step}/{run.args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights=weights, **timing)
 
 def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
-    """Steps until ITERATIONS or the cap, validating every VAL_LOSS_EVERY steps and at the end with the clock stopped;
-    returns (steps, the EMA or None, training ms)."""
+    """Steps to ITERATIONS or the cap, validating every VAL_LOSS_EVERY steps: (steps, the EMA or None, training ms)."""
     args, ctx, log, model = run.args, run.ctx, run.log, state.model
     loader = make_train_loader(args, run.train_files, ctx)
     ema = EMA(model, args.ema_decay) if args.ema_decay > 0 else None
@@ -1436,8 +1418,8 @@ def log_artifact(run: Run, model_bytes: int, raw_bytes: int) -> None:
                 compression_ratio=f"{raw_bytes / model_bytes:.3f}")
 
 def score_artifact(run: Run, model: GPT, header: dict, payload: bytes) -> None:
-    """Load the weights an artifact holds into model and score them: the final lines, named by the artifact's format
-    (final_int8_zlib_roundtrip_exact for the defaults; with EVAL_STRIDE, a sliding_window line after)."""
+    """Score the weights an artifact holds: the final lines, named by its format (final_int8_zlib_roundtrip_exact for
+    the defaults; with EVAL_STRIDE, a sliding_window line after)."""
     model.load_state_dict(load_weights(header, payload), strict=True)
     model.looping = header["looping"]
     strides = {"roundtrip": 0}
