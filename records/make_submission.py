@@ -80,8 +80,9 @@ def build_submission(logs: list[R.RunLog], code_bytes: int, *, name: str, author
 
 
 def script_defaults(code: str) -> tuple[dict, dict] | None:
-    """The Hyperparameters defaults and the RECIPES of our train_gpt.py, read from its source (not run);
-    a default or recipe that is not a literal is left out (its setting then shows in the command)."""
+    """The Hyperparameters defaults and the RECIPES of our train_gpt.py, read from its source (not run): a field's
+    literal, or the first argument of its setting(...); a default or recipe that is not a literal is left out (its
+    setting then shows in the command)."""
     try:
         tree = ast.parse(code)
     except SyntaxError:
@@ -98,7 +99,11 @@ def script_defaults(code: str) -> tuple[dict, dict] | None:
         if isinstance(node, ast.ClassDef) and node.name == "Hyperparameters":
             for item in node.body:
                 if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value:
-                    if (value := literal(item.value)) is not NOT_LITERAL:
+                    node_value = item.value
+                    if isinstance(node_value, ast.Call) and getattr(node_value.func, "id", "") == "setting" \
+                            and node_value.args:  # setting(default, rule, role): the default is its first argument
+                        node_value = node_value.args[0]
+                    if (value := literal(node_value)) is not NOT_LITERAL:
                         defaults[item.target.id] = value
         target = node.target if isinstance(node, ast.AnnAssign) else \
             node.targets[0] if isinstance(node, ast.Assign) else None

@@ -4,10 +4,11 @@ time per step by kernel kind (attention, GEMMs, inductor's fused elementwise ker
   DATA_PATH=... TOKENIZER_PATH=... python3 scripts/profile_step.py            # the config from the environment
   RECIPE=record DATA_PATH=... python3 scripts/profile_step.py --trainer-dir DIR --steps 10
 
-The model, optimizers and loader are built as train_gpt.py builds them (compiled). After --warmup steps (the
-compilation), --steps steps are timed between two synchronizes; the optimizers' step() is then timed alone
-over 10 repeats on the gradients of one micro-batch; last, torch.profiler records --profile steps and sums
-each kernel's GPU time per kind. Wall time above the GPU's total is time the GPU waited for the host.
+The trainer's pre-flight checks the inputs (it writes no log); the model, optimizers and loader are then built as
+train_gpt.py builds them (compiled). After --warmup steps (the compilation), --steps steps are timed between two
+synchronizes; the optimizers' step() is then timed alone over 10 repeats on the gradients of one micro-batch; last,
+torch.profiler records --profile steps and sums each kernel's GPU time per kind. Wall time above the GPU's total is
+time the GPU waited for the host. --trainer-dir takes a train_gpt.py with this API (preflight, a Run, TrainState).
 """
 
 import argparse
@@ -19,7 +20,8 @@ from pathlib import Path
 import torch
 
 # kernel name (lower case) -> kind, first match wins; inductor's triton_* kernels are their own kind
-KINDS = [("loss_kernel", ("softcap_ce",)), ("nccl", ("nccl",)), ("attention", ("fmha", "flash", "sdpa", "cudnn", "attn")),
+KINDS = [("loss_kernel", ("softcap_ce",)), ("nccl", ("nccl",)),
+         ("attention", ("fmha", "flash", "sdpa", "cudnn", "attn")),
          ("gemm", ("gemm", "xmma", "nvjet", "cutlass", "cublas", "gemv", "sm90_"))]
 
 
@@ -33,7 +35,7 @@ def kernel_kind(name: str) -> str:
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trainer-dir", default=str(Path(__file__).resolve().parents[1]),
-                        help="folder holding the train_gpt.py to import (another commit's, to compare)")
+                        help="folder holding the train_gpt.py to import (another commit's of this API, to compare)")
     parser.add_argument("--warmup", type=int, default=6, help="steps run first (compilation)")
     parser.add_argument("--steps", type=int, default=20, help="steps timed")
     parser.add_argument("--profile", type=int, default=3, help="steps profiled")
@@ -49,36 +51,36 @@ def main() -> None:
     import train_gpt as T
 
     args = T.Hyperparameters.from_env()
-    ctx = T.DistContext(0, 1, 0, torch.device("cuda", 0), T.GRAD_ACCUM_TOTAL)
-    torch.cuda.set_device(ctx.device)
+    run = T.preflight(args, T.DistContext(0, 1, 0, torch.device("cuda", 0)))  # one process on the first GPU
+    ctx = run.ctx
+    T.init_distributed(ctx)  # selects the GPU; one process forms no process group
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16)  # noqa: E731
     torch.manual_seed(args.seed)
-    base_model = T.GPT(args, T.resolve_loss_impl(args, ctx.device)[0], torch.bfloat16).to(ctx.device)
-    model = torch.compile(base_model, dynamic=False, fullgraph=True)
-    optimizers = T.build_optimizers(base_model, args, torch.compile(T.newton_schulz_orthogonalize, dynamic=False))
-    loader = T.make_train_loader(args, ctx)
-    step = lambda i: T.train_step(model, optimizers, loader, args, ctx, autocast, i, 1.0)  # noqa: E731
+    model = T.GPT(args, run.loss_impl, torch.bfloat16).to(ctx.device)
+    optimizers = T.build_optimizers(model, args, torch.compile(T.newton_schulz_orthogonalize, dynamic=False))
+    state = T.TrainState(model, torch.compile(model, dynamic=False, fullgraph=True), optimizers)
+    loader = T.make_train_loader(args, run.train_files, ctx)
+    step = lambda i: T.train_step(run, state, loader, i, 1.0)  # noqa: E731
 
     t0 = time.perf_counter()
     for i in range(cli.warmup):
         step(i)
-    compile_s = T.synced_clock(ctx.device) - t0
-    t0 = T.synced_clock(ctx.device)
+    compile_s = ctx.clock() - t0
+    t0 = ctx.clock()
     for i in range(cli.steps):
         step(i)
-    step_ms = 1000 * (T.synced_clock(ctx.device) - t0) / cli.steps
+    step_ms = 1000 * (ctx.clock() - t0) / cli.steps
 
     x, y = loader.next_batch(args.train_batch_tokens // T.GRAD_ACCUM_TOTAL, args.train_seq_len)
-    with autocast():
-        model(x, y).backward()
+    with ctx.autocast():
+        state.step_model(x, y).backward()
     for opt in optimizers:  # once untimed: the optimizer's own compilation
         opt.step()
-    t0 = T.synced_clock(ctx.device)
+    t0 = ctx.clock()
     for _ in range(10):
         for opt in optimizers:
             opt.step()
-    optimizer_ms = 1000 * (T.synced_clock(ctx.device) - t0) / 10
+    optimizer_ms = 1000 * (ctx.clock() - t0) / 10
     for opt in optimizers:
         opt.zero_grad(set_to_none=True)
 
@@ -94,7 +96,8 @@ def main() -> None:
             kernels[event.name[:100]] += us
     per_step = lambda us: us / cli.profile / 1000  # noqa: E731
     print(f"gpu:{torch.cuda.get_device_name().replace(' ', '_')} compile_warmup:{compile_s:.1f}s "
-          f"step_avg:{step_ms:.1f}ms optimizers:{optimizer_ms:.1f}ms gpu_per_step:{per_step(sum(kinds.values())):.1f}ms")
+          f"step_avg:{step_ms:.1f}ms optimizers:{optimizer_ms:.1f}ms "
+          f"gpu_per_step:{per_step(sum(kinds.values())):.1f}ms")
     for kind, us in kinds.most_common():
         print(f"kind:{kind} gpu_per_step:{per_step(us):.1f}ms")
     for name, us in kernels.most_common(cli.top):

@@ -156,6 +156,15 @@ def tiny_env(data: TinyData, tmp_path: Path, **overrides) -> dict[str, str]:
     return env
 
 
+def cpu_run(args: train_gpt.Hyperparameters, val: train_gpt.ValData | None = None, train_files=(),
+            log: train_gpt.Logger | None = None) -> train_gpt.Run:
+    """A Run of one CPU process for a unit test of one phase, without the pre-flight (which needs a tokenizer and
+    validation shards): the PyTorch loss, no manifest, no artifact; a silent logger unless one is given."""
+    ctx = train_gpt.DistContext(0, 1, 0, torch.device("cpu"))
+    return train_gpt.Run(args, ctx, log or train_gpt.Logger(None), val, list(train_files), "torch", "test",
+                         "no_manifest", None)
+
+
 # ---- Running train_gpt.py as a user would (tests/test_end_to_end.py, tests/test_export.py) ----
 
 SCRIPT = ROOT / "train_gpt.py"

@@ -113,7 +113,8 @@ def test_shards_decode_to_the_normalised_documents(tmp_path, small_tokenizer):
         (folder / f"{i:03d}.txt").write_text(text, encoding="utf-8")
     (folder / ".hidden.txt").write_text("not a document", encoding="utf-8")
     (folder / "blank.txt").write_text(" \n\t ", encoding="utf-8")  # blank: skipped
-    texts_in_order = docs[:200] + [(folder / f"{i:03d}.txt").read_text(encoding="utf-8") for i in range(len(docs) - 200)]
+    texts_in_order = docs[:200] + [(folder / f"{i:03d}.txt").read_text(encoding="utf-8")
+                                   for i in range(len(docs) - 200)]
 
     out = tmp_path / "out"
     manifest = build_shards.build(build_shards.BuildConfig(

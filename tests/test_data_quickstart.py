@@ -19,6 +19,7 @@ import sentencepiece as spm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "data"))
 
+import build_shards  # noqa: E402  (the shard writer)
 import quickstart  # noqa: E402
 import train_gpt  # noqa: E402
 
@@ -36,7 +37,8 @@ def fake_stdlib(root: Path) -> Path:
     (root / "broken.py").write_text("def (:\n")
     (root / "site-packages" / "thirdparty" / "m.py").write_text('"""Not the standard library."""\n')
     (root / "test" / "t.py").write_text('"""A test."""\n')
-    (root / "pydoc_data" / "topics.py").write_text("topics = {'with': 'The with statement.', 'if': 'The if statement.'}\n")
+    topics = "topics = {'with': 'The with statement.', 'if': 'The if statement.'}\n"
+    (root / "pydoc_data" / "topics.py").write_text(topics)
     return root
 
 

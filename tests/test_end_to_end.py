@@ -9,7 +9,6 @@ tmp_path. OMP_NUM_THREADS=1 keeps runs deterministic and stops two processes fig
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
@@ -104,15 +103,16 @@ def test_log_file_holds_the_source_the_config_and_every_printed_line(one_process
             assert EVENT_LINE.fullmatch(line), line
 
 
-def test_the_artifact_is_the_model_that_was_scored(one_process, tiny_data):
+def test_the_artifact_is_the_model_that_was_scored(one_process):
     run = one_process
     config = json.loads(next(line for line in run.lines if line.startswith("config:"))[len("config:"):])
     args = train_gpt.Hyperparameters(**config)
     model = train_gpt.GPT(args)
-    model.load_state_dict(train_gpt.load_artifact(str(run.artifact_path))[1], strict=True)
-    ctx = train_gpt.DistContext(0, 1, 0, torch.device("cpu"), train_gpt.GRAD_ACCUM_TOTAL)
-    val = train_gpt.load_validation(args, ctx, tiny_data.sp)
-    val_loss, val_bpb = train_gpt.evaluate(model, val, ctx, contextlib.nullcontext)
+    header, payload = train_gpt.read_artifact(str(run.artifact_path), args)
+    model.load_state_dict(train_gpt.load_weights(header, payload), strict=True)
+    ctx = train_gpt.DistContext(0, 1, 0, torch.device("cpu"))
+    val = train_gpt.preflight(dataclasses.replace(args, run_id="rescored"), ctx).val  # the run's log exists
+    val_loss, val_bpb = train_gpt.evaluate(model, val, ctx)
     printed_loss, printed_bpb = run.final_score()
     # the same numbers to the printed precision, up to thread-count rounding (measured: identical)
     assert val_loss == pytest.approx(printed_loss, rel=1e-6) and val_bpb == pytest.approx(printed_bpb, rel=1e-6)

@@ -1,5 +1,6 @@
 """Tests of the export and scoring of part 2: int6 SD clip and GPTQ, zlib|lzma|brotli behind a header,
-sliding-window scoring, EVAL_ONLY re-scoring (train_gpt.py sections "Evaluation" and "Export", `run()`).
+sliding-window scoring, EVAL_ONLY re-scoring (train_gpt.py sections "Evaluation" and "Export",
+`train_and_score()`).
 
 Run: python3 -m pytest -q tests/test_export.py   (CPU only; about 60 s on 2 cores)
 
@@ -13,7 +14,7 @@ and the same run on a validation shard of other text. OMP_NUM_THREADS=1 makes CP
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import hashlib
 import io
 import lzma
@@ -34,7 +35,7 @@ from torch import nn
 import build_shards
 import train_gpt
 import helpers
-from helpers import TinyData, randomize_matrices, tiny_data, tiny_env  # noqa: F401 (tiny_data: fixture)
+from helpers import TinyData, cpu_run, randomize_matrices, tiny_data, tiny_env  # noqa: F401 (tiny_data: fixture)
 from train_gpt import GRAD_ACCUM_TOTAL, ConfigError, DistContext, Hyperparameters
 
 CPU = torch.device("cpu")
@@ -51,8 +52,9 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def dist_context(world_size: int = 1, rank: int = 0) -> DistContext:
-    return DistContext(rank, world_size, 0, CPU, GRAD_ACCUM_TOTAL // world_size)
+def cpu_context(world_size: int = 1, rank: int = 0) -> DistContext:
+    """Rank `rank` of `world_size` processes on the CPU, without a process group."""
+    return DistContext(rank, world_size, 0, CPU)
 
 
 def rows_of_three_magnitudes(rows: int = 123, cols: int = 300, seed: int = 0) -> torch.Tensor:
@@ -232,14 +234,15 @@ def test_compressors_round_trip_bytes_of_any_length(compressor, size):
     data = int6_codes_and_scales(size)
     assert len(data) == size
     blob = train_gpt.compress(data, compressor)
-    assert train_gpt.decompress(blob, compressor, train_gpt.BYTE_SHUFFLE[compressor], size) == data
+    assert train_gpt.decompress(blob, compressor, train_gpt.COMPRESSORS[compressor][2], size) == data
 
 
 def test_brotli_stores_the_bytes_by_plane_and_zlib_and_lzma_as_they_are():
     """Measured on a P180 int6 GPTQ payload (README): two planes save 0.03% with brotli, cost 0.09% with lzma."""
     data = int6_codes_and_scales(4097)
     padded = data + b"\0"  # an odd length is padded to whole 2-byte words
-    assert train_gpt.BYTE_SHUFFLE == {"zlib": 1, "lzma": 1, "brotli": 2}
+    planes = {name: planes for name, (_, _, planes) in train_gpt.COMPRESSORS.items()}
+    assert planes == {"zlib": 1, "lzma": 1, "brotli": 2}
     assert zlib.decompress(train_gpt.compress(data, "zlib")) == data
     assert lzma.decompress(train_gpt.compress(data, "lzma")) == data
     brotli = pytest.importorskip("brotli")
@@ -248,14 +251,14 @@ def test_brotli_stores_the_bytes_by_plane_and_zlib_and_lzma_as_they_are():
 
 def test_a_missing_brotli_is_a_config_error_that_says_how_to_install_it(tiny_data, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "brotli", None)  # `import brotli` now raises ImportError
-    for call in (train_gpt.import_brotli, lambda: train_gpt.compress(b"abc", "brotli")):
+    for call in (lambda: train_gpt.compressor("brotli"), lambda: train_gpt.compress(b"abc", "brotli")):
         with pytest.raises(ConfigError) as error:
             call()
         assert "COMPRESSOR=brotli" in str(error.value) and "pip install brotli" in str(error.value)
     # and a run says so among the checks made before a log, a process group or a GPU
     args = tiny_args_on(tiny_data, tmp_path, COMPRESSOR="brotli")
     with pytest.raises(ConfigError, match="pip install brotli"):
-        train_gpt.check_inputs(args, 1)
+        train_gpt.preflight(args, cpu_context())
 
 
 def quantized_tiny_model(data: TinyData, tmp_path: Path, **overrides) -> tuple[Hyperparameters, dict]:
@@ -273,15 +276,15 @@ def test_an_artifact_round_trips_through_its_header(tiny_data, tmp_path, compres
     raw_bytes, file_bytes = train_gpt.save_artifact(obj, header, str(path))
     assert raw_bytes == len(train_gpt.payload_bytes(obj)) and file_bytes == path.stat().st_size
     assert path.read_bytes().startswith(train_gpt.ARTIFACT_MAGIC)
-    loaded_header, state = train_gpt.load_artifact(str(path))
+    loaded_header, payload = train_gpt.read_artifact(str(path), args)  # the config that made it matches
+    state = train_gpt.load_weights(loaded_header, payload)
     assert loaded_header == dict(header, payload_bytes=raw_bytes)
     assert loaded_header["compressor"] == compressor
-    assert loaded_header["byte_shuffle"] == train_gpt.BYTE_SHUFFLE[compressor]
+    assert loaded_header["byte_shuffle"] == train_gpt.COMPRESSORS[compressor][2]
     expected = train_gpt.dequantize_state_dict(obj)
     assert set(state) == set(expected)
     for name, t in expected.items():
         assert state[name].dtype == t.dtype and torch.equal(state[name], t), name
-    train_gpt.check_artifact_matches(loaded_header, args, str(path))  # the config that made it matches
 
 
 def test_an_artifact_without_the_header_or_without_a_file_is_an_error_naming_artifact_path(tiny_data, tmp_path):
@@ -289,24 +292,26 @@ def test_an_artifact_without_the_header_or_without_a_file_is_an_error_naming_art
     headerless = tmp_path / "old.int8.ptz"  # the format before part 2: zlib of the torch.save payload
     headerless.write_bytes(zlib.compress(train_gpt.payload_bytes(obj), level=9))
     with pytest.raises(ConfigError, match=f"ARTIFACT_PATH={re.escape(str(headerless))} is not an artifact"):
-        train_gpt.load_artifact(str(headerless))
+        train_gpt.read_artifact(str(headerless), args)
     missing = tmp_path / "missing.ptz"
     with pytest.raises(FileNotFoundError, match=f"ARTIFACT_PATH={re.escape(str(missing))}"):
-        train_gpt.load_artifact(str(missing))
+        train_gpt.read_artifact(str(missing), args)
 
 
 def test_an_artifact_of_another_model_shape_names_each_differing_variable(tiny_data, tmp_path):
     args = tiny_args_on(tiny_data, tmp_path)
     header = train_gpt.artifact_header(args, "raw", False)
+    path = tmp_path / "a.ptz"
+    train_gpt.save_artifact(train_gpt.quantize_state_dict(train_gpt.GPT(args).state_dict(), args), header, str(path))
     # settings that do not change the weights' shapes or meaning may differ
     same_model = tiny_args_on(tiny_data, tmp_path, EVAL_STRIDE=16, MATRIX_LR=0.5, ITERATIONS=3)
-    train_gpt.check_artifact_matches(header, same_model, "a.ptz")
+    assert train_gpt.read_artifact(str(path), same_model)[0]["model"] == header["model"]
     other = tiny_args_on(tiny_data, tmp_path, NUM_LAYERS=3, MLP_MULT=3, TIE_EMBEDDINGS=0)
     with pytest.raises(ConfigError) as error:
-        train_gpt.check_artifact_matches(header, other, "a.ptz")
+        train_gpt.read_artifact(str(path), other)
     message = str(error.value)
     for named in ("NUM_LAYERS=2 (config: 3)", "MLP_MULT=2.0 (config: 3.0)", "TIE_EMBEDDINGS=True (config: False)",
-                  "ARTIFACT_PATH=a.ptz"):
+                  f"ARTIFACT_PATH={path} holds another model"):
         assert named in message, message
     assert "MODEL_DIM" not in message and "NUM_HEADS" not in message  # only the ones that differ
 
@@ -317,14 +322,14 @@ def test_an_artifact_of_another_model_shape_names_each_differing_variable(tiny_d
 
 
 class WindowStub(nn.Module):
-    """A model whose hidden state at each position is (input id, context length = position in window + 1);
-    with `loss_of(y, input_id, context)` as each target's loss."""
+    """A GPT's two scoring calls, scoring_hidden and loss, for a model whose hidden state at each position is
+    (input id, context length = position in window + 1); with `loss_of(y, input_id, context)` as each target's loss."""
 
     def __init__(self, loss_of):
         super().__init__()
         self.loss_of = loss_of
 
-    def hidden(self, x):
+    def scoring_hidden(self, x):
         context = torch.arange(1, x.size(1) + 1, dtype=torch.float64).expand(x.shape)
         return torch.stack([x.double(), context], dim=-1)
 
@@ -358,7 +363,7 @@ def expected_context(num_targets: int, seq_len: int, stride: int) -> torch.Tenso
 def scored_by_ranks(model, val, stride, world_size, monkeypatch) -> torch.Tensor:
     """score_windows summed over `world_size` simulated ranks: all_reduce is the sum done here."""
     monkeypatch.setattr(train_gpt.dist, "all_reduce", lambda tensor, *a, **k: None)
-    return sum(train_gpt.score_windows(model, val, dist_context(world_size, rank), contextlib.nullcontext, stride)
+    return sum(train_gpt.score_windows(model, val, cpu_context(world_size, rank), stride)
                for rank in range(world_size))
 
 
@@ -390,7 +395,7 @@ def test_the_expected_context_rule_itself():
 def tiny_val(tiny_data, tmp_path_factory) -> tuple[Hyperparameters, train_gpt.ValData]:
     """The tiny validation split in windows of 64, five windows per batch."""
     args = tiny_args_on(tiny_data, tmp_path_factory.mktemp("tiny_val"), VAL_BATCH_SIZE=8 * 64 * 5)
-    val = train_gpt.load_validation(args, dist_context(), tiny_data.sp)
+    val = train_gpt.preflight(args, cpu_context()).val
     assert val.seq_len == 64 and val.batch_seqs == 5
     return args, val
 
@@ -399,8 +404,8 @@ def tiny_val(tiny_data, tmp_path_factory) -> tuple[Hyperparameters, train_gpt.Va
 def test_on_the_tiny_split_sliding_windows_score_the_same_tokens_and_bytes_as_non_overlapping(tiny_val, stride):
     _, val = tiny_val
     model = WindowStub(lambda y, x, context: y.double())  # each target's loss is its id
-    plain = train_gpt.score_windows(model, val, dist_context(), contextlib.nullcontext, 0)
-    sliding = train_gpt.score_windows(model, val, dist_context(), contextlib.nullcontext, stride)
+    plain = train_gpt.score_windows(model, val, cpu_context(), 0)
+    sliding = train_gpt.score_windows(model, val, cpu_context(), stride)
     targets = val.tokens[1:]
     assert plain.tolist() == [targets.double().sum().item(), targets.numel(),
                               train_gpt.target_bytes(val.tokens[:-1], targets, val).sum().item()]
@@ -417,7 +422,7 @@ def test_with_a_real_model_context_changes_the_score_but_not_what_is_counted(tin
     args, full = tiny_val
     val = first_windows(full, 64)  # 4,096 targets
     model = random_model(args)
-    score = {stride: train_gpt.score_windows(model, val, dist_context(), contextlib.nullcontext, stride)
+    score = {stride: train_gpt.score_windows(model, val, cpu_context(), stride)
              for stride in (0, 16, 64)}
     assert torch.equal(score[64], score[0])  # stride == seq_len is the same windows, computed the same way
     assert score[16][1:].tolist() == score[0][1:].tolist()
@@ -426,7 +431,7 @@ def test_with_a_real_model_context_changes_the_score_but_not_what_is_counted(tin
     # target past the first window sees 49-64 tokens instead of 1-64; a model blind to context gives equal scores
     assert abs(per_token[16] - per_token[0]) > 1e-3
     # evaluate() turns the same sums into (loss, bpb)
-    loss, bpb = train_gpt.evaluate(model, val, dist_context(), contextlib.nullcontext, 16)
+    loss, bpb = train_gpt.evaluate(model, val, cpu_context(), 16)
     tokens, num_bytes = score[16][1].item(), score[16][2].item()
     assert loss == per_token[16] and bpb == pytest.approx(loss / math.log(2) * tokens / num_bytes)
 
@@ -445,7 +450,7 @@ def test_sliding_windows_match_a_window_by_window_reference(tiny_val):
             targets = torch.arange(start, min(start + T, n))
             scored = targets[targets - context[targets] + 1 == start]  # the targets this window scores
             reference += losses[scored - start].double().sum()
-    ours = train_gpt.score_windows(model, val, dist_context(), contextlib.nullcontext, stride)
+    ours = train_gpt.score_windows(model, val, cpu_context(), stride)
     # fp32 per-token losses from batches of 5 windows against batches of 1, summed in another order: measured
     # equal; allowed 1e-6. Scoring a target from the wrong window or position changes the sum by ~1e-3.
     assert ours[0].item() == pytest.approx(reference.item(), rel=1e-6)
@@ -462,13 +467,19 @@ def calibration_args(data: TinyData, tmp_path: Path, **overrides) -> Hyperparame
     return tiny_args_on(data, tmp_path, **{**settings, **overrides})
 
 
+def calibration_run(args: Hyperparameters, world_size: int = 1, rank: int = 0) -> train_gpt.Run:
+    """What collect_hessians reads: the config, this process's place and the training shards of DATA_PATH."""
+    run = cpu_run(args, train_files=train_gpt.find_shards(args.data_path, "train"))
+    return dataclasses.replace(run, ctx=cpu_context(world_size, rank))
+
+
 def test_calibration_reads_the_first_training_micro_batches_and_sums_x_transpose_x(tiny_data, tmp_path):
     args = calibration_args(tiny_data, tmp_path)
     model = random_model(args)
     seen, real_hidden = [], model.hidden
     model.hidden = lambda x: (seen.append(x.clone()), real_hidden(x))[1]  # a spy on every forward pass
-    hessians = train_gpt.collect_hessians(model, args, dist_context(), contextlib.nullcontext)
-    loader = train_gpt.DistributedTokenLoader(args.train_pattern, dist_context())
+    hessians = train_gpt.collect_hessians(calibration_run(args), model)
+    loader = train_gpt.DistributedTokenLoader(train_gpt.find_shards(args.data_path, "train"), cpu_context())
     micro_batch_tokens = args.train_batch_tokens // GRAD_ACCUM_TOTAL
     expected = [loader.next_batch(micro_batch_tokens, args.train_seq_len)[0] for _ in range(3)]
     assert len(seen) == 3 and all(torch.equal(a, b) for a, b in zip(seen, expected))
@@ -491,7 +502,7 @@ def test_calibration_never_reads_a_validation_token(tiny_data, tmp_path):
     model = random_model(args)
     seen, real_hidden = [], model.hidden
     model.hidden = lambda x: (seen.append(x.clone()), real_hidden(x))[1]
-    train_gpt.collect_hessians(model, args, dist_context(), contextlib.nullcontext)
+    train_gpt.collect_hessians(calibration_run(args), model)
     ids = torch.cat([x.reshape(-1) for x in seen])
     assert ids.numel() == 30 * 128 and ids.min() >= 4 and ids.max() < 256
 
@@ -501,9 +512,9 @@ def test_two_ranks_calibrate_on_the_same_micro_batches_as_one_process(tiny_data,
     # either, or an 8-GPU export calibrates on 8x the tokens of the 1-GPU run of the same config.
     args = calibration_args(tiny_data, tmp_path, GPTQ_CALIBRATION_BATCHES=4)
     model = random_model(args)
-    one = train_gpt.collect_hessians(model, args, dist_context(), contextlib.nullcontext)
+    one = train_gpt.collect_hessians(calibration_run(args), model)
     monkeypatch.setattr(train_gpt.dist, "all_reduce", lambda tensor, *a, **k: None)  # the sum is done here
-    ranks = [train_gpt.collect_hessians(model, args, dist_context(2, r), contextlib.nullcontext) for r in range(2)]
+    ranks = [train_gpt.collect_hessians(calibration_run(args, 2, r), model) for r in range(2)]
     for name, H in one.items():
         summed = ranks[0][name] + ranks[1][name]
         # the trace is the sum of squares of every input seen: 2.0 would be twice the tokens of one process
@@ -515,7 +526,7 @@ def test_an_untied_output_head_is_calibrated_too(tiny_data, tmp_path):
     # The docstring: "H = X^T X of the inputs of every quantized matrix". The untied head (512 x 144) is one.
     args = calibration_args(tiny_data, tmp_path, TIE_EMBEDDINGS=0)
     model = random_model(args)
-    hessians = train_gpt.collect_hessians(model, args, dist_context(), contextlib.nullcontext)
+    hessians = train_gpt.collect_hessians(calibration_run(args), model)
     assert "lm_head.weight" in hessians
 
 
@@ -689,7 +700,7 @@ def test_the_run_logs_gptq_and_the_payload_it_writes(gptq_run):
     assert float(artifact["compression_ratio"]) == pytest.approx(raw / model_bytes, abs=5e-4)
     code_bytes = int(start["code_bytes"])
     assert start["compression_needed"] == f"{raw / (train_gpt.ARTIFACT_LIMIT_BYTES - code_bytes):.2f}x"
-    header, _ = train_gpt.load_artifact(str(run.artifact_path))
+    header, _ = train_gpt.read_artifact(str(run.artifact_path), Hyperparameters.from_env(run.env))
     assert header["payload_bytes"] == raw
     assert {k: header[k] for k in ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_sigmas",
                                    "gptq_calibration_batches", "compressor", "byte_shuffle", "weights", "looping")} == \

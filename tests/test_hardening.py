@@ -25,7 +25,7 @@ import pytest
 import sentencepiece as spm
 
 import train_gpt
-from helpers import ROOT, TinyData, tiny_data, tiny_env  # noqa: F401 (tiny_data: fixture)
+from helpers import ROOT, TinyData, cpu_run, tiny_data, tiny_env  # noqa: F401 (tiny_data: fixture)
 from test_end_to_end import FINAL_LINE, OUR_NAMES, SCRIPT, Run, launch, run_script
 
 sys.path.insert(0, str(ROOT / "data"))
@@ -35,6 +35,7 @@ import quickstart  # noqa: E402
 ConfigError, ShardError, Hyperparameters = train_gpt.ConfigError, train_gpt.ShardError, train_gpt.Hyperparameters
 KNOWN = [f.name.upper() for f in dataclasses.fields(Hyperparameters)]
 README = ROOT / "README.md"
+ONE_CPU = train_gpt.DistContext(0, 1, 0, train_gpt.torch.device("cpu"))  # one process, no process group
 
 
 def train_tokenizer(docs: list[str], path: Path, **settings) -> spm.SentencePieceProcessor:
@@ -75,16 +76,20 @@ def args_for(data: TinyData, tmp_path: Path, **overrides) -> Hyperparameters:
 # =================================================================================================
 
 
+def check_tokenizer_bytes(sp) -> None:
+    train_gpt.check_tokenizer_bytes(sp, train_gpt.build_byte_luts(sp, sp.vocab_size()))
+
+
 def test_the_tests_tokenizer_and_the_published_ones_pass_the_byte_probe(tiny_data):
-    train_gpt.check_tokenizer_bytes(tiny_data.sp)
+    check_tokenizer_bytes(tiny_data.sp)
     for name in ("fineweb_1024_bpe.model", "fineweb_8192_bpe.model"):
         path = ROOT.parent / "shared" / "data" / "tokenizers" / name
         if path.is_file():
-            train_gpt.check_tokenizer_bytes(spm.SentencePieceProcessor(model_file=str(path)))
+            check_tokenizer_bytes(spm.SentencePieceProcessor(model_file=str(path)))
 
 
-@pytest.mark.parametrize("settings", [dict(remove_extra_whitespaces=False),
-                                      dict(user_defined_symbols=["of\u2581the"])], ids=["keeps_whitespace", "inner_space_piece"])
+@pytest.mark.parametrize("settings", [dict(remove_extra_whitespaces=False), dict(user_defined_symbols=["of\u2581the"])],
+                         ids=["keeps_whitespace", "inner_space_piece"])
 def test_a_tokenizer_whose_pieces_miscount_bytes_is_refused(tiny_data, tmp_path, settings):
     path = tmp_path / "odd.model"
     sp = train_tokenizer(tiny_data.train_docs, path, **settings)
@@ -111,13 +116,13 @@ def test_a_right_size_wrong_tokenizer_is_refused_when_the_manifest_records_anoth
     data_path = build_with_manifest(tiny_data, tmp_path)
     recorded = json.loads((data_path / "manifest.json").read_text())["tokenizers"][0]["sha256"]
     args = args_for(tiny_data, tmp_path, DATA_PATH=data_path)
-    train_gpt.check_inputs(args, 1)  # the right one passes
+    assert train_gpt.preflight(args, ONE_CPU).tokenizer_verified == "yes"  # the right one passes
     assert train_gpt.check_tokenizer_matches_data(args) == "yes"
     wrong = tmp_path / "wrong.model"  # same settings, same size, other text: other ids for the same pieces
     train_tokenizer(tiny_data.train_docs[::-1][: len(tiny_data.train_docs) // 2], wrong)
     args = args_for(tiny_data, tmp_path, DATA_PATH=data_path, TOKENIZER_PATH=wrong, RUN_ID="wrong")
     with pytest.raises(ConfigError) as error:
-        train_gpt.check_inputs(args, 1)
+        train_gpt.preflight(args, ONE_CPU)
     message = str(error.value)
     assert f"TOKENIZER_PATH={wrong}" in message and str(data_path / "manifest.json") in message and recorded in message
 
@@ -139,7 +144,7 @@ def test_a_shard_with_an_id_outside_the_vocabulary_is_refused_before_training(ti
     tokens[len(tokens) // 2] = tiny_data.vocab_size + 7
     build_shards.write_data_shard(data_path / name, tokens)
     with pytest.raises(ShardError) as error:
-        train_gpt.check_inputs(args_for(tiny_data, tmp_path, DATA_PATH=data_path), 1)
+        train_gpt.preflight(args_for(tiny_data, tmp_path, DATA_PATH=data_path), ONE_CPU)
     message = str(error.value)
     assert str(data_path / name) in message and f"token id {tiny_data.vocab_size + 7}" in message
     assert f"VOCAB_SIZE={tiny_data.vocab_size}" in message and "TOKENIZER_PATH" in message
@@ -151,8 +156,9 @@ def test_a_shard_with_an_id_outside_the_vocabulary_is_refused_before_training(ti
 
 
 @pytest.mark.parametrize("typo, ours", [("iterations", "ITERATIONS"), ("Num_Layers", "NUM_LAYERS"),
-                                        ("ITERS", "ITERATIONS"), ("NUM_LAY", "NUM_LAYERS"), ("WARMUP_STEP", "WARMUP_STEPS"),
-                                        ("warmdown_iter", "WARMDOWN_ITERS"), ("model_dim", "MODEL_DIM")])
+                                        ("ITERS", "ITERATIONS"), ("NUM_LAY", "NUM_LAYERS"),
+                                        ("WARMUP_STEP", "WARMUP_STEPS"), ("warmdown_iter", "WARMDOWN_ITERS"),
+                                        ("model_dim", "MODEL_DIM")])
 def test_ours_in_another_case_or_abbreviated_is_an_error_naming_ours(typo, ours):
     with pytest.raises(ConfigError) as error:
         Hyperparameters.from_env({typo: "5"})
@@ -276,13 +282,19 @@ def docstring_smoke_command() -> str:
     return " ".join(block.replace("\\", " ").split())
 
 
-def test_on_cpu_the_defaults_log_a_note_with_the_smoke_command(tiny_data, tmp_path, capsys):
-    logger = train_gpt.Logger(tmp_path / "log.txt")
-    ctx = train_gpt.DistContext(0, 1, 0, train_gpt.torch.device("cpu"), 8)
-    train_gpt.log_header(logger, args_for(tiny_data, tmp_path, TRAIN_BATCH_TOKENS=393_216), ctx, "torch", "cpu")
+def test_on_cpu_the_defaults_log_a_note_pointing_at_the_smoke_command(tiny_data, tmp_path, capsys):
+    args = args_for(tiny_data, tmp_path, TRAIN_BATCH_TOKENS=393_216)
+    train_gpt.log_header(cpu_run(args, log=train_gpt.Logger(tmp_path / "log.txt")))
     [note] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cpu_note:")]
-    assert "GPU settings" in note and note.endswith("A CPU smoke run: " + docstring_smoke_command())
-    assert "WARMUP_STEPS=0" in note and "DATA_PATH=" in note
+    assert note == ("cpu_note: these are GPU settings (minutes per step on a CPU). A CPU smoke run, in seconds: the "
+                    "first command of the docstring (head -n 12 train_gpt.py)")
+    # and what the note points at is true: the docstring's first command is the smoke run, and the file's first 12
+    # lines hold all of it, no more
+    assert train_gpt.__doc__.split("\n  # ")[1].startswith("CPU smoke run")
+    head = "\n".join(SCRIPT.read_text(encoding="utf-8").splitlines()[:12])
+    shown = " ".join(head.split("# CPU smoke run")[1].split("\n", 1)[1].replace("\\", " ").split())
+    assert shown == docstring_smoke_command()
+    assert "WARMUP_STEPS=0" in shown and "DATA_PATH=" in shown
 
 
 def test_the_docstring_smoke_command_runs_from_the_repo_root_after_the_quick_start(tiny_data, tmp_path):
@@ -305,13 +317,13 @@ def test_the_docstring_smoke_command_runs_from_the_repo_root_after_the_quick_sta
 def test_no_shards_error_lists_the_datasets_under_data_datasets(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"under \./data/datasets: none\)"):
-        train_gpt.find_shards("./data/datasets/fineweb10B_sp1024/fineweb_train_*.bin", "training")
+        train_gpt.find_shards("./data/datasets/fineweb10B_sp1024", "train")
     for name in ("mytext_sp512", "pystdlib_3.12.3_sp512"):
         (tmp_path / "data" / "datasets" / name).mkdir(parents=True)
         (tmp_path / "data" / "datasets" / name / "fineweb_train_000000.bin").write_bytes(b"")
     (tmp_path / "data" / "datasets" / "empty").mkdir()
     with pytest.raises(FileNotFoundError) as error:
-        train_gpt.find_shards("./data/datasets/fineweb10B_sp1024/fineweb_train_*.bin", "training")
+        train_gpt.find_shards("./data/datasets/fineweb10B_sp1024", "train")
     assert "under ./data/datasets: data/datasets/mytext_sp512, data/datasets/pystdlib_3.12.3_sp512)" in str(error.value)
 
 
@@ -341,27 +353,27 @@ def trigger(key: str, data: TinyData, tmp_path: Path, request) -> str:
     if key == "parse":
         return error_text(lambda: Hyperparameters.from_env({"MODEL_DIM": "sixty"}))
     if key == "no shards":
-        return error_text(lambda: train_gpt.check_inputs(args(DATA_PATH=tmp_path / "nothing"), 1))
+        return error_text(lambda: train_gpt.preflight(args(DATA_PATH=tmp_path / "nothing"), ONE_CPU))
     if key in ("truncated", "token id"):
         folder = copy_data(data, tmp_path)
         shard = folder / "fineweb_train_000001.bin"
         if key == "truncated":
             shard.write_bytes(shard.read_bytes()[:-3])
         else:
-            build_shards.write_data_shard(shard, np.append(train_gpt.load_data_shard(shard).numpy(), data.vocab_size + 7))
-        return error_text(lambda: train_gpt.check_inputs(args(DATA_PATH=folder), 1))
+            tokens = np.append(train_gpt.load_data_shard(shard).numpy(), data.vocab_size + 7)
+            build_shards.write_data_shard(shard, tokens)
+        return error_text(lambda: train_gpt.preflight(args(DATA_PATH=folder), ONE_CPU))
     if key == "another vocabulary":
         return error_text(lambda: train_gpt.load_tokenizer(str(data.tokenizer_path), 1024))
     if key == "not the one":
         folder = copy_data(data, tmp_path)
         (folder / "manifest.json").write_text(json.dumps({"tokenizers": [{"name": "other", "sha256": "0" * 64}]}))
-        return error_text(lambda: train_gpt.check_inputs(args(DATA_PATH=folder), 1))
+        return error_text(lambda: train_gpt.preflight(args(DATA_PATH=folder), ONE_CPU))
     if key in ("no `manifest.json`", "artifact", "defaults"):
         pair = request.getfixturevalue("pair")
         text = "\n".join(pair[0].lines + pair[1].lines)
         if key == "defaults":
-            ctx = train_gpt.DistContext(0, 1, 0, train_gpt.torch.device("cpu"), 8)
-            train_gpt.log_header(train_gpt.Logger(tmp_path / "h.txt"), args(TRAIN_BATCH_TOKENS=393_216), ctx, "torch", "")
+            train_gpt.log_header(cpu_run(args(TRAIN_BATCH_TOKENS=393_216), log=train_gpt.Logger(tmp_path / "h.txt")))
             text += "\n" + (tmp_path / "h.txt").read_text(encoding="utf-8")
         return text
     if key == "miscount":
@@ -370,10 +382,9 @@ def trigger(key: str, data: TinyData, tmp_path: Path, request) -> str:
     if key == "exists":
         (tmp_path / "logs").mkdir()
         (tmp_path / "logs" / "test.txt").write_text("")
-        return error_text(lambda: train_gpt.check_inputs(args(), 1))
+        return error_text(lambda: train_gpt.preflight(args(), ONE_CPU))
     if key == "not finite":
-        ctx = train_gpt.DistContext(0, 1, 0, train_gpt.torch.device("cpu"), 8)
-        return error_text(lambda: train_gpt.check_finite(train_gpt.torch.tensor(3), ctx))
+        return error_text(lambda: train_gpt.check_finite(train_gpt.torch.tensor(3), ONE_CPU))
     if key == "SIGTERM":
         result, log, _ = request.getfixturevalue("interrupted")["SIGTERM"]
         return f"exit {result.returncode}\n{result.stderr}\n" + "\n".join(log)
@@ -396,7 +407,8 @@ def test_readme_fault_table_is_true(tiny_data, tmp_path, request, index):
     fault, snippets = fault_rows()[index]
     seen = trigger(ROW_KEYS[index], tiny_data, tmp_path, request)
     for snippet in snippets:
-        if any(name in snippet for name in ("DATA_PATH", "VOCAB_SIZE`", "LOG_DIR", "ARTIFACT_PATH")) and ":" not in snippet:
+        variables = ("DATA_PATH", "VOCAB_SIZE`", "LOG_DIR", "ARTIFACT_PATH")
+        if any(name in snippet for name in variables) and ":" not in snippet:
             continue  # a variable named in the text, not quoted output
         pattern = ".*?".join(re.escape(part) for part in snippet.split("…"))
         assert re.search(pattern, seen, re.DOTALL), (fault, snippet, seen[-2000:])

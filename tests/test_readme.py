@@ -1,4 +1,5 @@
-"""The README's configuration table lists every setting with its real default. Run: python3 -m pytest -q tests/test_readme.py"""
+"""The README's configuration table lists every setting with its real default; the line cap of train_gpt.py.
+Run: python3 -m pytest -q tests/test_readme.py"""
 
 import dataclasses
 import re

@@ -17,7 +17,7 @@ from torch import nn
 
 import build_shards
 import train_gpt
-from helpers import tiny_data  # noqa: F401 (fixture)
+from helpers import cpu_run, tiny_data  # noqa: F401 (fixture)
 from train_gpt import ConfigError, Hyperparameters
 
 TINY = dict(NUM_LAYERS="4", MODEL_DIM="64", NUM_HEADS="4", NUM_KV_HEADS="2", VOCAB_SIZE="64", TRAIN_SEQ_LEN="16",
@@ -130,11 +130,12 @@ def test_exclusive_self_attention_removes_the_own_value_direction_gqa_aware():
 
 
 def test_xsa_last_n_switches_on_exactly_the_last_n_layers():
-    model = train_gpt.GPT(args_with(XSA_LAST_N=3))
-    on = [b.attn.post is train_gpt.exclusive_self_attention for b in model.blocks]
-    assert on == [False, True, True, True]
-    assert all(b.attn.post is train_gpt.exclusive_self_attention for b in train_gpt.GPT(args_with(XSA_LAST_N=11)).blocks)
-    assert not any(b.attn.post is train_gpt.exclusive_self_attention for b in train_gpt.GPT(args_with()).blocks)
+    def xsa(**settings) -> list[bool]:
+        return [b.attn.post is train_gpt.exclusive_self_attention for b in train_gpt.GPT(args_with(**settings)).blocks]
+
+    assert xsa(XSA_LAST_N=3) == [False, True, True, True]
+    assert all(xsa(XSA_LAST_N=11))
+    assert not any(xsa())
 
 
 # ---- blocks ------------------------------------------------------------------------------------------
@@ -220,24 +221,24 @@ def test_ortho_init_makes_the_matrices_orthogonal_and_keeps_zero_projections():
 
 
 def shuffled(seed: int = 5):
-    return lambda pattern, ctx: train_gpt.ShuffledSequenceLoader(pattern, ctx, seed)
+    return lambda files, ctx: train_gpt.ShuffledSequenceLoader(files, ctx, seed)
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_shuffled_global_batch_is_the_same_for_any_world_size(tmp_path, world_size):
     from test_train_gpt import global_batches, write_counting_shards
     write_counting_shards(tmp_path)
-    pattern = str(tmp_path / "fineweb_train_*.bin")
-    assert global_batches(pattern, world_size, 6, shuffled()) == global_batches(pattern, 1, 6, shuffled())
-    assert global_batches(pattern, 1, 6, shuffled(6)) != global_batches(pattern, 1, 6, shuffled())  # SEED matters
+    files = train_gpt.find_shards(str(tmp_path), "train")
+    assert global_batches(files, world_size, 6, shuffled()) == global_batches(files, 1, 6, shuffled())
+    assert global_batches(files, 1, 6, shuffled(6)) != global_batches(files, 1, 6, shuffled())  # SEED matters
 
 
 def test_shuffled_sequences_are_whole_windows_of_one_shard_none_twice_per_epoch(tmp_path):
     from test_train_gpt import SEQ_LEN, SHARD_SIZES, global_batches, write_counting_shards
     stream = write_counting_shards(tmp_path)
     bounds = np.cumsum([0] + list(SHARD_SIZES))
-    pattern = str(tmp_path / "fineweb_train_*.bin")
-    batches = global_batches(pattern, 1, 1, shuffled())
+    files = train_gpt.find_shards(str(tmp_path), "train")
+    batches = global_batches(files, 1, 1, shuffled())
     seen = []
     for x, y in batches[0]:
         window = x + y[-1:]  # tokens count up: a window is consecutive ids within one shard
@@ -246,7 +247,7 @@ def test_shuffled_sequences_are_whole_windows_of_one_shard_none_twice_per_epoch(
         assert window[-1] < bounds[shard + 1], "a window crosses a shard boundary"
         seen.append(window[0])
     assert len(seen) == len(set(seen))  # without replacement
-    stream_batch = global_batches(pattern, 1, 1)[0]
+    stream_batch = global_batches(files, 1, 1)[0]
     assert sorted(batches[0]) != sorted(stream_batch)  # not the contiguous stream
     assert len(stream) > 0
 
@@ -324,25 +325,16 @@ def test_warmup_compiles_both_loop_graphs_and_restores_everything(tmp_path, monk
     args = args_with(NUM_LOOPS=1, LOOP_START=1, LOOP_END=2, WARMUP_STEPS=2)
     model = train_gpt.GPT(args)
     seen = []
-    monkeypatch.setattr(train_gpt, "train_step", lambda m, *a: seen.append(m.looping))
+    monkeypatch.setattr(train_gpt, "train_step", lambda run, state, *a: seen.append(state.model.looping))
     monkeypatch.setattr(train_gpt, "make_train_loader", lambda *a: None)
-
-    class Log:
-        def log(self, **_):
-            pass
-
-        def text(self, *_, **__):
-            pass
-
-    ctx = train_gpt.DistContext(0, 1, 0, torch.device("cpu"), 8)
-    train_gpt.warmup_and_restore(model, model, [], args, ctx, None, Log())
+    train_gpt.warmup_and_restore(cpu_run(args), train_gpt.TrainState(model, model, []))
     assert seen == [False, False, True, True] and model.looping is False
 
 
 def test_too_little_data_for_a_shuffled_step_is_a_shard_error_naming_the_fix(tmp_path):
     build_shards.write_data_shard(tmp_path / "fineweb_train_000000.bin", np.arange(100))
-    loader = train_gpt.ShuffledSequenceLoader(str(tmp_path / "fineweb_train_*.bin"),
-                                              train_gpt.DistContext(0, 1, 0, torch.device("cpu"), 8), 0)
+    loader = train_gpt.ShuffledSequenceLoader([tmp_path / "fineweb_train_000000.bin"],
+                                              train_gpt.DistContext(0, 1, 0, torch.device("cpu")), 0)
     with pytest.raises(train_gpt.ShardError, match="fewer than one step .*TRAIN_SHUFFLE=0"):
         loader.next_batch(32, 16)  # 8 micro-batches of 2 sequences: 16 needed, 5 there
 
@@ -369,8 +361,8 @@ def test_the_record_stack_runs_end_to_end_loops_on_time_and_scores_the_ema(tiny_
         assert run.events("roundtrip_val_bpb")[0]["weights"] == "ema"
         assert run.events("loss_impl")[0]["warmdown"] == "frac_0.667_wins_over_WARMDOWN_ITERS"
     one, two = (run.losses("train_loss") for run in runs)
-    # at most one unit of the log's 4th decimal: 2 ranks orthogonalise banks of 2 matrices where 1 process does banks of 4,
-    # and CPU bf16 matmuls of other batch sizes round differently (a lost all-gather moves losses by > 0.01)
+    # at most one unit of the log's 4th decimal: 2 ranks orthogonalise banks of 2 matrices where 1 process does banks
+    # of 4, and CPU bf16 matmuls of other batch sizes round differently (a lost all-gather moves losses by > 0.01)
     assert one.keys() == two.keys() and max(abs(one[k] - two[k]) for k in one) < 1.5e-4
     def score(run) -> float:  # the recipe's exact round-trip line: int6 weights, brotli (a sliding-window line follows)
         line = next(x for x in run.lines if x.startswith("final_int6_brotli_roundtrip_exact "))

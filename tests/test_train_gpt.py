@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import dataclasses
 import io
 import json
 import math
@@ -29,7 +30,7 @@ from torch import nn
 
 import build_shards
 import train_gpt
-from helpers import BOS_ID, PUBLISHED_TOKENIZER, ROOT, randomize_matrices, tiny_data, tiny_env  # noqa: F401 (fixture)
+from helpers import BOS_ID, PUBLISHED_TOKENIZER, ROOT, cpu_run, randomize_matrices, tiny_data, tiny_env  # noqa: F401
 from train_gpt import GRAD_ACCUM_TOTAL, ConfigError, DistContext, Hyperparameters, ShardError
 
 CPU = torch.device("cpu")
@@ -42,8 +43,9 @@ def tiny_args(**overrides) -> Hyperparameters:
     return Hyperparameters.from_env({**TINY_MODEL, **{k: str(v) for k, v in overrides.items()}})
 
 
-def dist_context(world_size: int = 1, rank: int = 0) -> DistContext:
-    return DistContext(rank, world_size, 0, CPU, GRAD_ACCUM_TOTAL // world_size)
+def cpu_context(world_size: int = 1, rank: int = 0) -> DistContext:
+    """Rank `rank` of `world_size` processes on the CPU, without a process group."""
+    return DistContext(rank, world_size, 0, CPU)
 
 
 def random_batch(batch: int, seq_len: int, vocab: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,7 +61,7 @@ def random_batch(batch: int, seq_len: int, vocab: int, seed: int) -> tuple[torch
 
 def test_defaults_parse_from_an_empty_environment():
     args = Hyperparameters.from_env({})
-    assert args == Hyperparameters()
+    assert dataclasses.replace(args, run_id="") == Hyperparameters()  # from_env fills the empty RUN_ID
     assert (args.num_layers, args.model_dim, args.train_seq_len, args.tie_embeddings) == (9, 512, 4096, True)
 
 
@@ -130,7 +132,7 @@ def test_unrelated_environment_variables_are_accepted():
                # and what torchrun and common tools set:
                "MASTER_PORT": "29500", "LOCAL_WORLD_SIZE": "8", "GROUP_RANK": "0", "ROLE_RANK": "1",
                "TORCHELASTIC_RUN_ID": "none", "TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0"}
-    assert Hyperparameters.from_env(environ) == Hyperparameters()
+    assert dataclasses.replace(Hyperparameters.from_env(environ), run_id="") == Hyperparameters()
 
 
 def test_from_env_reads_the_given_dict_and_not_os_environ(monkeypatch):
@@ -146,7 +148,16 @@ def test_process_counts_that_do_not_divide_8_are_a_config_error(monkeypatch, env
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match="WORLD_SIZE"):
-        train_gpt.read_dist_env()
+        train_gpt.dist_context()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU device only")
+def test_dist_context_reads_torchruns_variables_and_forms_no_process_group(monkeypatch):
+    for name, value in {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(name, value)
+    ctx = train_gpt.dist_context()
+    assert ctx == DistContext(3, 4, 1, CPU) and ctx.distributed and ctx.grad_accum_steps == GRAD_ACCUM_TOTAL // 4
+    assert not torch.distributed.is_initialized()  # the pre-flight runs before any process group
 
 
 # =================================================================================================
@@ -199,11 +210,11 @@ def test_malformed_shard_is_a_shard_error_naming_the_file(tmp_path, damage):
 def test_find_shards_sorts_and_names_the_pattern_when_nothing_matches(tmp_path):
     for name in ["fineweb_train_000002.bin", "fineweb_train_000000.bin", "fineweb_train_000001.bin"]:
         build_shards.write_data_shard(tmp_path / name, [1, 2])
-    found = train_gpt.find_shards(str(tmp_path / "fineweb_train_*.bin"), "training")
+    found = train_gpt.find_shards(str(tmp_path), "train")
     assert [p.name for p in found] == [f"fineweb_train_00000{i}.bin" for i in range(3)]
     pattern = str(tmp_path / "fineweb_val_*.bin")
     with pytest.raises(FileNotFoundError) as error:
-        train_gpt.find_shards(pattern, "validation")
+        train_gpt.find_shards(str(tmp_path), "val")
     assert pattern in str(error.value)
 
 
@@ -226,9 +237,10 @@ def write_counting_shards(directory: Path) -> np.ndarray:
     return np.concatenate(stream)
 
 
-def global_batches(pattern: str, world_size: int, steps: int, make=train_gpt.DistributedTokenLoader) -> list[list[tuple[list, list]]]:
+def global_batches(files: list[Path], world_size: int, steps: int,
+                   make=train_gpt.DistributedTokenLoader) -> list[list[tuple[list, list]]]:
     """Every (x, y) sequence of each step's global batch, micro-step by micro-step, rank by rank."""
-    loaders = [make(pattern, dist_context(world_size, r)) for r in range(world_size)]
+    loaders = [make(files, cpu_context(world_size, r)) for r in range(world_size)]
     batches = []
     for _ in range(steps):
         sequences = []
@@ -245,7 +257,7 @@ def global_batches(pattern: str, world_size: int, steps: int, make=train_gpt.Dis
 def test_loader_reads_contiguous_spans_that_wrap_around_the_shards(tmp_path):
     stream = write_counting_shards(tmp_path)
     steps = 5
-    batches = global_batches(str(tmp_path / "fineweb_train_*.bin"), 1, steps)
+    batches = global_batches(train_gpt.find_shards(str(tmp_path), "train"), 1, steps)
     span = MICRO_BATCH_TOKENS + 1
     for step in range(steps):
         expected = []
@@ -259,8 +271,8 @@ def test_loader_reads_contiguous_spans_that_wrap_around_the_shards(tmp_path):
 @pytest.mark.parametrize("world_size", [2, 4, 8])
 def test_global_batch_is_the_same_for_any_world_size(tmp_path, world_size):
     write_counting_shards(tmp_path)
-    pattern = str(tmp_path / "fineweb_train_*.bin")
-    assert global_batches(pattern, world_size, steps=5) == global_batches(pattern, 1, steps=5)
+    files = train_gpt.find_shards(str(tmp_path), "train")
+    assert global_batches(files, world_size, steps=5) == global_batches(files, 1, steps=5)
 
 
 @contextlib.contextmanager
@@ -281,10 +293,11 @@ def time_limit(seconds: float):
 
 
 def test_training_shards_without_tokens_are_an_error_not_a_hang(tmp_path):
+    """A loader on shards without tokens would look for its next token forever: the pre-flight refuses them."""
     build_shards.write_data_shard(tmp_path / "fineweb_train_000000.bin", np.array([], dtype=np.uint16))
-    with time_limit(3), pytest.raises((ShardError, ConfigError)):
-        loader = train_gpt.DistributedTokenLoader(str(tmp_path / "fineweb_train_*.bin"), dist_context())
-        loader.next_batch(MICRO_BATCH_TOKENS, SEQ_LEN)
+    message = re.escape(f"the training shards in {tmp_path} hold no tokens")
+    with time_limit(3), pytest.raises(ShardError, match=message):
+        train_gpt.preflight(tiny_args(DATA_PATH=tmp_path), cpu_context())
 
 
 # =================================================================================================
@@ -370,7 +383,8 @@ MIXED_SHAPES = [(8, 16), (16, 8), (8, 16), (24, 16), (8, 16), (16, 8)]  # banks 
 def muon_data(shapes) -> tuple[list[torch.Tensor], list[list[torch.Tensor]]]:
     """Fixed initial weights, and three steps of gradients, for matrices of these shapes."""
     g = torch.Generator().manual_seed(7)
-    return [torch.randn(*s, generator=g) for s in shapes], [[torch.randn(*s, generator=g) for s in shapes] for _ in range(3)]
+    p0 = [torch.randn(*s, generator=g) for s in shapes]
+    return p0, [[torch.randn(*s, generator=g) for s in shapes] for _ in range(3)]
 
 
 def muon_on(shapes, **settings) -> list[torch.Tensor]:
@@ -408,12 +422,14 @@ def test_muon_banks_same_shape_matrices_and_matches_them_stepped_one_by_one():
 def test_muon_on_two_processes_matches_one(tmp_path):
     """Each rank orthogonalises its share of every bank (the bank of 3 splits 2 + 1, padded) and all-gathers."""
     script = tmp_path / "muon_two.py"
-    script.write_text(f"import sys, torch, torch.distributed as dist\nsys.path[:0] = {[str(ROOT), str(ROOT / 'tests')]!r}\n"
+    path = [str(ROOT), str(ROOT / "data"), str(ROOT / "tests")]  # test_train_gpt imports build_shards from data/
+    script.write_text(f"import sys, torch, torch.distributed as dist\nsys.path[:0] = {path!r}\n"
                       "import test_train_gpt as t\ndist.init_process_group('gloo')\n"
                       "out = t.muon_on(t.MIXED_SHAPES, row_normalize=True, weight_decay=0.5)\n"
-                      f"torch.save(out, {str(tmp_path)!r} + f'/rank{{dist.get_rank()}}.pt')\ndist.destroy_process_group()\n")
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                      f"torch.save(out, {str(tmp_path)!r} + f'/rank{{dist.get_rank()}}.pt')\n"
+                      "dist.destroy_process_group()\n")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     one = muon_on(MIXED_SHAPES, row_normalize=True, weight_decay=0.5)
     for rank in range(2):
@@ -569,13 +585,14 @@ def test_target_bytes_count_the_utf8_bytes_of_the_decoded_text(tiny_data, which)
 
 
 class LossStub(nn.Module):
-    """Per-token losses computed from the targets alone; records the mode the forward pass ran in."""
+    """A GPT's two scoring calls, scoring_hidden and loss: per-token losses computed from the targets alone;
+    records the mode the forward pass ran in."""
 
     def __init__(self, loss_of_targets):
         super().__init__()
         self.loss_of_targets, self.modes = loss_of_targets, []
 
-    def hidden(self, x):
+    def scoring_hidden(self, x):
         self.modes.append(self.training)
         return x[..., None].float()
 
@@ -589,11 +606,11 @@ def test_evaluate_gives_bits_per_byte_of_the_decoded_validation_text(tiny_data, 
     n = val_tokens.numel() - 1  # one sequence holding every target, so no token is trimmed off
     args = Hyperparameters.from_env(tiny_env(tiny_data, tmp_path, TRAIN_SEQ_LEN=n, TRAIN_BATCH_TOKENS=8 * n,
                                              VAL_BATCH_SIZE=8 * n))
-    val = train_gpt.load_validation(args, dist_context(), tiny_data.sp)
+    val = train_gpt.preflight(args, cpu_context()).val
     assert val.tokens.numel() == n + 1
     model = LossStub(lambda y: torch.full(y.shape, 2.5))
     model.train()
-    val_loss, val_bpb = train_gpt.evaluate(model, val, dist_context(), contextlib.nullcontext)
+    val_loss, val_bpb = train_gpt.evaluate(model, val, cpu_context())
     text_bytes = sum(len(tiny_data.sp.decode(tiny_data.sp.encode(doc)).encode("utf-8")) for doc in tiny_data.val_docs)
     assert val_loss == pytest.approx(2.5, rel=1e-12)
     assert val_bpb == pytest.approx(2.5 / math.log(2) * n / text_bytes, rel=1e-9)
@@ -602,10 +619,10 @@ def test_evaluate_gives_bits_per_byte_of_the_decoded_validation_text(tiny_data, 
 
 def test_evaluate_weights_every_token_equally_across_uneven_batches(tiny_data, tmp_path):
     args = Hyperparameters.from_env(tiny_env(tiny_data, tmp_path, TRAIN_SEQ_LEN=64, VAL_BATCH_SIZE=8 * 64 * 5))
-    val = train_gpt.load_validation(args, dist_context(), tiny_data.sp)
+    val = train_gpt.preflight(args, cpu_context()).val
     assert val.batch_seqs == 5 and ((val.tokens.numel() - 1) // 64) % 5 != 0  # the last batch is short
     model = LossStub(lambda y: y.double())  # each token's loss is its target id
-    val_loss, val_bpb = train_gpt.evaluate(model, val, dist_context(), contextlib.nullcontext)
+    val_loss, val_bpb = train_gpt.evaluate(model, val, cpu_context())
     targets = val.tokens[1:]
     assert val_loss == pytest.approx(targets.double().mean().item(), rel=1e-12)
     total_bytes = train_gpt.target_bytes(val.tokens[:-1], targets, val).sum().item()
@@ -713,8 +730,8 @@ def test_artifact_round_trip_restores_a_model_with_nearly_the_same_loss(tmp_path
     raw = torch.load(io.BytesIO(zlib.decompress(payload)))  # the default: zlib, bytes not shuffled
     assert "tok_emb.weight" in raw["quantized"] and len(zlib.decompress(payload)) == raw_size  # int8 really ran
     restored, _ = trained_looking_model(seed=1)
-    header, state = train_gpt.load_artifact(str(path))
-    restored.load_state_dict(state, strict=True)
+    header, payload = train_gpt.read_artifact(str(path), args)
+    restored.load_state_dict(train_gpt.load_weights(header, payload), strict=True)
     with torch.no_grad():
         restored_loss = restored(x, y).item()
     # measured over 5 seeds: loss ~7.5, round trip shifts it by at most 0.0045 (fp16 alone: 1e-4)
@@ -763,13 +780,14 @@ def tiny_model_on(data, tmp_path, **overrides):
 
 def test_train_step_averages_the_micro_batches_and_applies_the_schedules(tiny_data, tmp_path):
     args, model, optimizers = tiny_model_on(tiny_data, tmp_path, MUON_MOMENTUM_WARMUP_STEPS=10)
-    pattern = str(tiny_data.data_path / "fineweb_train_*.bin")
-    reference = train_gpt.DistributedTokenLoader(pattern, dist_context())
+    files = train_gpt.find_shards(args.data_path, "train")
+    reference = train_gpt.DistributedTokenLoader(files, cpu_context())
     with torch.no_grad():
         expected = sum(model(*reference.next_batch(args.train_batch_tokens // 8, args.train_seq_len)).item()
                        for _ in range(8)) / 8
-    loader = train_gpt.DistributedTokenLoader(pattern, dist_context())
-    loss = train_gpt.train_step(model, optimizers, loader, args, dist_context(), contextlib.nullcontext, 5, 0.25)
+    loader = train_gpt.DistributedTokenLoader(files, cpu_context())
+    state = train_gpt.TrainState(model, model, optimizers)
+    loss = train_gpt.train_step(cpu_run(args, train_files=files), state, loader, 5, 0.25)
     assert loss.item() == pytest.approx(expected, rel=1e-5)
     for opt in optimizers:
         for group in opt.param_groups:
@@ -781,26 +799,26 @@ def test_train_step_averages_the_micro_batches_and_applies_the_schedules(tiny_da
 def test_warmup_steps_are_undone_exactly(tiny_data, tmp_path):
     args, model, optimizers = tiny_model_on(tiny_data, tmp_path, WARMUP_STEPS=3)
     initial = {k: v.clone() for k, v in model.state_dict().items()}
-    warmup_ms = train_gpt.warmup_and_restore(model, model, optimizers, args, dist_context(), contextlib.nullcontext,
-                                             train_gpt.Logger(None))
+    files = train_gpt.find_shards(args.data_path, "train")
+    run = cpu_run(args, train_files=files)
+    warmup_ms = train_gpt.warmup_and_restore(run, train_gpt.TrainState(model, model, optimizers))
     assert warmup_ms > 0
     for name, value in model.state_dict().items():
         assert torch.equal(value, initial[name]), name
     assert all(len(opt.state) == 0 for opt in optimizers)
     # the first real step is the same as in a run without warm-up
     _, fresh, fresh_optimizers = tiny_model_on(tiny_data, tmp_path)
-    pattern = str(tiny_data.data_path / "fineweb_train_*.bin")
     for m, opts in ((model, optimizers), (fresh, fresh_optimizers)):
-        loader = train_gpt.DistributedTokenLoader(pattern, dist_context())
-        train_gpt.train_step(m, opts, loader, args, dist_context(), contextlib.nullcontext, 0, 1.0)
+        loader = train_gpt.DistributedTokenLoader(files, cpu_context())
+        train_gpt.train_step(run, train_gpt.TrainState(m, m, opts), loader, 0, 1.0)
     for (name, a), b in zip(model.state_dict().items(), fresh.state_dict().values()):
         assert torch.equal(a, b), name
 
 
 def test_check_finite_names_the_first_bad_step():
-    train_gpt.check_finite(torch.tensor(train_gpt.NO_BAD_STEP), dist_context())
+    train_gpt.check_finite(torch.tensor(train_gpt.NO_BAD_STEP), cpu_context())
     with pytest.raises(FloatingPointError, match="at step 7"):
-        train_gpt.check_finite(torch.tensor(7), dist_context())
+        train_gpt.check_finite(torch.tensor(7), cpu_context())
 
 
 # =================================================================================================
@@ -822,19 +840,23 @@ def test_validation_split_shorter_than_a_sequence_per_rank_is_a_config_error(tin
                                                                               world_size):
     data_path = tmp_path / "data"
     data_path.mkdir()
+    build_shards.write_data_shard(data_path / "fineweb_train_000000.bin", np.ones(1000, dtype=np.uint16))
     build_shards.write_data_shard(data_path / "fineweb_val_000000.bin", np.ones(val_tokens, dtype=np.uint16))
     args = Hyperparameters.from_env(tiny_env(tiny_data, tmp_path, DATA_PATH=data_path, TRAIN_SEQ_LEN=64))
     with pytest.raises(ConfigError, match="TRAIN_SEQ_LEN=64"):
-        train_gpt.load_validation(args, dist_context(world_size), tiny_data.sp)
+        train_gpt.preflight(args, cpu_context(world_size))
 
 
 def test_validation_tokens_outside_the_vocabulary_are_a_shard_error_naming_vocab_size(tiny_data, tmp_path):
     data_path = tmp_path / "data"
     data_path.mkdir()
-    build_shards.write_data_shard(data_path / "fineweb_val_000000.bin", np.full(200, tiny_data.vocab_size))
+    build_shards.write_data_shard(data_path / "fineweb_train_000000.bin", np.ones(1000, dtype=np.uint16))
+    val_shard = data_path / "fineweb_val_000000.bin"
+    build_shards.write_data_shard(val_shard, np.full(200, tiny_data.vocab_size))
     args = Hyperparameters.from_env(tiny_env(tiny_data, tmp_path, DATA_PATH=data_path))
-    with pytest.raises(train_gpt.ShardError, match="VOCAB_SIZE"):
-        train_gpt.load_validation(args, dist_context(), tiny_data.sp)
+    with pytest.raises(train_gpt.ShardError, match="VOCAB_SIZE") as error:
+        train_gpt.preflight(args, cpu_context())
+    assert str(val_shard) in str(error.value)  # the validation shard, not a training one
 
 
 def test_an_existing_log_is_a_config_error_and_stays_untouched(tiny_data, tmp_path):
@@ -843,16 +865,17 @@ def test_an_existing_log_is_a_config_error_and_stays_untouched(tiny_data, tmp_pa
     old_log.parent.mkdir(parents=True)
     old_log.write_text("the log of an earlier run\n")
     with pytest.raises(ConfigError, match="RUN_ID"):
-        train_gpt.check_inputs(args, 1)
-    with pytest.raises(FileExistsError):  # and the logger itself never overwrites
-        train_gpt.Logger(old_log)
+        train_gpt.preflight(args, cpu_context())
+    logger = train_gpt.Logger(old_log)  # and the logger itself never overwrites, at its first line
+    with pytest.raises(FileExistsError):
+        logger.text("a line of this run")
     assert old_log.read_text() == "the log of an earlier run\n"
     assert os.listdir(old_log.parent) == ["earlier.txt"]
 
 
 def test_an_empty_run_id_gets_a_fresh_one(tiny_data, tmp_path):
     args = Hyperparameters.from_env(tiny_env(tiny_data, tmp_path, RUN_ID=""))
-    log_path = train_gpt.check_inputs(args, 1)
+    log_path = train_gpt.preflight(args, cpu_context()).log.path
     assert args.run_id and log_path == Path(args.log_dir) / f"{args.run_id}.txt" and not log_path.exists()
 
 
