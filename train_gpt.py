@@ -210,8 +210,9 @@ class Hyperparameters:
         require(self.max_wallclock_seconds == 0 or self.gptq_reserve_seconds < self.max_wallclock_seconds,
                 f"GPTQ_RESERVE_SECONDS={self.gptq_reserve_seconds} must be below MAX_WALLCLOCK_SECONDS="
                 f"{self.max_wallclock_seconds} (it is taken from the training time under that cap).")
-        require(self.run_id.strip() != "" and "/" not in self.run_id,
-                f"RUN_ID={self.run_id!r} must be a plain file name (no '/', not blank).")
+        blank = self.run_id != "" and self.run_id.strip() == ""  # "" is a fresh id (from_env makes it)
+        require(not blank and "/" not in self.run_id, f"RUN_ID={self.run_id!r} must be a plain file name (no '/', not "
+                "blank).")
 
 # Named sets of values (data, not code). "record" is the 2026-04-05 record (SP8192_GPTQ-Embeddings_SDClip_Loop45x2,
 # 1.0856 on 8xH100): its defaults where they differ from ours. "p180": our best on the 180-second one-GPU proxy.
@@ -1436,8 +1437,8 @@ def score_artifact(run: Run, model: GPT, header: dict, payload: bytes) -> None:
                      f"val_bpb:{val_bpb:.8f}")
 
 # ==== Pre-flight and main ===========================================================================================
-# Everything that can be wrong with the inputs is found before a process group or a GPU is touched, and once: the Run
-# it makes carries the results. main() is the sequence of phases; errors end as "error: ..." with exit code 2.
+# Everything that can be wrong with the inputs is found once, before a process group or a GPU is touched; then the
+# pre-flight joins the group and makes the Run. main() is the sequence of phases; errors end as "error: ..." (exit 2).
 
 def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
     artifact, train_files = None, []
@@ -1459,6 +1460,7 @@ def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
     loss_impl, why = resolve_loss_impl(args, ctx.device)
     log_path = Path(args.log_dir) / f"{args.run_id}.txt"
     require(not log_path.exists(), f"{log_path} already exists: set another RUN_ID (logs are never overwritten).")
+    init_distributed(ctx)  # every input has passed: now the GPU and the process group
     batch_seqs = max(args.val_batch_size // (ctx.world_size * ctx.grad_accum_steps) // T, 1)
     val = ValData(tokens[: usable + 1], *[t.to(ctx.device) for t in luts], T, batch_seqs)
     logger = Logger(log_path if ctx.rank == 0 else None)
@@ -1523,7 +1525,6 @@ def main() -> None:
         signal.signal(signum, raise_interrupt)
     run = preflight(Hyperparameters.from_env(), dist_context())
     try:
-        init_distributed(run.ctx)
         train_and_score(run)
         if run.ctx.distributed:  # tear down together: gloo aborts if a peer closes its pairs first
             dist.barrier()

@@ -53,7 +53,6 @@ def main() -> None:
     args = T.Hyperparameters.from_env()
     run = T.preflight(args, T.DistContext(0, 1, 0, torch.device("cuda", 0)))  # one process on the first GPU
     ctx = run.ctx
-    T.init_distributed(ctx)  # selects the GPU; one process forms no process group
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(args.seed)
     model = T.GPT(args, run.loss_impl, torch.bfloat16).to(ctx.device)
