@@ -1,4 +1,4 @@
-"""Make a submission folder from the logs of finished runs, so that nothing in it is typed by hand.
+r"""Make a submission folder from the logs of finished runs, so that nothing in it is typed by hand.
 
   # after one run per seed (each log holds the script that wrote it):
   python3 records/make_submission.py logs/seed1337.txt logs/seed1338.txt logs/seed1339.txt \

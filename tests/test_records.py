@@ -512,6 +512,18 @@ def test_the_maker_cli_needs_the_names_the_logs_cannot_give(runs, capsys):
     assert "give --author, --github-id, --blurb" in capsys.readouterr().err
 
 
+def test_the_maker_help_prints_the_examples_as_written(capsys):
+    # The docstring's example breaks its command with a backslash; a non-raw docstring ate the backslash and
+    # the newline, and the help showed one long line with a run of spaces in it.
+    with pytest.raises(SystemExit) as exit_info:
+        make_submission.main(["--help"])
+    assert exit_info.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  python3 records/make_submission.py logs/seed1337.txt logs/seed1338.txt logs/seed1339.txt \\" in lines
+    continued = '      --name "My change" --author "Ada Lovelace" --github-id ada --blurb "What it does, in one line."'
+    assert continued in lines
+
+
 # =================================================================================================
 # The published folders: read as far as their formats allow, judged by the same rules
 # =================================================================================================
