@@ -18,6 +18,7 @@ import argparse
 import ast
 import datetime
 import json
+import os
 import re
 import shlex
 import shutil
@@ -44,10 +45,17 @@ def read_runs(paths: list[Path]) -> list[R.RunLog]:
             raise MakeError(f"{log.path} holds no script at its head: the maker needs logs that train_gpt.py wrote")
         if log.failure:
             raise MakeError(f"{log.path}: the run failed ({log.failure[:100]}); run that seed again")
+        if log.config.get("eval_only") is True:
+            raise MakeError(f"{log.path} is an EVAL_ONLY run (its config has \"eval_only\": true): it scored an "
+                            "artifact without training, so it has no training steps or time to submit; give the log "
+                            f"of the run that trained seed {log.seed} and wrote that artifact instead")
         if log.val_bpb is None:
             raise MakeError(f"{log.path} has no final score line: did the run finish?")
         if log.seed is None or log.model_bytes is None:
             raise MakeError(f"{log.path} logs no seed or no artifact line: is it a train_gpt.py log?")
+        if log.steps is None or log.train_ms is None:
+            raise MakeError(f"{log.path} has no training step lines (step:N/M ... train_time:...): a submission "
+                            "reports how every seed trained; give the log of the run that trained it")
         if log.script != logs[0].script:
             line = check_submission.first_difference(log.script.encode(), logs[0].script.encode())
             raise MakeError(f"{log.path} ran another script than {logs[0].path} (they differ from line {line}): "
@@ -196,16 +204,39 @@ def make_folder(log_paths: list[Path], output: Path | None, *, name: str, author
     code = R.unpack_script(logs[0].script)
     submission = build_submission(logs, len(script), name=name, author=author, github_id=github_id, blurb=blurb,
                                   track=track, date=date)
-    output.mkdir(parents=True)
-    (output / "train_gpt.py").write_bytes(script)
+    readme = readme_text(submission, logs, code or logs[0].script, code is not None)
+    files = {"train_gpt.py": script}
     if code is not None:
-        (output / R.HUMAN_COPY).write_bytes(code.encode("utf-8"))
-    for log in logs:
-        shutil.copyfile(log.path, output / f"train_seed{log.seed}.log")
-    (output / "submission.json").write_text(json.dumps(submission, indent=2) + "\n", encoding="utf-8")
-    (output / "README.md").write_text(readme_text(submission, logs, code or logs[0].script, code is not None),
-                                      encoding="utf-8")
+        files[R.HUMAN_COPY] = code.encode("utf-8")
+    files["submission.json"] = (json.dumps(submission, indent=2) + "\n").encode("utf-8")
+    files["README.md"] = readme.encode("utf-8")
+    copies = {f"train_seed{log.seed}.log": log.path for log in logs}
+    write_folder(output, files, copies)
     return output
+
+
+def write_folder(output: Path, files: dict[str, bytes], copies: dict[str, Path]) -> None:
+    """Write the folder complete or not at all: into a hidden sibling, renamed into place at the end. An error
+    or an interrupt (Ctrl-C) on the way removes the sibling and any parent folder made for it, so a second
+    attempt does not find a half-made folder in its way."""
+    made_parents = [parent for parent in output.parents if not parent.exists()]  # the deepest first
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.parent / f".{output.name}.partial-{os.getpid()}"
+    partial.mkdir()
+    try:
+        for name, data in files.items():
+            (partial / name).write_bytes(data)
+        for name, source in copies.items():
+            shutil.copyfile(source, partial / name)
+        if output.exists():
+            raise MakeError(f"{output} appeared while the folder was being written: give another --output or --name")
+        partial.rename(output)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # an error here must not hide the one that stopped the writing
+        for parent in made_parents:
+            if not any(parent.iterdir()):
+                parent.rmdir()
+        raise
 
 
 def pack_file(script: Path, output: Path) -> str:

@@ -100,6 +100,9 @@ def runs(tiny_data, tmp_path_factory) -> dict[str, Path]:
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {name: pool.submit(train, script, root / name, env) for name, (script, env) in jobs.items()}
         logs = {name: future.result() for name, future in futures.items()}
+    # EVAL_ONLY=1 scores seed 1339's artifact again without training: a score and an artifact line, no step lines
+    artifact = root / "seed1339" / RUN["ARTIFACT_PATH"]
+    logs["eval_only"] = train(SCRIPT, root / "eval_only", settings(1339, EVAL_ONLY=1, ARTIFACT_PATH=artifact))
     return logs | {"packed": packed}
 
 
@@ -505,6 +508,42 @@ def test_the_maker_refuses_logs_it_cannot_make_a_folder_from(runs, tmp_path):
     make([runs["seed1337"]], tmp_path / "once")
     with pytest.raises(make_submission.MakeError, match="already exists"):
         make([runs["seed1337"]], tmp_path / "once")
+
+
+def maker_cli(logs: list[Path], output: Path, *flags: str) -> list[str]:
+    return [*map(str, logs), "--output", str(output), "--name", "Tiny CPU run", "--author", "Test Author",
+            "--github-id", "tester", "--blurb", "Six steps of a 2-layer model on CPU.", *flags]
+
+
+def test_the_maker_refuses_an_eval_only_log_and_leaves_no_folder(runs, tmp_path, capsys):
+    eval_only = R.read_log(runs["eval_only"])
+    assert eval_only.config["eval_only"] is True and eval_only.steps is None and eval_only.val_bpb is not None
+    assert make_submission.main(maker_cli([runs["seed1337"], runs["eval_only"]], tmp_path / "folder")) == 2
+    err = capsys.readouterr().err
+    assert f"error: {runs['eval_only']} is an EVAL_ONLY run" in err
+    assert "give the log of the run that trained seed 1339" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("fault", [OSError("No space left on device"), KeyboardInterrupt()], ids=["error", "ctrl-c"])
+def test_a_fault_while_writing_the_folder_leaves_nothing_and_the_next_attempt_works(runs, tmp_path, monkeypatch,
+                                                                                   fault):
+    copyfile = shutil.copyfile
+    copied = []
+
+    def copy_then_fail(source, target):  # the first log copies, the second fails
+        if copied:
+            raise fault
+        copied.append(target)
+        return copyfile(source, target)
+
+    monkeypatch.setattr(shutil, "copyfile", copy_then_fail)
+    with pytest.raises(type(fault)):
+        make([runs["seed1337"], runs["seed1338"]], tmp_path / "tracks" / "folder", filled=False)
+    assert copied and list(tmp_path.iterdir()) == []  # neither the folder, nor a partial one, nor its parent
+    monkeypatch.setattr(shutil, "copyfile", copyfile)
+    folder = make([runs["seed1337"], runs["seed1338"]], tmp_path / "tracks" / "folder", filled=False)
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["folder"]
 
 
 def test_the_maker_cli_needs_the_names_the_logs_cannot_give(runs, capsys):
