@@ -235,6 +235,13 @@ def check_eval_time(s: Submission) -> Verdict:
     return check_time(s, "eval_time", R.EVAL_LIMIT_MS, "eval_time after the artifact line")
 
 
+def differing_settings(first: R.RunLog, log: R.RunLog) -> list[str]:
+    """The settings in which two logs' configs differ, leaving out those that name the run (R.NOT_CONFIG):
+    what same_config fails on, and what make_submission.py refuses before it makes a folder."""
+    keys = (set(first.config) | set(log.config)) - R.NOT_CONFIG
+    return sorted(k for k in keys if first.config.get(k) != log.config.get(k))
+
+
 def check_same_config(s: Submission) -> Verdict:
     if not s.logs:
         return Verdict("same_config", False, "no logs")
@@ -248,8 +255,7 @@ def check_same_config(s: Submission) -> Verdict:
         if log.config_source != first.config_source:
             problems.append(f"{log.name}: its config is a {log.config_source}, {first.name}'s a {first.config_source}")
             continue
-        differ = sorted(k for k in (set(first.config) | set(log.config)) - R.NOT_CONFIG
-                        if first.config.get(k) != log.config.get(k))
+        differ = differing_settings(first, log)
         if differ:
             shown = ", ".join(f"{k}={log.config.get(k)!r} (not {first.config.get(k)!r})" for k in differ[:6])
             problems.append(f"{log.name} differs from {first.name} in {len(differ)} setting(s): {shown}")

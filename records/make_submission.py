@@ -36,7 +36,7 @@ class MakeError(ValueError):
     """Logs that cannot make a folder; the message says why and what to do."""
 
 
-def read_runs(paths: list[Path]) -> list[R.RunLog]:
+def read_runs(paths: list[Path], allow_config_differences: bool = False) -> list[R.RunLog]:
     if not paths:
         raise MakeError("no logs given: pass the log of every seed (logs/RUN_ID.txt)")
     logs = [R.read_log(p) for p in paths]
@@ -63,7 +63,26 @@ def read_runs(paths: list[Path]) -> list[R.RunLog]:
     seeds = [log.seed for log in logs]
     if len(set(seeds)) < len(seeds):
         raise MakeError(f"seeds {seeds}: a seed ran twice; give one log per seed")
-    return sorted(logs, key=lambda log: log.seed)
+    logs = sorted(logs, key=lambda log: log.seed)
+    differences = config_differences(logs)
+    if differences and not allow_config_differences:
+        raise MakeError(f"the seeds ran different configs: {'; '.join(differences)}. A submission's seeds run one "
+                        "config (the checker's same_config rule fails the folder otherwise): run those seeds again "
+                        "with the others' settings, or give --allow-config-differences to make the folder anyway")
+    return logs
+
+
+def config_differences(logs: list[R.RunLog]) -> list[str]:
+    """Each log whose config differs from the first's, with the differing settings as variables (MATRIX_LR=0.03)."""
+    first = logs[0]
+    found = []
+    for log in logs[1:]:
+        differ = check_submission.differing_settings(first, log)
+        if differ:
+            shown = ", ".join(f"{key.upper()}={json.dumps(log.config.get(key))} "
+                              f"(not {json.dumps(first.config.get(key))})" for key in differ)
+            found.append(f"{log.path} differs from {first.path} in {shown}")
+    return found
 
 
 def hardware(log: R.RunLog) -> str:
@@ -191,10 +210,10 @@ def readme_text(submission: dict, logs: list[R.RunLog], code: str, packed: bool)
 
 
 def make_folder(log_paths: list[Path], output: Path | None, *, name: str, author: str, github_id: str, blurb: str,
-                track: str, date: str) -> Path:
+                track: str, date: str, allow_config_differences: bool = False) -> Path:
     if track not in R.TRACKS:
         raise MakeError(f"--track {track!r} is not one of {', '.join(R.TRACKS)}")
-    logs = read_runs(log_paths)
+    logs = read_runs(log_paths, allow_config_differences)
     if output is None:
         slug = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
         output = ROOT / "records" / f"track_{track}" / f"{date}_{slug}"
@@ -266,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--date", default=datetime.date.today().isoformat(), help="default: today, %(default)s")
     parser.add_argument("--output", type=Path, help="the folder to make (or, with --pack, the packed script)")
     parser.add_argument("--pack", type=Path, metavar="SCRIPT", help="pack SCRIPT instead, before the runs")
+    parser.add_argument("--allow-config-differences", action="store_true",
+                        help="make the folder from seeds whose configs differ (refused without it; the checker's "
+                        "same_config rule still fails such a folder)")
     args = parser.parse_args(argv)
     try:
         if args.pack:
@@ -277,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             raise MakeError(f"give {', '.join(missing)}: submission.json needs them and the logs cannot say them")
         folder = make_folder(args.logs, args.output, name=args.name, author=args.author, github_id=args.github_id,
-                             blurb=args.blurb, track=args.track, date=args.date)
+                             blurb=args.blurb, track=args.track, date=args.date,
+                             allow_config_differences=args.allow_config_differences)
     except (MakeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

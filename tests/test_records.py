@@ -112,9 +112,11 @@ def fill_readme(folder: Path) -> Path:
     return folder
 
 
-def make(logs: list[Path], folder: Path, track: str = "10min_16mb", filled: bool = True) -> Path:
+def make(logs: list[Path], folder: Path, track: str = "10min_16mb", filled: bool = True,
+         allow_config_differences: bool = False) -> Path:
     made = make_submission.make_folder(logs, folder, name="Tiny CPU run", author="Test Author", github_id="tester",
-                                       blurb="Six steps of a 2-layer model on CPU.", track=track, date="2026-11-23")
+                                       blurb="Six steps of a 2-layer model on CPU.", track=track, date="2026-11-23",
+                                       allow_config_differences=allow_config_differences)
     return fill_readme(made) if filled else made
 
 
@@ -407,7 +409,8 @@ def test_evaluation_over_its_limit_fails_eval_time(made, tmp_path):
 
 
 def test_a_seed_with_another_config_fails_same_config(runs, tmp_path):
-    folder = make([runs["seed1337"], runs["seed1338"], runs["other_config"]], tmp_path / "other_config")
+    folder = make([runs["seed1337"], runs["seed1338"], runs["other_config"]], tmp_path / "other_config",
+                  allow_config_differences=True)
     assert failing(folder) == CPU_FAILS | {"same_config"}
     assert "train_seed1340.log differs from train_seed1337.log in 1 setting(s): matrix_lr=0.03 (not 0.02)" in \
         evidence(folder, "same_config")
@@ -523,6 +526,18 @@ def test_the_maker_refuses_an_eval_only_log_and_leaves_no_folder(runs, tmp_path,
     assert f"error: {runs['eval_only']} is an EVAL_ONLY run" in err
     assert "give the log of the run that trained seed 1339" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_maker_refuses_seeds_of_different_configs_unless_told_to_allow_them(runs, tmp_path, capsys):
+    logs = [runs["seed1337"], runs["seed1338"], runs["other_config"]]
+    assert make_submission.main(maker_cli(logs, tmp_path / "folder")) == 2
+    err = capsys.readouterr().err
+    assert f"the seeds ran different configs: {runs['other_config']} differs from {runs['seed1337']} in " \
+           "MATRIX_LR=0.03 (not 0.02). " in err
+    assert "give --allow-config-differences to make the folder anyway" in err
+    assert list(tmp_path.iterdir()) == []
+    assert make_submission.main(maker_cli(logs, tmp_path / "folder", "--allow-config-differences")) == 0
+    assert re.search(r"^same_config +FAIL  train_seed1340\.log differs", capsys.readouterr().out, re.M)
 
 
 @pytest.mark.parametrize("fault", [OSError("No space left on device"), KeyboardInterrupt()], ids=["error", "ctrl-c"])
