@@ -489,6 +489,37 @@ def test_submission_json_that_disagrees_with_the_logs_fails(made, tmp_path):
     assert evidence(folder, "submission_fields") == "missing hardware"
 
 
+def with_submission(made, tmp_path: Path, name: str, edit) -> Path:
+    """A copy of the non-record folder (which passes every rule) whose submission.json `edit` changed."""
+    folder = shutil.copytree(made["non_record"], tmp_path / name)
+    submission = json.loads((folder / "submission.json").read_text())
+    edit(submission)
+    (folder / "submission.json").write_text(json.dumps(submission))
+    return folder
+
+
+def test_a_score_written_with_fewer_than_5_decimals_or_rounded_wrong_fails(runs, made, tmp_path):
+    bpb = {seed: R.read_log(runs[f"seed{seed}"]).val_bpb for seed in SEEDS}
+    mean = sum(bpb.values()) / len(bpb)
+    # One decimal is within one unit of its last place of any mean (the old tolerance of a mean).
+    short = with_submission(made, tmp_path, "short", lambda j: j.update(val_bpb=float(f"{mean:.1f}")))
+    assert failing(short) == {"submission_matches_logs"}
+    assert (f"val_bpb {mean:.1f} but the mean of the 3 log(s) is {mean:.8f}: expected {mean:.5f} (at least 5 "
+            "decimals, rounded from the logs)") in evidence(short, "submission_matches_logs")
+    whole = with_submission(made, tmp_path, "whole", lambda j: j.update(val_bpb=round(mean)))
+    assert failing(whole) == {"submission_matches_logs"}
+    # Half a unit of one decimal covers any seed's score too (the old tolerance of a per-seed value).
+    seed = with_submission(made, tmp_path, "seed", lambda j: j["seed_results"]["1338"].update(
+        val_bpb=float(f"{bpb[1338]:.1f}")))
+    assert (f"seed_results[1338].val_bpb {bpb[1338]:.1f} but train_seed1338.log says {bpb[1338]:.8f}: expected "
+            f"{bpb[1338]:.5f} (at least 5 decimals") in evidence(seed, "submission_matches_logs")
+    # Five decimals, rounded from the mean, pass; three units off in the fifth do not.
+    five = with_submission(made, tmp_path, "five", lambda j: j.update(val_bpb=round(mean, 5)))
+    assert failing(five) == set()
+    off = with_submission(made, tmp_path, "off", lambda j: j.update(val_bpb=round(round(mean, 5) + 3e-5, 5)))
+    assert f"expected {mean:.5f} (5 decimals as written" in evidence(off, "submission_matches_logs")
+
+
 def test_an_unknown_track_is_judged_as_a_record(made, tmp_path):
     folder = shutil.copytree(made["non_record"], tmp_path / "unknown_track")
     submission = json.loads((folder / "submission.json").read_text())
