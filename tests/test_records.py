@@ -3,7 +3,8 @@ published folders in ../shared/records_examples, and on broken copies (each fail
 packing (a packed script trains and logs exactly as the original, Triton kernel included); the t tail;
 the plot.
 
-Run: python3 -m pytest -q tests/test_records.py   (CPU only; about 40 s on 2 cores: 7 tiny training runs)
+Run: python3 -m pytest -q tests/test_records.py   (CPU only; about 40 s on 2 cores: 7 tiny training runs and
+one EVAL_ONLY rescoring)
 
 The runs share one module fixture and go two at a time (OMP_NUM_THREADS=1 each). The published folders
 are test data next to the repository (ROOT.parent / "shared"); their tests skip when it is absent.
