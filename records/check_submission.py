@@ -235,6 +235,13 @@ def check_eval_time(s: Submission) -> Verdict:
     return check_time(s, "eval_time", R.EVAL_LIMIT_MS, "eval_time after the artifact line")
 
 
+def differing_settings(first: R.RunLog, log: R.RunLog) -> list[str]:
+    """The settings in which two logs' configs differ, leaving out those that name the run (R.NOT_CONFIG):
+    what same_config fails on, and what make_submission.py refuses before it makes a folder."""
+    keys = (set(first.config) | set(log.config)) - R.NOT_CONFIG
+    return sorted(k for k in keys if first.config.get(k) != log.config.get(k))
+
+
 def check_same_config(s: Submission) -> Verdict:
     if not s.logs:
         return Verdict("same_config", False, "no logs")
@@ -248,8 +255,7 @@ def check_same_config(s: Submission) -> Verdict:
         if log.config_source != first.config_source:
             problems.append(f"{log.name}: its config is a {log.config_source}, {first.name}'s a {first.config_source}")
             continue
-        differ = sorted(k for k in (set(first.config) | set(log.config)) - R.NOT_CONFIG
-                        if first.config.get(k) != log.config.get(k))
+        differ = differing_settings(first, log)
         if differ:
             shown = ", ".join(f"{k}={log.config.get(k)!r} (not {first.config.get(k)!r})" for k in differ[:6])
             problems.append(f"{log.name} differs from {first.name} in {len(differ)} setting(s): {shown}")
@@ -322,9 +328,17 @@ def check_submission_fields(s: Submission) -> Verdict:
     return Verdict("submission_fields", True, f"all {len(FIELDS)} fields, with the published types")
 
 
-def close(written, actual: float, units_in_last_place: float) -> bool:
-    """A value written with k decimals agrees with `actual` to within this many units of its last place."""
-    return abs(float(written) - actual) <= units_in_last_place * 10.0 ** -R.decimals(written) + 1e-12
+# The fewest decimals of a score (val_loss, val_bpb) in submission.json. The score lines give 8; the published
+# records round them to 5 (2026-04-05: 1.08563, 1.08554), make_submission.py writes all 8. Fewer lets a
+# rounding hide differences between entries: 4.9 and 5.0 both "agree" with a mean of 4.9596 to one decimal.
+SCORE_DECIMALS = 5
+
+
+def close(written, actual: float, units_in_last_place: float, places: int | None = None) -> bool:
+    """A value agrees with `actual` to within this many units of its last place: its last written decimal, or
+    the `places`-th where given (JSON drops trailing zeros: 1.08100 is written 1.081)."""
+    places = R.decimals(written) if places is None else places
+    return abs(float(written) - actual) <= units_in_last_place * 10.0 ** -places + 1e-12
 
 
 def check_submission_matches_logs(s: Submission) -> Verdict:
@@ -344,9 +358,26 @@ def check_submission_matches_logs(s: Submission) -> Verdict:
         else:
             problems.append(f"{name} {written} but {what} {actual:.8f}")
 
+    def compare_score(name, written, values: list[float], what):
+        """A score has at least SCORE_DECIMALS decimals and is the logs' value rounded to them: for one value, to
+        half a unit of its last place; for a mean, the mean of the values or of the values rounded to that many
+        decimals (how the 2026-04-05 record made 1.08563 of a mean of 1.0856248), rounded."""
+        if written is None or isinstance(written, bool) or not isinstance(written, NUMBER):
+            return
+        places = max(R.decimals(written), SCORE_DECIMALS)
+        actual = sum(values) / len(values)
+        mean_of_rounded = sum(round(v, places) for v in values) / len(values)
+        if close(written, actual, 0.5, places) or close(written, mean_of_rounded, 0.5, places):
+            agreed.append(name)
+            return
+        rule = (f"at least {SCORE_DECIMALS} decimals" if R.decimals(written) < SCORE_DECIMALS else
+                f"{places} decimals as written")
+        problems.append(f"{name} {written} but {what} {actual:.8f}: expected {actual:.{places}f} ({rule}, rounded "
+                        "from the logs)")
+
     for key in ("val_loss", "val_bpb"):
-        mean, _ = R.mean_std([getattr(log, key) for log in scored])
-        compare(key, j.get(key), mean, 1.0, f"the mean of the {len(scored)} log(s) is")
+        compare_score(key, j.get(key), [getattr(log, key) for log in scored],
+                      f"the mean of the {len(scored)} log(s) is")
     if len(scored) >= 2:
         compare("val_bpb_std", j.get("val_bpb_std"), R.mean_std([log.val_bpb for log in scored])[1], 1.0,
                 "the logs' sample standard deviation is")
@@ -365,8 +396,8 @@ def check_submission_matches_logs(s: Submission) -> Verdict:
         result = results.get(str(log.seed))
         if not isinstance(result, dict):
             continue
-        compare(f"seed_results[{log.seed}].val_loss", result.get("val_loss"), log.val_loss, 0.5, f"{log.name} says")
-        compare(f"seed_results[{log.seed}].val_bpb", result.get("val_bpb"), log.val_bpb, 0.5, f"{log.name} says")
+        for key in ("val_loss", "val_bpb"):
+            compare_score(f"seed_results[{log.seed}].{key}", result.get(key), [getattr(log, key)], f"{log.name} says")
         for key, actual in (("artifact_bytes", s.total_bytes(log)), ("steps", log.steps)):
             if key in result and actual is not None:
                 (agreed.append(f"seed_results[{log.seed}].{key}") if result[key] == actual else

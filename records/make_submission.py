@@ -1,4 +1,4 @@
-"""Make a submission folder from the logs of finished runs, so that nothing in it is typed by hand.
+r"""Make a submission folder from the logs of finished runs, so that nothing in it is typed by hand.
 
   # after one run per seed (each log holds the script that wrote it):
   python3 records/make_submission.py logs/seed1337.txt logs/seed1338.txt logs/seed1339.txt \
@@ -18,6 +18,7 @@ import argparse
 import ast
 import datetime
 import json
+import os
 import re
 import shlex
 import shutil
@@ -35,7 +36,7 @@ class MakeError(ValueError):
     """Logs that cannot make a folder; the message says why and what to do."""
 
 
-def read_runs(paths: list[Path]) -> list[R.RunLog]:
+def read_runs(paths: list[Path], allow_config_differences: bool = False) -> list[R.RunLog]:
     if not paths:
         raise MakeError("no logs given: pass the log of every seed (logs/RUN_ID.txt)")
     logs = [R.read_log(p) for p in paths]
@@ -44,10 +45,17 @@ def read_runs(paths: list[Path]) -> list[R.RunLog]:
             raise MakeError(f"{log.path} holds no script at its head: the maker needs logs that train_gpt.py wrote")
         if log.failure:
             raise MakeError(f"{log.path}: the run failed ({log.failure[:100]}); run that seed again")
+        if log.config.get("eval_only") is True:
+            raise MakeError(f"{log.path} is an EVAL_ONLY run (its config has \"eval_only\": true): it scored an "
+                            "artifact without training, so it has no training steps or time to submit; give the log "
+                            f"of the run that trained seed {log.seed} and wrote that artifact instead")
         if log.val_bpb is None:
             raise MakeError(f"{log.path} has no final score line: did the run finish?")
         if log.seed is None or log.model_bytes is None:
             raise MakeError(f"{log.path} logs no seed or no artifact line: is it a train_gpt.py log?")
+        if log.steps is None or log.train_ms is None:
+            raise MakeError(f"{log.path} has no training step lines (step:N/M ... train_time:...): a submission "
+                            "reports how every seed trained; give the log of the run that trained it")
         if log.script != logs[0].script:
             line = check_submission.first_difference(log.script.encode(), logs[0].script.encode())
             raise MakeError(f"{log.path} ran another script than {logs[0].path} (they differ from line {line}): "
@@ -55,7 +63,26 @@ def read_runs(paths: list[Path]) -> list[R.RunLog]:
     seeds = [log.seed for log in logs]
     if len(set(seeds)) < len(seeds):
         raise MakeError(f"seeds {seeds}: a seed ran twice; give one log per seed")
-    return sorted(logs, key=lambda log: log.seed)
+    logs = sorted(logs, key=lambda log: log.seed)
+    differences = config_differences(logs)
+    if differences and not allow_config_differences:
+        raise MakeError(f"the seeds ran different configs: {'; '.join(differences)}. A submission's seeds run one "
+                        "config (the checker's same_config rule fails the folder otherwise): run those seeds again "
+                        "with the others' settings, or give --allow-config-differences to make the folder anyway")
+    return logs
+
+
+def config_differences(logs: list[R.RunLog]) -> list[str]:
+    """Each log whose config differs from the first's, with the differing settings as variables (MATRIX_LR=0.03)."""
+    first = logs[0]
+    found = []
+    for log in logs[1:]:
+        differ = check_submission.differing_settings(first, log)
+        if differ:
+            shown = ", ".join(f"{key.upper()}={json.dumps(log.config.get(key))} "
+                              f"(not {json.dumps(first.config.get(key))})" for key in differ)
+            found.append(f"{log.path} differs from {first.path} in {shown}")
+    return found
 
 
 def hardware(log: R.RunLog) -> str:
@@ -188,10 +215,10 @@ def readme_text(submission: dict, logs: list[R.RunLog], code: str, packed: bool)
 
 
 def make_folder(log_paths: list[Path], output: Path | None, *, name: str, author: str, github_id: str, blurb: str,
-                track: str, date: str) -> Path:
+                track: str, date: str, allow_config_differences: bool = False) -> Path:
     if track not in R.TRACKS:
         raise MakeError(f"--track {track!r} is not one of {', '.join(R.TRACKS)}")
-    logs = read_runs(log_paths)
+    logs = read_runs(log_paths, allow_config_differences)
     if output is None:
         slug = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
         output = ROOT / "records" / f"track_{track}" / f"{date}_{slug}"
@@ -201,16 +228,39 @@ def make_folder(log_paths: list[Path], output: Path | None, *, name: str, author
     code = R.unpack_script(logs[0].script)
     submission = build_submission(logs, len(script), name=name, author=author, github_id=github_id, blurb=blurb,
                                   track=track, date=date)
-    output.mkdir(parents=True)
-    (output / "train_gpt.py").write_bytes(script)
+    readme = readme_text(submission, logs, code or logs[0].script, code is not None)
+    files = {"train_gpt.py": script}
     if code is not None:
-        (output / R.HUMAN_COPY).write_bytes(code.encode("utf-8"))
-    for log in logs:
-        shutil.copyfile(log.path, output / f"train_seed{log.seed}.log")
-    (output / "submission.json").write_text(json.dumps(submission, indent=2) + "\n", encoding="utf-8")
-    (output / "README.md").write_text(readme_text(submission, logs, code or logs[0].script, code is not None),
-                                      encoding="utf-8")
+        files[R.HUMAN_COPY] = code.encode("utf-8")
+    files["submission.json"] = (json.dumps(submission, indent=2) + "\n").encode("utf-8")
+    files["README.md"] = readme.encode("utf-8")
+    copies = {f"train_seed{log.seed}.log": log.path for log in logs}
+    write_folder(output, files, copies)
     return output
+
+
+def write_folder(output: Path, files: dict[str, bytes], copies: dict[str, Path]) -> None:
+    """Write the folder complete or not at all: into a hidden sibling, renamed into place at the end. An error
+    or an interrupt (Ctrl-C) on the way removes the sibling and any parent folder made for it, so a second
+    attempt does not find a half-made folder in its way."""
+    made_parents = [parent for parent in output.parents if not parent.exists()]  # the deepest first
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.parent / f".{output.name}.partial-{os.getpid()}"
+    partial.mkdir()
+    try:
+        for name, data in files.items():
+            (partial / name).write_bytes(data)
+        for name, source in copies.items():
+            shutil.copyfile(source, partial / name)
+        if output.exists():
+            raise MakeError(f"{output} appeared while the folder was being written: give another --output or --name")
+        partial.rename(output)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # an error here must not hide the one that stopped the writing
+        for parent in made_parents:
+            if not any(parent.iterdir()):
+                parent.rmdir()
+        raise
 
 
 def pack_file(script: Path, output: Path) -> str:
@@ -240,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--date", default=datetime.date.today().isoformat(), help="default: today, %(default)s")
     parser.add_argument("--output", type=Path, help="the folder to make (or, with --pack, the packed script)")
     parser.add_argument("--pack", type=Path, metavar="SCRIPT", help="pack SCRIPT instead, before the runs")
+    parser.add_argument("--allow-config-differences", action="store_true",
+                        help="make the folder from seeds whose configs differ (refused without it; the checker's "
+                        "same_config rule still fails such a folder)")
     args = parser.parse_args(argv)
     try:
         if args.pack:
@@ -251,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             raise MakeError(f"give {', '.join(missing)}: submission.json needs them and the logs cannot say them")
         folder = make_folder(args.logs, args.output, name=args.name, author=args.author, github_id=args.github_id,
-                             blurb=args.blurb, track=args.track, date=args.date)
+                             blurb=args.blurb, track=args.track, date=args.date,
+                             allow_config_differences=args.allow_config_differences)
     except (MakeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -3,7 +3,8 @@ published folders in ../shared/records_examples, and on broken copies (each fail
 packing (a packed script trains and logs exactly as the original, Triton kernel included); the t tail;
 the plot.
 
-Run: python3 -m pytest -q tests/test_records.py   (CPU only; about 40 s on 2 cores: 7 tiny training runs)
+Run: python3 -m pytest -q tests/test_records.py   (CPU only; about 40 s on 2 cores: 7 tiny training runs and
+one EVAL_ONLY rescoring)
 
 The runs share one module fixture and go two at a time (OMP_NUM_THREADS=1 each). The published folders
 are test data next to the repository (ROOT.parent / "shared"); their tests skip when it is absent.
@@ -101,6 +102,9 @@ def runs(tiny_data, tmp_path_factory) -> dict[str, Path]:
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {name: pool.submit(train, script, root / name, env) for name, (script, env) in jobs.items()}
         logs = {name: future.result() for name, future in futures.items()}
+    # EVAL_ONLY=1 scores seed 1339's artifact again without training: a score and an artifact line, no step lines
+    artifact = root / "seed1339" / RUN["ARTIFACT_PATH"]
+    logs["eval_only"] = train(SCRIPT, root / "eval_only", settings(1339, EVAL_ONLY=1, ARTIFACT_PATH=artifact))
     return logs | {"packed": packed}
 
 
@@ -110,9 +114,11 @@ def fill_readme(folder: Path) -> Path:
     return folder
 
 
-def make(logs: list[Path], folder: Path, track: str = "10min_16mb", filled: bool = True) -> Path:
+def make(logs: list[Path], folder: Path, track: str = "10min_16mb", filled: bool = True,
+         allow_config_differences: bool = False) -> Path:
     made = make_submission.make_folder(logs, folder, name="Tiny CPU run", author="Test Author", github_id="tester",
-                                       blurb="Six steps of a 2-layer model on CPU.", track=track, date="2026-11-23")
+                                       blurb="Six steps of a 2-layer model on CPU.", track=track, date="2026-11-23",
+                                       allow_config_differences=allow_config_differences)
     return fill_readme(made) if filled else made
 
 
@@ -405,7 +411,8 @@ def test_evaluation_over_its_limit_fails_eval_time(made, tmp_path):
 
 
 def test_a_seed_with_another_config_fails_same_config(runs, tmp_path):
-    folder = make([runs["seed1337"], runs["seed1338"], runs["other_config"]], tmp_path / "other_config")
+    folder = make([runs["seed1337"], runs["seed1338"], runs["other_config"]], tmp_path / "other_config",
+                  allow_config_differences=True)
     assert failing(folder) == CPU_FAILS | {"same_config"}
     assert "train_seed1340.log differs from train_seed1337.log in 1 setting(s): matrix_lr=0.03 (not 0.02)" in \
         evidence(folder, "same_config")
@@ -484,6 +491,37 @@ def test_submission_json_that_disagrees_with_the_logs_fails(made, tmp_path):
     assert evidence(folder, "submission_fields") == "missing hardware"
 
 
+def with_submission(made, tmp_path: Path, name: str, edit) -> Path:
+    """A copy of the non-record folder (which passes every rule) whose submission.json `edit` changed."""
+    folder = shutil.copytree(made["non_record"], tmp_path / name)
+    submission = json.loads((folder / "submission.json").read_text())
+    edit(submission)
+    (folder / "submission.json").write_text(json.dumps(submission))
+    return folder
+
+
+def test_a_score_written_with_fewer_than_5_decimals_or_rounded_wrong_fails(runs, made, tmp_path):
+    bpb = {seed: R.read_log(runs[f"seed{seed}"]).val_bpb for seed in SEEDS}
+    mean = sum(bpb.values()) / len(bpb)
+    # One decimal is within one unit of its last place of any mean (the old tolerance of a mean).
+    short = with_submission(made, tmp_path, "short", lambda j: j.update(val_bpb=float(f"{mean:.1f}")))
+    assert failing(short) == {"submission_matches_logs"}
+    assert (f"val_bpb {mean:.1f} but the mean of the 3 log(s) is {mean:.8f}: expected {mean:.5f} (at least 5 "
+            "decimals, rounded from the logs)") in evidence(short, "submission_matches_logs")
+    whole = with_submission(made, tmp_path, "whole", lambda j: j.update(val_bpb=round(mean)))
+    assert failing(whole) == {"submission_matches_logs"}
+    # Half a unit of one decimal covers any seed's score too (the old tolerance of a per-seed value).
+    seed = with_submission(made, tmp_path, "seed", lambda j: j["seed_results"]["1338"].update(
+        val_bpb=float(f"{bpb[1338]:.1f}")))
+    assert (f"seed_results[1338].val_bpb {bpb[1338]:.1f} but train_seed1338.log says {bpb[1338]:.8f}: expected "
+            f"{bpb[1338]:.5f} (at least 5 decimals") in evidence(seed, "submission_matches_logs")
+    # Five decimals, rounded from the mean, pass; three units off in the fifth do not.
+    five = with_submission(made, tmp_path, "five", lambda j: j.update(val_bpb=round(mean, 5)))
+    assert failing(five) == set()
+    off = with_submission(made, tmp_path, "off", lambda j: j.update(val_bpb=round(round(mean, 5) + 3e-5, 5)))
+    assert f"expected {mean:.5f} (5 decimals as written" in evidence(off, "submission_matches_logs")
+
+
 def test_an_unknown_track_is_judged_as_a_record(made, tmp_path):
     folder = shutil.copytree(made["non_record"], tmp_path / "unknown_track")
     submission = json.loads((folder / "submission.json").read_text())
@@ -508,9 +546,69 @@ def test_the_maker_refuses_logs_it_cannot_make_a_folder_from(runs, tmp_path):
         make([runs["seed1337"]], tmp_path / "once")
 
 
+def maker_cli(logs: list[Path], output: Path, *flags: str) -> list[str]:
+    return [*map(str, logs), "--output", str(output), "--name", "Tiny CPU run", "--author", "Test Author",
+            "--github-id", "tester", "--blurb", "Six steps of a 2-layer model on CPU.", *flags]
+
+
+def test_the_maker_refuses_an_eval_only_log_and_leaves_no_folder(runs, tmp_path, capsys):
+    eval_only = R.read_log(runs["eval_only"])
+    assert eval_only.config["eval_only"] is True and eval_only.steps is None and eval_only.val_bpb is not None
+    assert make_submission.main(maker_cli([runs["seed1337"], runs["eval_only"]], tmp_path / "folder")) == 2
+    err = capsys.readouterr().err
+    assert f"error: {runs['eval_only']} is an EVAL_ONLY run" in err
+    assert "give the log of the run that trained seed 1339" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_maker_refuses_seeds_of_different_configs_unless_told_to_allow_them(runs, tmp_path, capsys):
+    logs = [runs["seed1337"], runs["seed1338"], runs["other_config"]]
+    assert make_submission.main(maker_cli(logs, tmp_path / "folder")) == 2
+    err = capsys.readouterr().err
+    assert f"the seeds ran different configs: {runs['other_config']} differs from {runs['seed1337']} in " \
+           "MATRIX_LR=0.03 (not 0.02). " in err
+    assert "give --allow-config-differences to make the folder anyway" in err
+    assert list(tmp_path.iterdir()) == []
+    assert make_submission.main(maker_cli(logs, tmp_path / "folder", "--allow-config-differences")) == 0
+    assert re.search(r"^same_config +FAIL  train_seed1340\.log differs", capsys.readouterr().out, re.M)
+
+
+@pytest.mark.parametrize("fault", [OSError("No space left on device"), KeyboardInterrupt()], ids=["error", "ctrl-c"])
+def test_a_fault_while_writing_the_folder_leaves_nothing_and_the_next_attempt_works(runs, tmp_path, monkeypatch,
+                                                                                   fault):
+    copyfile = shutil.copyfile
+    copied = []
+
+    def copy_then_fail(source, target):  # the first log copies, the second fails
+        if copied:
+            raise fault
+        copied.append(target)
+        return copyfile(source, target)
+
+    monkeypatch.setattr(shutil, "copyfile", copy_then_fail)
+    with pytest.raises(type(fault)):
+        make([runs["seed1337"], runs["seed1338"]], tmp_path / "tracks" / "folder", filled=False)
+    assert copied and list(tmp_path.iterdir()) == []  # neither the folder, nor a partial one, nor its parent
+    monkeypatch.setattr(shutil, "copyfile", copyfile)
+    folder = make([runs["seed1337"], runs["seed1338"]], tmp_path / "tracks" / "folder", filled=False)
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["folder"]
+
+
 def test_the_maker_cli_needs_the_names_the_logs_cannot_give(runs, capsys):
     assert make_submission.main([str(runs["seed1337"]), "--name", "x"]) == 2
     assert "give --author, --github-id, --blurb" in capsys.readouterr().err
+
+
+def test_the_maker_help_prints_the_examples_as_written(capsys):
+    # The docstring's example breaks its command with a backslash; a non-raw docstring ate the backslash and
+    # the newline, and the help showed one long line with a run of spaces in it.
+    with pytest.raises(SystemExit) as exit_info:
+        make_submission.main(["--help"])
+    assert exit_info.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  python3 records/make_submission.py logs/seed1337.txt logs/seed1338.txt logs/seed1339.txt \\" in lines
+    continued = '      --name "My change" --author "Ada Lovelace" --github-id ada --blurb "What it does, in one line."'
+    assert continued in lines
 
 
 # =================================================================================================
