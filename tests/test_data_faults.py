@@ -196,6 +196,13 @@ def retok_output_taken(t: Trial):
     return message
 
 
+def retok_help(t: Trial):
+    with pytest.raises(SystemExit) as exc:
+        retokenize.main(["--help"])
+    assert exc.value.code == 0
+    return t.capsys.readouterr().out
+
+
 # ------------------------------------------------------------------------------------------------
 # cached_challenge_fineweb.py: against a stand-in hub
 # ------------------------------------------------------------------------------------------------
@@ -281,6 +288,7 @@ TRIGGERS = {
     "ids beyond `--from-model`'s vocabulary (the wrong `--from-model`)": retok_wrong_from_model,
     "the inputs' `manifest.json` names another tokenizer than `--from-model`": retok_manifest_mismatch,
     "`--output` already holds output shards": retok_output_taken,
+    "`python3 data/retokenize.py --help`": retok_help,
     "the hub cannot be reached": download_unreachable,
     "a variant the manifest does not list": download_unknown_variant,
     "a downloaded file that is truncated, corrupt or has another sha256": download_bad_file,
