@@ -249,7 +249,11 @@ def quickstart_cpu_torch(t: Trial):
 
 
 def quickstart_cpu_index_down(t: Trial):
-    return run_quickstart_sh(t.tmp, torch_installed=False, cpu_index_works=False)[0].stdout
+    return run_quickstart_sh(t.tmp, torch_installed=False, cpu_index="refuses")[0].stdout
+
+
+def quickstart_cpu_pip_fails(t: Trial):
+    return run_quickstart_sh(t.tmp, torch_installed=False, cpu_pip_fails=True)[0].stdout
 
 
 def quickstart_no_fineweb(t: Trial):
@@ -295,6 +299,7 @@ TRIGGERS = {
     "`bash quickstart.sh --help`": quickstart_help,
     "no GPU (no `nvidia-smi`) and no torch installed": quickstart_cpu_torch,
     "the PyTorch CPU index does not answer": quickstart_cpu_index_down,
+    "the PyTorch CPU index answers, but pip cannot install torch from it": quickstart_cpu_pip_fails,
     "`--data fineweb` without the FineWeb files": quickstart_no_fineweb,
     "a Python installed without its standard library's `.py` sources": quickstart_no_stdlib_sources,
     "`train_gpt.py` fails": quickstart_training_fails,

@@ -5,11 +5,17 @@ CPU only, no network; about 15 s (it parses the whole standard library). The end
 Run: python3 -m pytest -q tests/test_data_quickstart.py
 """
 
+import contextlib
+import http.server
 import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -89,20 +95,61 @@ def test_cpu_fineweb_validation_prefix_ends_at_a_document_boundary(tmp_path, mon
 # ------------------------------------------------------------------------------------------------
 
 SYSTEM_PATH = "/usr/bin:/bin"
+REQUIREMENTS = "-m pip install -r requirements.txt"
+
+
+class IndexPage(http.server.BaseHTTPRequestHandler):
+    """Any page of the stand-in PyTorch CPU index: 200 and a word."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "5")
+        self.end_headers()
+        self.wfile.write(b"torch")
+
+
+@contextlib.contextmanager
+def torch_index(kind: str):
+    """A stand-in PyTorch CPU index on 127.0.0.1; yields its URL. kind: "answers" (200 for any page),
+    "refuses" (a port nothing listens on) or "silent" (accepts connections, never replies)."""
+    if kind == "answers":
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), IndexPage)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}/whl/cpu"
+        finally:
+            server.shutdown()
+            server.server_close()
+        return
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # bound, so no other process takes the port while the test runs
+        if kind == "silent":
+            sock.listen()  # the kernel completes the connections; nobody reads them
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/whl/cpu"
 
 
 def run_quickstart_sh(tmp_path: Path, *args: str, torch_installed: bool, gpu: bool = False,
-                      cpu_index_works: bool = True) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """Run quickstart.sh with python3 (and nvidia-smi when gpu) replaced by stubs; returns the result
-    and the python3 command lines it ran."""
+                      cpu_index: str = "answers",
+                      cpu_pip_fails: bool = False) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run quickstart.sh with python3 (and nvidia-smi when gpu) replaced by stubs and QUICKSTART_TORCH_INDEX
+    pointing at torch_index(cpu_index); returns the result and the python3 command lines it ran.
+
+    The stub's pip succeeds, also with the CPU index (unless cpu_pip_fails), as the real one does where pip's
+    configuration names other sources (find-links, extra-index-url): it then takes torch from those after
+    minutes of retrying an index that does not answer. The script's probe of the index (python3 -c with
+    other code than "import torch") runs in the real Python, against the stand-in index."""
     stubs = tmp_path / "stubs"
     stubs.mkdir(parents=True, exist_ok=True)
     log = tmp_path / "python3_calls.txt"
     (stubs / "python3").write_text(
         "#!/bin/sh\n"
+        f'if [ "$1" = "-c" ] && [ "$2" != "import torch" ]; then exec "{sys.executable}" "$@"; fi\n'
         f'echo "$*" >> "{log}"\n'
         f'if [ "$1" = "-c" ]; then exit {0 if torch_installed else 1}; fi\n'
-        f'case "$*" in *--index-url*) exit {0 if cpu_index_works else 1};; esac\n'
+        f'case "$*" in *--index-url*) exit {1 if cpu_pip_fails else 0};; esac\n'
         "exit 0\n")
     (stubs / "python3").chmod(0o755)
     if gpu:
@@ -110,8 +157,11 @@ def run_quickstart_sh(tmp_path: Path, *args: str, torch_installed: bool, gpu: bo
         (stubs / "nvidia-smi").chmod(0o755)
     elif shutil.which("nvidia-smi", path=SYSTEM_PATH):
         pytest.skip("this machine has nvidia-smi in /usr/bin or /bin")
-    result = subprocess.run(["bash", str(ROOT / "quickstart.sh"), *args], capture_output=True, text=True,
-                            env={**os.environ, "PATH": f"{stubs}:{SYSTEM_PATH}"}, timeout=60)
+    with torch_index(cpu_index) as url:
+        env = {**os.environ, "PATH": f"{stubs}:{SYSTEM_PATH}", "QUICKSTART_TORCH_INDEX": url,
+               "no_proxy": "*", "NO_PROXY": "*"}  # a proxy must not answer for 127.0.0.1
+        result = subprocess.run(["bash", str(ROOT / "quickstart.sh"), *args], capture_output=True, text=True,
+                                env=env, timeout=60)
     calls = log.read_text().splitlines() if log.exists() else []
     return result, calls
 
@@ -126,17 +176,30 @@ def test_quickstart_sh_help_installs_nothing(tmp_path):
 
 
 def test_quickstart_sh_installs_the_cpu_torch_only_without_a_gpu(tmp_path):
-    cpu_torch = "-m pip install torch --index-url https://download.pytorch.org/whl/cpu"
-    requirements = "-m pip install -r requirements.txt"
+    cpu_torch = re.compile(r"-m pip install torch --index-url http://127\.0\.0\.1:\d+/whl/cpu --timeout 10 --retries 1")
     _, calls = run_quickstart_sh(tmp_path / "a", "--seconds", "5", torch_installed=False)
-    assert calls == ["-c import torch", cpu_torch, requirements, "data/quickstart.py --seconds 5"]
-    result, calls = run_quickstart_sh(tmp_path / "b", torch_installed=False, cpu_index_works=False)
-    assert result.returncode == 0 and "installing torch from the default index" in result.stdout
-    assert calls == ["-c import torch", cpu_torch, requirements, "data/quickstart.py"]
+    assert len(calls) == 4 and cpu_torch.fullmatch(calls[1])
+    assert [calls[0], *calls[2:]] == ["-c import torch", REQUIREMENTS, "data/quickstart.py --seconds 5"]
+    result, calls = run_quickstart_sh(tmp_path / "b", torch_installed=False, cpu_pip_fails=True)
+    assert result.returncode == 0 and "pip could not install torch from the PyTorch CPU index" in result.stdout
+    assert len(calls) == 4 and cpu_torch.fullmatch(calls[1]) and calls[2:] == [REQUIREMENTS, "data/quickstart.py"]
     _, calls = run_quickstart_sh(tmp_path / "c", torch_installed=True)
-    assert calls == ["-c import torch", requirements, "data/quickstart.py"]
+    assert calls == ["-c import torch", REQUIREMENTS, "data/quickstart.py"]
     _, calls = run_quickstart_sh(tmp_path / "d", torch_installed=False, gpu=True)
-    assert calls == ["-c import torch", requirements, "data/quickstart.py"]
+    assert calls == ["-c import torch", REQUIREMENTS, "data/quickstart.py"]
+
+
+@pytest.mark.parametrize("cpu_index, within_s", [("refuses", 10), ("silent", 30)])
+def test_quickstart_sh_falls_back_fast_when_the_cpu_index_does_not_answer(tmp_path, cpu_index, within_s):
+    """pip's exit status cannot tell that the index did not answer (the stub's pip succeeds, see
+    run_quickstart_sh), so the script asks the index itself, for 10 s at most, and then says so and goes on
+    without it. A refused connection fails at once; a server that never replies, after the 10 s."""
+    t0 = time.perf_counter()
+    result, calls = run_quickstart_sh(tmp_path, torch_installed=False, cpu_index=cpu_index)
+    assert time.perf_counter() - t0 < within_s
+    assert result.returncode == 0, result.stderr
+    assert "did not answer" in result.stdout and "installing torch from the default index" in result.stdout
+    assert calls == ["-c import torch", REQUIREMENTS, "data/quickstart.py"]
 
 
 def test_the_printed_command_reruns_exactly_what_ran(tmp_path, monkeypatch, capsys):
