@@ -225,3 +225,117 @@ def test_the_printed_command_reruns_exactly_what_ran(tmp_path, monkeypatch, caps
     assert first["argv"] == second["argv"] == command[1:] and first["cwd"] == second["cwd"] == str(repo)
     for key, value in settings.items():
         assert first["env"][key] == second["env"][key] == value, key
+
+
+# ------------------------------------------------------------------------------------------------
+# A busy or slow machine: threads, progress while train_gpt.py evaluates, the summary's warning
+# ------------------------------------------------------------------------------------------------
+
+
+def fake_trainer(repo: Path, body: str) -> None:
+    """repo/train_gpt.py: writes its OMP_NUM_THREADS to repo/threads.txt, then runs body."""
+    repo.mkdir(parents=True, exist_ok=True)
+    (repo / "train_gpt.py").write_text(
+        "import os, pathlib, sys, time\n"
+        "pathlib.Path(__file__).with_name('threads.txt').write_text(os.environ.get('OMP_NUM_THREADS', 'unset'))\n"
+        + body)
+
+
+def machine(monkeypatch, cores: int, load: float) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(quickstart.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(quickstart.os, "getloadavg", lambda: (load, load, load))
+
+
+@pytest.mark.parametrize("cores, load, threads", [(2, 3.7, 1), (2, 1.0, 1), (2, 0.1, 2), (1, 0.0, 1), (16, 12.2, 4)])
+def test_train_threads_are_the_idle_cores(monkeypatch, cores, load, threads):
+    machine(monkeypatch, cores, load)
+    assert quickstart.train_threads()[0] == threads
+
+
+def test_train_threads_at_most_the_cap_and_the_users_choice(monkeypatch):
+    machine(monkeypatch, 64, 0.0)
+    assert quickstart.train_threads()[0] == quickstart.MAX_TRAIN_THREADS
+    machine(monkeypatch, 2, 3.7)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert quickstart.train_threads() == (None, "as set in the environment")
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.delattr(quickstart.os, "getloadavg")  # Windows
+    assert quickstart.train_threads()[0] == 2
+
+
+def test_train_gpt_runs_with_the_chosen_thread_count(tmp_path, monkeypatch, capsys):
+    """A 2-core machine with another process on one core: train_gpt.py gets 1 thread, and the quick start
+    says so; where OMP_NUM_THREADS is set, train_gpt.py gets that."""
+    repo = tmp_path / "repo"
+    fake_trainer(repo, "print('final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:1.5')\n")
+    monkeypatch.setattr(quickstart, "REPO_ROOT", repo)
+    machine(monkeypatch, 2, 1.3)
+    figures = quickstart.train(tmp_path / "shards", tmp_path / "tok.model", 512, 1.0, "threads_test")
+    assert (repo / "threads.txt").read_text() == "1" and figures["threads"] == "OMP_NUM_THREADS=1"
+    out = capsys.readouterr().out
+    assert "quickstart: train_gpt.py runs with OMP_NUM_THREADS=1 (2 cores, load average 1.3 over the last " in out
+    assert " OMP_NUM_THREADS=1 " in out  # in the command line printed to paste
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    figures = quickstart.train(tmp_path / "shards", tmp_path / "tok.model", 512, 1.0, "threads_test")
+    assert (repo / "threads.txt").read_text() == "2" and figures["threads"] == "OMP_NUM_THREADS=2"
+    assert "runs with OMP_NUM_THREADS=2 (as set in the environment" in capsys.readouterr().out
+
+
+def test_silent_evaluations_get_a_progress_line(tmp_path, monkeypatch, capsys):
+    """train_gpt.py prints nothing while it evaluates (a minute on a busy CPU): the quick start says what it
+    is doing after HEARTBEAT_SECONDS of silence, judged by the last line it printed."""
+    repo = tmp_path / "repo"
+    fake_trainer(repo, "print('step:450/100000 train_loss:2.5 train_time:2010ms step_avg:4.47ms tokens_per_s:9')\n"
+                       "time.sleep(1.5)\n"
+                       "print('artifact:logs/x.int8.ptz sha256:00 code_bytes:1 model_bytes:2 total_bytes:3')\n"
+                       "time.sleep(1.5)\n"
+                       "print('final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:1.5')\n")
+    monkeypatch.setattr(quickstart, "REPO_ROOT", repo)
+    monkeypatch.setattr(quickstart, "HEARTBEAT_SECONDS", 0.4)
+    quickstart.train(tmp_path / "shards", tmp_path / "tok.model", 512, 2.0, "heartbeat_test")
+    out = capsys.readouterr().out.splitlines()
+    after_training = out[out.index("step:450/100000 train_loss:2.5 train_time:2010ms step_avg:4.47ms "
+                                   "tokens_per_s:9") + 1]
+    assert after_training.startswith("quickstart: training is over and train_gpt.py is evaluating the model on the "
+                                     "validation split (")
+    after_export = out[out.index("artifact:logs/x.int8.ptz sha256:00 code_bytes:1 model_bytes:2 total_bytes:3") + 1]
+    assert after_export.startswith("quickstart: train_gpt.py is evaluating the artifact after the int8+zlib round")
+    line = "step:50/100000 train_loss:2.5 train_time:1990ms step_avg:39.80ms tokens_per_s:9"
+    assert quickstart.quiet_phase(line, 2.0).startswith("training; train_gpt.py prints a line every 50 steps")
+
+
+def test_the_summary_says_when_far_fewer_steps_ran_than_the_reference_run(tmp_path, monkeypatch, capsys):
+    """The issue's run: 11 steps in 120 s on a busy 2-core machine, val_bpb 4.22 where the README reports
+    about 450 steps and 2.28. The summary says why, instead of leaving a bad number unexplained."""
+    repo = tmp_path / "repo"
+    fake_trainer(repo, "print('step:11/100000 train_loss:3.9 train_time:121000ms step_avg:11000.00ms')\n"
+                       "print('step:11/100000 val_loss:2.9 val_bpb:4.2 weights:raw train_time:121000ms')\n"
+                       "print('final_int8_zlib_roundtrip_exact val_loss:2.92 val_bpb:4.22')\n")
+    monkeypatch.setattr(quickstart, "REPO_ROOT", repo)
+    monkeypatch.setattr(quickstart.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(quickstart, "stdlib_dataset", lambda *args: (tmp_path / "shards", tmp_path / "t.model", 512))
+    machine(monkeypatch, 2, 0.0)
+    quickstart.main(["--data", "stdlib", "--seconds", "120"])
+    summary = capsys.readouterr().out.split("quickstart: done in ", 1)[1]
+    assert "val_bpb:4.22 " in summary and "steps:11 " in summary
+    assert "quickstart: only 11 steps ran in 120s of training, where data/README.md's reference run (an idle " \
+           "2-core AMD EPYC) makes about 450" in summary
+    assert "this machine is slow or busy" in summary and "train_gpt.py ran with OMP_NUM_THREADS=2" in summary
+
+
+def test_the_shortfall_scales_with_the_training_time():
+    reference = quickstart.REFERENCE_RUN
+    assert quickstart.shortfall_note(reference["steps"] - 10, reference["seconds"], "OMP_NUM_THREADS=2") == ""
+    assert quickstart.shortfall_note(120, 60, "OMP_NUM_THREADS=2") == ""  # 225 expected in 60 s, half is 112
+    assert "only 100 steps ran in 60s" in quickstart.shortfall_note(100, 60, "OMP_NUM_THREADS=2")
+    assert "makes about 1800" in quickstart.shortfall_note(100, 480, "OMP_NUM_THREADS=2")
+
+
+def test_the_readme_reports_the_reference_run():
+    """The warning compares with REFERENCE_RUN; data/README.md must report the same run."""
+    section = (ROOT / "data" / "README.md").read_text(encoding="utf-8").split("## 3. The quick start", 1)[1]
+    section = " ".join(section.split("\n## ", 1)[0].split())
+    reference = quickstart.REFERENCE_RUN
+    assert f"about {reference['steps']} steps and `val_bpb` about {reference['val_bpb']}" in section
+    assert f"{reference['seconds']} s of training" in section
