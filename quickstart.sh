@@ -10,7 +10,8 @@ usage() {
 usage: bash quickstart.sh [--data {auto,fineweb,stdlib}] [--seconds S] [--rebuild] [--workers N]
 
 Installs requirements.txt (on a machine without a GPU, the CPU build of torch first, so that pip
-does not fetch the CUDA build), then runs data/quickstart.py with these options:
+does not fetch the CUDA build, from QUICKSTART_TORCH_INDEX if set, else the PyTorch CPU index),
+then runs data/quickstart.py with these options:
   --data       auto: FineWeb sp1024 when it is in data/, else the standard-library text (default auto)
   --seconds    training wallclock cap, MAX_WALLCLOCK_SECONDS (default 120)
   --rebuild    rebuild the standard-library dataset
@@ -26,13 +27,37 @@ for arg in "$@"; do
 done
 
 # pip resolves plain "torch" to the CUDA build with about 15 nvidia-* packages (gigabytes). Without
-# a GPU, install the CPU build from the PyTorch CPU index first; where that index cannot be reached,
-# requirements.txt below installs torch from the default index.
+# a GPU, install the CPU build from the PyTorch CPU index first; where that index does not answer,
+# requirements.txt below installs torch from the default index. The index is asked first, for at most
+# INDEX_TIMEOUT_SECONDS: pip alone retries a silent index for every package's page (minutes), and then
+# succeeds anyway where its configuration names other sources (find-links, extra-index-url), so its
+# exit status cannot say whether the index answered. QUICKSTART_TORCH_INDEX names another index (a mirror).
+TORCH_CPU_INDEX="${QUICKSTART_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
+INDEX_TIMEOUT_SECONDS=10
+# Exits 0 when the URL argv[1] answers within argv[2] seconds; otherwise prints why and exits 1.
+INDEX_PROBE='import sys, urllib.request
+try:
+    urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2])).close()
+except (OSError, ValueError) as exc:
+    sys.exit(str(exc))'
+
+install_cpu_torch() {
+    local reason
+    if ! reason=$(python3 -c "$INDEX_PROBE" "${TORCH_CPU_INDEX%/}/torch/" "$INDEX_TIMEOUT_SECONDS" 2>&1); then
+        echo "quickstart: the PyTorch CPU index $TORCH_CPU_INDEX did not answer ($reason);" \
+             "installing torch from the default index"
+        return 0
+    fi
+    if ! python3 -m pip install torch --index-url "$TORCH_CPU_INDEX" \
+            --timeout "$INDEX_TIMEOUT_SECONDS" --retries 1; then
+        echo "quickstart: pip could not install torch from the PyTorch CPU index $TORCH_CPU_INDEX (its messages" \
+             "are above); installing torch from the default index"
+    fi
+}
+
 if ! python3 -c "import torch" >/dev/null 2>&1 && ! command -v nvidia-smi >/dev/null 2>&1; then
     echo "quickstart: no GPU (no nvidia-smi): installing the CPU build of torch first"
-    if ! python3 -m pip install torch --index-url https://download.pytorch.org/whl/cpu; then
-        echo "quickstart: the PyTorch CPU index did not answer; installing torch from the default index"
-    fi
+    install_cpu_torch
 fi
 python3 -m pip install -r requirements.txt
 python3 data/quickstart.py "$@"

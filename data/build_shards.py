@@ -1,4 +1,4 @@
-"""Build training shards from your own text, in the format train_gpt.py reads.
+r"""Build training shards from your own text, in the format train_gpt.py reads.
 
 Input: JSONL files (one document per line, in a `text` field; .gz/.xz/.bz2 are read as they are)
 or plain text files and folders of them (one document per file). Output, in --output:
@@ -508,7 +508,8 @@ def default_tokenizer_path(output: Path) -> Path:
 
 
 def parse_args(argv: list[str] | None = None) -> BuildConfig:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    description, details = __doc__.split("\n\n", 1)  # the docstring's first line; the rest as written
+    p = argparse.ArgumentParser(description=description, epilog=details,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inputs", nargs="+", help="JSONL or text files, or folders of them")
     p.add_argument("--output", required=True, type=Path, help="folder for the shards and manifest.json")

@@ -1,4 +1,4 @@
-"""Download the published pre-tokenized FineWeb shards and their tokenizer from the Hugging Face hub.
+r"""Download the published pre-tokenized FineWeb shards and their tokenizer from the Hugging Face hub.
 
   python3 data/cached_challenge_fineweb.py --variant sp1024 --train-shards 1   # full val + 1 train shard
   python3 data/cached_challenge_fineweb.py --variant sp1024                    # full val + 80 train shards
@@ -234,7 +234,8 @@ def download(hub: Hub, dataset_name: str, train_shards: int, data_dir: Path = DA
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    description, details = __doc__.split("\n\n", 1)  # the docstring's first line; the rest as written
+    p = argparse.ArgumentParser(description=description, epilog=details,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--variant", default="sp1024", help="tokenizer variant: the dataset is fineweb10B_<variant>")
     p.add_argument("--dataset", help="dataset name in the manifest (overrides --variant)")

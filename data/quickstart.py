@@ -22,11 +22,13 @@ import ast
 import json
 import os
 import platform
+import queue
 import re
 import shlex
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 from pathlib import Path
 
@@ -51,6 +53,20 @@ CPU_VAL_TOKENS = 262_144  # FineWeb's 62M validation tokens take hours on a CPU:
 TINY_MODEL = dict(NUM_LAYERS=4, MODEL_DIM=128, NUM_HEADS=4, NUM_KV_HEADS=2, MLP_MULT=2, TRAIN_SEQ_LEN=256,
                   TRAIN_BATCH_TOKENS=8 * 256 * 2, VAL_BATCH_SIZE=8 * 256 * 8, ITERATIONS=100_000,
                   WARMDOWN_ITERS=120, VAL_LOSS_EVERY=0, TRAIN_LOG_EVERY=50)
+
+# What data/README.md reports for `bash quickstart.sh` with the default --seconds on the standard-library data
+# (tests/test_data_quickstart.py checks that the README quotes these numbers). A CPU run that makes far fewer
+# steps per second of training than this says so in its summary.
+REFERENCE_RUN = dict(machine="an idle 2-core AMD EPYC", seconds=120, steps=450, val_bpb=2.28)
+SHORTFALL_FRACTION = 0.5  # fewer than half the reference's steps per second: "far fewer"
+
+# torch's default thread count is one per core. On a 2-core machine where other processes keep the cores busy,
+# each parallel region then waits for a thread that is not running: the quick start's step took 36 s that way,
+# 1.3 s with OMP_NUM_THREADS=1 (issue 20; data/README.md has another such measurement). So train_gpt.py gets
+# the cores that the load average leaves idle, at least 1, at most MAX_TRAIN_THREADS: a guess, not measured
+# (only 2-core machines were), that the tiny model's 128-wide matrices leave more threads little to share.
+MAX_TRAIN_THREADS = 8
+HEARTBEAT_SECONDS = 15  # train_gpt.py prints nothing while it evaluates: say what it does after this long
 
 
 # =================================================================================================
@@ -179,15 +195,18 @@ def fineweb_for_cpu() -> Path:
 # =================================================================================================
 
 
-def train_command(data_path: Path, tokenizer: Path, vocab_size: int, seconds: float,
-                  run_id: str) -> tuple[dict[str, str], list[str]]:
-    """The variables train_gpt.py runs with (on top of this process's environment), and its argv."""
+def train_command(data_path: Path, tokenizer: Path, vocab_size: int, seconds: float, run_id: str,
+                  threads: int | None = None) -> tuple[dict[str, str], list[str]]:
+    """The variables train_gpt.py runs with (on top of this process's environment), and its argv.
+    threads: OMP_NUM_THREADS, or None to leave the environment's."""
     settings = {k: str(v) for k, v in TINY_MODEL.items()}
     settings.update(DATA_PATH=str(data_path), TOKENIZER_PATH=str(tokenizer), VOCAB_SIZE=str(vocab_size),
                     MAX_WALLCLOCK_SECONDS=str(seconds), RUN_ID=run_id,
                     ARTIFACT_PATH=str(REPO_ROOT / "logs" / f"{run_id}.int8.ptz"))
     if not torch.cuda.is_available():
         settings["WARMUP_STEPS"] = "0"  # warm-up exists to compile CUDA kernels off the clock
+    if threads is not None:
+        settings["OMP_NUM_THREADS"] = str(threads)
     return settings, [sys.executable, str(REPO_ROOT / "train_gpt.py")]
 
 
@@ -197,20 +216,74 @@ def shell_line(settings: dict[str, str], command: list[str], cwd: Path) -> str:
                      shlex.join(command)])
 
 
+def train_threads() -> tuple[int | None, str]:
+    """OMP_NUM_THREADS for train_gpt.py (see MAX_TRAIN_THREADS) and the reason, in words; None where the
+    environment sets OMP_NUM_THREADS: the user's choice stands."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return None, "as set in the environment"
+    if hasattr(os, "sched_getaffinity"):
+        cores = len(os.sched_getaffinity(0))  # the cores this process may use (taskset, containers)
+    else:
+        cores = os.cpu_count() or 1
+    if not hasattr(os, "getloadavg"):
+        return max(1, min(cores, MAX_TRAIN_THREADS)), f"{cores} cores; this system gives no load average"
+    load = os.getloadavg()[0]
+    threads = max(1, min(int(cores - load + 0.5), MAX_TRAIN_THREADS))
+    return threads, f"{cores} cores, load average {load:.1f} over the last minute"
+
+
+def quiet_phase(last_line: str, seconds: float) -> str:
+    """What train_gpt.py is doing while it prints nothing, judged by the last line it printed."""
+    step = re.match(r"step:\d+/\d+ train_loss:\S+ train_time:(\d+)ms", last_line)
+    if step and 0 < seconds <= int(step.group(1)) / 1000:
+        return "training is over and train_gpt.py is evaluating the model on the validation split"
+    if step:
+        return f"training; train_gpt.py prints a line every {TINY_MODEL['TRAIN_LOG_EVERY']} steps"
+    if last_line.startswith("artifact:"):
+        return "train_gpt.py is evaluating the artifact after the int8+zlib round trip"
+    return "train_gpt.py is running"
+
+
+def forward_lines(stream, lines: queue.Queue) -> None:
+    """Put each line of stream on lines, then None: a reader thread, so that silence can be timed."""
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
 def train(data_path: Path, tokenizer: Path, vocab_size: int, seconds: float, run_id: str) -> dict:
     """Run train_gpt.py as a user would; stream its output; return the figures it printed."""
-    settings, command = train_command(data_path, tokenizer, vocab_size, seconds, run_id)
+    threads, reason = train_threads()
+    settings, command = train_command(data_path, tokenizer, vocab_size, seconds, run_id, threads)
+    used = f"OMP_NUM_THREADS={settings.get('OMP_NUM_THREADS', os.environ.get('OMP_NUM_THREADS'))}"
+    print(f"quickstart: train_gpt.py runs with {used} ({reason}; set OMP_NUM_THREADS to choose)", flush=True)
     print("quickstart: training with this command (paste it to run it again):\n"
           + shell_line(settings, command, REPO_ROOT), flush=True)
     env = {**os.environ, **settings}
-    figures, lines = {}, []
+    figures = {"threads": used}
+    lines = queue.Queue()
+    last_line = ""
     with subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, bufsize=1) as proc:
-        for line in proc.stdout:
+        threading.Thread(target=forward_lines, args=(proc.stdout, lines), daemon=True).start()
+        quiet_since = time.perf_counter()
+        while True:
+            try:
+                line = lines.get(timeout=HEARTBEAT_SECONDS)
+            except queue.Empty:
+                quiet_s = time.perf_counter() - quiet_since
+                print(f"quickstart: {quiet_phase(last_line, seconds)} ({quiet_s:.0f}s without output)", flush=True)
+                continue
+            if line is None:
+                break
+            quiet_since = time.perf_counter()
+            last_line = line
             print(line, end="", flush=True)
-            lines.append(line)
             if line.startswith("final_int8_zlib_roundtrip_exact"):  # the score line
                 figures["val_bpb"] = re.search(r"val_bpb:(\S+)", line).group(1)
+            step = re.match(r"step:(\d+)/", line)
+            if step:
+                figures["steps"] = int(step.group(1))
             for key in ("total_bytes", "model_bytes", "code_bytes"):
                 m = re.search(rf"(?:^|\s){key}:(\d+)", line)
                 if m:
@@ -219,6 +292,18 @@ def train(data_path: Path, tokenizer: Path, vocab_size: int, seconds: float, run
         raise SystemExit(f"quickstart: train_gpt.py failed (exit code {proc.returncode}); its output is above "
                          f"and in logs/{run_id}.txt")
     return figures
+
+
+def shortfall_note(steps: int, seconds: float, threads: str) -> str:
+    """For the summary of a CPU run: a warning when far fewer steps ran than in REFERENCE_RUN, else ''."""
+    expected = REFERENCE_RUN["steps"] * seconds / REFERENCE_RUN["seconds"]
+    if steps >= SHORTFALL_FRACTION * expected:
+        return ""
+    return (f"quickstart: only {steps} steps ran in {seconds:g}s of training, where data/README.md's reference run "
+            f"({REFERENCE_RUN['machine']}) makes about {expected:.0f}; fewer steps give a higher val_bpb (that run: "
+            f"{REFERENCE_RUN['val_bpb']} after {REFERENCE_RUN['steps']} steps). Nothing is broken: this machine is "
+            f"slow or busy (other processes on its cores slow every step; train_gpt.py ran with {threads}). Run it "
+            "again on an idle machine, or with more --seconds.")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -251,9 +336,13 @@ def main(argv: list[str] | None = None) -> None:
     run_id = time.strftime("quickstart_%Y%m%d_%H%M%S")
     figures = train(data_path, tokenizer, vocab_size, args.seconds, run_id)
     print(f"quickstart: done in {time.perf_counter() - t0:.0f}s on {what}: "
-          f"val_bpb:{figures.get('val_bpb', '?')} (after the int8+zlib round trip) "
+          f"val_bpb:{figures.get('val_bpb', '?')} (after the int8+zlib round trip) steps:{figures.get('steps', '?')} "
           f"artifact_bytes:{figures.get('total_bytes', '?')} (code {figures.get('code_bytes', '?')} + "
           f"model {figures.get('model_bytes', '?')}) log:logs/{run_id}.txt", flush=True)
+    if "steps" in figures and not torch.cuda.is_available():  # the reference run is a CPU run
+        note = shortfall_note(figures["steps"], args.seconds, figures["threads"])
+        if note:
+            print(note, flush=True)
 
 
 if __name__ == "__main__":

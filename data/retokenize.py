@@ -1,4 +1,4 @@
-"""Re-tokenize shards with another SentencePiece tokenizer, in the format train_gpt.py reads.
+r"""Re-tokenize shards with another SentencePiece tokenizer, in the format train_gpt.py reads.
 
   # FineWeb sp1024 shards -> sp8192 shards of the same documents, with 2 processes:
   python3 data/retokenize.py --from-model data/tokenizers/fineweb_1024_bpe.model \
@@ -338,8 +338,9 @@ def make_manifest(plan: Plan, entries: list[dict], seconds: float) -> dict:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    description, details = __doc__.split("\n\n", 1)  # the docstring's first line; the rest as written
+    p = argparse.ArgumentParser(description=description, epilog=details,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--from-model", required=True, type=Path, help="the SentencePiece .model the shards were made with")
     p.add_argument("--to-model", required=True, type=Path, help="the SentencePiece .model to re-tokenize with")
     p.add_argument("--input", required=True, help="a folder of fineweb_*.bin shards, or a (quoted) glob pattern")

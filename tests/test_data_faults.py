@@ -25,7 +25,7 @@ import retokenize  # noqa: E402
 import train_gpt  # noqa: E402
 from test_data import english_docs, write_jsonl  # noqa: E402
 from test_data_download import REPO, FakeHub, published_export  # noqa: E402
-from test_data_quickstart import run_quickstart_sh  # noqa: E402
+from test_data_quickstart import fake_trainer, machine, run_quickstart_sh  # noqa: E402
 from test_retokenize import huge_model  # noqa: E402
 
 README = ROOT / "data" / "README.md"
@@ -196,6 +196,13 @@ def retok_output_taken(t: Trial):
     return message
 
 
+def retok_help(t: Trial):
+    with pytest.raises(SystemExit) as exc:
+        retokenize.main(["--help"])
+    assert exc.value.code == 0
+    return t.capsys.readouterr().out
+
+
 # ------------------------------------------------------------------------------------------------
 # cached_challenge_fineweb.py: against a stand-in hub
 # ------------------------------------------------------------------------------------------------
@@ -242,7 +249,11 @@ def quickstart_cpu_torch(t: Trial):
 
 
 def quickstart_cpu_index_down(t: Trial):
-    return run_quickstart_sh(t.tmp, torch_installed=False, cpu_index_works=False)[0].stdout
+    return run_quickstart_sh(t.tmp, torch_installed=False, cpu_index="refuses")[0].stdout
+
+
+def quickstart_cpu_pip_fails(t: Trial):
+    return run_quickstart_sh(t.tmp, torch_installed=False, cpu_pip_fails=True)[0].stdout
 
 
 def quickstart_no_fineweb(t: Trial):
@@ -263,6 +274,18 @@ def quickstart_training_fails(t: Trial):
     return exit_message(lambda: quickstart.train(t.tmp / "d", t.tmp / "t.model", 512, 1.0, "faults_test"))
 
 
+def quickstart_slow_machine(t: Trial):
+    repo = t.tmp / "repo"
+    fake_trainer(repo, "print('step:11/100000 train_loss:3.9 train_time:121000ms step_avg:11000.00ms')\n"
+                       "print('final_int8_zlib_roundtrip_exact val_loss:2.92 val_bpb:4.22')\n")
+    t.monkeypatch.setattr(quickstart, "REPO_ROOT", repo)
+    t.monkeypatch.setattr(quickstart.torch.cuda, "is_available", lambda: False)
+    t.monkeypatch.setattr(quickstart, "stdlib_dataset", lambda *args: (t.tmp / "shards", t.tmp / "t.model", 512))
+    machine(t.monkeypatch, 2, 1.0)
+    quickstart.main(["--data", "stdlib", "--seconds", "120"])
+    return t.capsys.readouterr().out
+
+
 TRIGGERS = {
     "an input path that does not exist": build_missing_input,
     "a JSONL line without the text field": build_no_text_field,
@@ -281,15 +304,18 @@ TRIGGERS = {
     "ids beyond `--from-model`'s vocabulary (the wrong `--from-model`)": retok_wrong_from_model,
     "the inputs' `manifest.json` names another tokenizer than `--from-model`": retok_manifest_mismatch,
     "`--output` already holds output shards": retok_output_taken,
+    "`python3 data/retokenize.py --help`": retok_help,
     "the hub cannot be reached": download_unreachable,
     "a variant the manifest does not list": download_unknown_variant,
     "a downloaded file that is truncated, corrupt or has another sha256": download_bad_file,
     "`bash quickstart.sh --help`": quickstart_help,
     "no GPU (no `nvidia-smi`) and no torch installed": quickstart_cpu_torch,
     "the PyTorch CPU index does not answer": quickstart_cpu_index_down,
+    "the PyTorch CPU index answers, but pip cannot install torch from it": quickstart_cpu_pip_fails,
     "`--data fineweb` without the FineWeb files": quickstart_no_fineweb,
     "a Python installed without its standard library's `.py` sources": quickstart_no_stdlib_sources,
     "`train_gpt.py` fails": quickstart_training_fails,
+    "a busy or slow machine: under half the steps of the measured run in 3": quickstart_slow_machine,
 }
 
 

@@ -5,11 +5,17 @@ CPU only, no network; about 15 s (it parses the whole standard library). The end
 Run: python3 -m pytest -q tests/test_data_quickstart.py
 """
 
+import contextlib
+import http.server
 import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -91,20 +97,61 @@ def test_cpu_fineweb_validation_prefix_ends_at_a_document_boundary(tmp_path, mon
 # ------------------------------------------------------------------------------------------------
 
 SYSTEM_PATH = "/usr/bin:/bin"
+REQUIREMENTS = "-m pip install -r requirements.txt"
+
+
+class IndexPage(http.server.BaseHTTPRequestHandler):
+    """Any page of the stand-in PyTorch CPU index: 200 and a word."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "5")
+        self.end_headers()
+        self.wfile.write(b"torch")
+
+
+@contextlib.contextmanager
+def torch_index(kind: str):
+    """A stand-in PyTorch CPU index on 127.0.0.1; yields its URL. kind: "answers" (200 for any page),
+    "refuses" (a port nothing listens on) or "silent" (accepts connections, never replies)."""
+    if kind == "answers":
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), IndexPage)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}/whl/cpu"
+        finally:
+            server.shutdown()
+            server.server_close()
+        return
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # bound, so no other process takes the port while the test runs
+        if kind == "silent":
+            sock.listen()  # the kernel completes the connections; nobody reads them
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/whl/cpu"
 
 
 def run_quickstart_sh(tmp_path: Path, *args: str, torch_installed: bool, gpu: bool = False,
-                      cpu_index_works: bool = True) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """Run quickstart.sh with python3 (and nvidia-smi when gpu) replaced by stubs; returns the result
-    and the python3 command lines it ran."""
+                      cpu_index: str = "answers",
+                      cpu_pip_fails: bool = False) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run quickstart.sh with python3 (and nvidia-smi when gpu) replaced by stubs and QUICKSTART_TORCH_INDEX
+    pointing at torch_index(cpu_index); returns the result and the python3 command lines it ran.
+
+    The stub's pip succeeds, also with the CPU index (unless cpu_pip_fails), as the real one does where pip's
+    configuration names other sources (find-links, extra-index-url): it then takes torch from those after
+    minutes of retrying an index that does not answer. The script's probe of the index (python3 -c with
+    other code than "import torch") runs in the real Python, against the stand-in index."""
     stubs = tmp_path / "stubs"
     stubs.mkdir(parents=True, exist_ok=True)
     log = tmp_path / "python3_calls.txt"
     (stubs / "python3").write_text(
         "#!/bin/sh\n"
+        f'if [ "$1" = "-c" ] && [ "$2" != "import torch" ]; then exec "{sys.executable}" "$@"; fi\n'
         f'echo "$*" >> "{log}"\n'
         f'if [ "$1" = "-c" ]; then exit {0 if torch_installed else 1}; fi\n'
-        f'case "$*" in *--index-url*) exit {0 if cpu_index_works else 1};; esac\n'
+        f'case "$*" in *--index-url*) exit {1 if cpu_pip_fails else 0};; esac\n'
         "exit 0\n")
     (stubs / "python3").chmod(0o755)
     if gpu:
@@ -112,8 +159,11 @@ def run_quickstart_sh(tmp_path: Path, *args: str, torch_installed: bool, gpu: bo
         (stubs / "nvidia-smi").chmod(0o755)
     elif shutil.which("nvidia-smi", path=SYSTEM_PATH):
         pytest.skip("this machine has nvidia-smi in /usr/bin or /bin")
-    result = subprocess.run(["bash", str(ROOT / "quickstart.sh"), *args], capture_output=True, text=True,
-                            env={**os.environ, "PATH": f"{stubs}:{SYSTEM_PATH}"}, timeout=60)
+    with torch_index(cpu_index) as url:
+        env = {**os.environ, "PATH": f"{stubs}:{SYSTEM_PATH}", "QUICKSTART_TORCH_INDEX": url,
+               "no_proxy": "*", "NO_PROXY": "*"}  # a proxy must not answer for 127.0.0.1
+        result = subprocess.run(["bash", str(ROOT / "quickstart.sh"), *args], capture_output=True, text=True,
+                                env=env, timeout=60)
     calls = log.read_text().splitlines() if log.exists() else []
     return result, calls
 
@@ -128,17 +178,30 @@ def test_quickstart_sh_help_installs_nothing(tmp_path):
 
 
 def test_quickstart_sh_installs_the_cpu_torch_only_without_a_gpu(tmp_path):
-    cpu_torch = "-m pip install torch --index-url https://download.pytorch.org/whl/cpu"
-    requirements = "-m pip install -r requirements.txt"
+    cpu_torch = re.compile(r"-m pip install torch --index-url http://127\.0\.0\.1:\d+/whl/cpu --timeout 10 --retries 1")
     _, calls = run_quickstart_sh(tmp_path / "a", "--seconds", "5", torch_installed=False)
-    assert calls == ["-c import torch", cpu_torch, requirements, "data/quickstart.py --seconds 5"]
-    result, calls = run_quickstart_sh(tmp_path / "b", torch_installed=False, cpu_index_works=False)
-    assert result.returncode == 0 and "installing torch from the default index" in result.stdout
-    assert calls == ["-c import torch", cpu_torch, requirements, "data/quickstart.py"]
+    assert len(calls) == 4 and cpu_torch.fullmatch(calls[1])
+    assert [calls[0], *calls[2:]] == ["-c import torch", REQUIREMENTS, "data/quickstart.py --seconds 5"]
+    result, calls = run_quickstart_sh(tmp_path / "b", torch_installed=False, cpu_pip_fails=True)
+    assert result.returncode == 0 and "pip could not install torch from the PyTorch CPU index" in result.stdout
+    assert len(calls) == 4 and cpu_torch.fullmatch(calls[1]) and calls[2:] == [REQUIREMENTS, "data/quickstart.py"]
     _, calls = run_quickstart_sh(tmp_path / "c", torch_installed=True)
-    assert calls == ["-c import torch", requirements, "data/quickstart.py"]
+    assert calls == ["-c import torch", REQUIREMENTS, "data/quickstart.py"]
     _, calls = run_quickstart_sh(tmp_path / "d", torch_installed=False, gpu=True)
-    assert calls == ["-c import torch", requirements, "data/quickstart.py"]
+    assert calls == ["-c import torch", REQUIREMENTS, "data/quickstart.py"]
+
+
+@pytest.mark.parametrize("cpu_index, within_s", [("refuses", 10), ("silent", 30)])
+def test_quickstart_sh_falls_back_fast_when_the_cpu_index_does_not_answer(tmp_path, cpu_index, within_s):
+    """pip's exit status cannot tell that the index did not answer (the stub's pip succeeds, see
+    run_quickstart_sh), so the script asks the index itself, for 10 s at most, and then says so and goes on
+    without it. A refused connection fails at once; a server that never replies, after the 10 s."""
+    t0 = time.perf_counter()
+    result, calls = run_quickstart_sh(tmp_path, torch_installed=False, cpu_index=cpu_index)
+    assert time.perf_counter() - t0 < within_s
+    assert result.returncode == 0, result.stderr
+    assert "did not answer" in result.stdout and "installing torch from the default index" in result.stdout
+    assert calls == ["-c import torch", REQUIREMENTS, "data/quickstart.py"]
 
 
 def test_the_printed_command_reruns_exactly_what_ran(tmp_path, monkeypatch, capsys):
@@ -164,3 +227,117 @@ def test_the_printed_command_reruns_exactly_what_ran(tmp_path, monkeypatch, caps
     assert first["argv"] == second["argv"] == command[1:] and first["cwd"] == second["cwd"] == str(repo)
     for key, value in settings.items():
         assert first["env"][key] == second["env"][key] == value, key
+
+
+# ------------------------------------------------------------------------------------------------
+# A busy or slow machine: threads, progress while train_gpt.py evaluates, the summary's warning
+# ------------------------------------------------------------------------------------------------
+
+
+def fake_trainer(repo: Path, body: str) -> None:
+    """repo/train_gpt.py: writes its OMP_NUM_THREADS to repo/threads.txt, then runs body."""
+    repo.mkdir(parents=True, exist_ok=True)
+    (repo / "train_gpt.py").write_text(
+        "import os, pathlib, sys, time\n"
+        "pathlib.Path(__file__).with_name('threads.txt').write_text(os.environ.get('OMP_NUM_THREADS', 'unset'))\n"
+        + body)
+
+
+def machine(monkeypatch, cores: int, load: float) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(quickstart.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(quickstart.os, "getloadavg", lambda: (load, load, load))
+
+
+@pytest.mark.parametrize("cores, load, threads", [(2, 3.7, 1), (2, 1.0, 1), (2, 0.1, 2), (1, 0.0, 1), (16, 12.2, 4)])
+def test_train_threads_are_the_idle_cores(monkeypatch, cores, load, threads):
+    machine(monkeypatch, cores, load)
+    assert quickstart.train_threads()[0] == threads
+
+
+def test_train_threads_at_most_the_cap_and_the_users_choice(monkeypatch):
+    machine(monkeypatch, 64, 0.0)
+    assert quickstart.train_threads()[0] == quickstart.MAX_TRAIN_THREADS
+    machine(monkeypatch, 2, 3.7)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert quickstart.train_threads() == (None, "as set in the environment")
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.delattr(quickstart.os, "getloadavg")  # Windows
+    assert quickstart.train_threads()[0] == 2
+
+
+def test_train_gpt_runs_with_the_chosen_thread_count(tmp_path, monkeypatch, capsys):
+    """A 2-core machine with another process on one core: train_gpt.py gets 1 thread, and the quick start
+    says so; where OMP_NUM_THREADS is set, train_gpt.py gets that."""
+    repo = tmp_path / "repo"
+    fake_trainer(repo, "print('final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:1.5')\n")
+    monkeypatch.setattr(quickstart, "REPO_ROOT", repo)
+    machine(monkeypatch, 2, 1.3)
+    figures = quickstart.train(tmp_path / "shards", tmp_path / "tok.model", 512, 1.0, "threads_test")
+    assert (repo / "threads.txt").read_text() == "1" and figures["threads"] == "OMP_NUM_THREADS=1"
+    out = capsys.readouterr().out
+    assert "quickstart: train_gpt.py runs with OMP_NUM_THREADS=1 (2 cores, load average 1.3 over the last " in out
+    assert " OMP_NUM_THREADS=1 " in out  # in the command line printed to paste
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    figures = quickstart.train(tmp_path / "shards", tmp_path / "tok.model", 512, 1.0, "threads_test")
+    assert (repo / "threads.txt").read_text() == "2" and figures["threads"] == "OMP_NUM_THREADS=2"
+    assert "runs with OMP_NUM_THREADS=2 (as set in the environment" in capsys.readouterr().out
+
+
+def test_silent_evaluations_get_a_progress_line(tmp_path, monkeypatch, capsys):
+    """train_gpt.py prints nothing while it evaluates (a minute on a busy CPU): the quick start says what it
+    is doing after HEARTBEAT_SECONDS of silence, judged by the last line it printed."""
+    repo = tmp_path / "repo"
+    fake_trainer(repo, "print('step:450/100000 train_loss:2.5 train_time:2010ms step_avg:4.47ms tokens_per_s:9')\n"
+                       "time.sleep(1.5)\n"
+                       "print('artifact:logs/x.int8.ptz sha256:00 code_bytes:1 model_bytes:2 total_bytes:3')\n"
+                       "time.sleep(1.5)\n"
+                       "print('final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:1.5')\n")
+    monkeypatch.setattr(quickstart, "REPO_ROOT", repo)
+    monkeypatch.setattr(quickstart, "HEARTBEAT_SECONDS", 0.4)
+    quickstart.train(tmp_path / "shards", tmp_path / "tok.model", 512, 2.0, "heartbeat_test")
+    out = capsys.readouterr().out.splitlines()
+    after_training = out[out.index("step:450/100000 train_loss:2.5 train_time:2010ms step_avg:4.47ms "
+                                   "tokens_per_s:9") + 1]
+    assert after_training.startswith("quickstart: training is over and train_gpt.py is evaluating the model on the "
+                                     "validation split (")
+    after_export = out[out.index("artifact:logs/x.int8.ptz sha256:00 code_bytes:1 model_bytes:2 total_bytes:3") + 1]
+    assert after_export.startswith("quickstart: train_gpt.py is evaluating the artifact after the int8+zlib round")
+    line = "step:50/100000 train_loss:2.5 train_time:1990ms step_avg:39.80ms tokens_per_s:9"
+    assert quickstart.quiet_phase(line, 2.0).startswith("training; train_gpt.py prints a line every 50 steps")
+
+
+def test_the_summary_says_when_far_fewer_steps_ran_than_the_reference_run(tmp_path, monkeypatch, capsys):
+    """The issue's run: 11 steps in 120 s on a busy 2-core machine, val_bpb 4.22 where the README reports
+    about 450 steps and 2.28. The summary says why, instead of leaving a bad number unexplained."""
+    repo = tmp_path / "repo"
+    fake_trainer(repo, "print('step:11/100000 train_loss:3.9 train_time:121000ms step_avg:11000.00ms')\n"
+                       "print('step:11/100000 val_loss:2.9 val_bpb:4.2 weights:raw train_time:121000ms')\n"
+                       "print('final_int8_zlib_roundtrip_exact val_loss:2.92 val_bpb:4.22')\n")
+    monkeypatch.setattr(quickstart, "REPO_ROOT", repo)
+    monkeypatch.setattr(quickstart.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(quickstart, "stdlib_dataset", lambda *args: (tmp_path / "shards", tmp_path / "t.model", 512))
+    machine(monkeypatch, 2, 0.0)
+    quickstart.main(["--data", "stdlib", "--seconds", "120"])
+    summary = capsys.readouterr().out.split("quickstart: done in ", 1)[1]
+    assert "val_bpb:4.22 " in summary and "steps:11 " in summary
+    assert "quickstart: only 11 steps ran in 120s of training, where data/README.md's reference run (an idle " \
+           "2-core AMD EPYC) makes about 450" in summary
+    assert "this machine is slow or busy" in summary and "train_gpt.py ran with OMP_NUM_THREADS=2" in summary
+
+
+def test_the_shortfall_scales_with_the_training_time():
+    reference = quickstart.REFERENCE_RUN
+    assert quickstart.shortfall_note(reference["steps"] - 10, reference["seconds"], "OMP_NUM_THREADS=2") == ""
+    assert quickstart.shortfall_note(120, 60, "OMP_NUM_THREADS=2") == ""  # 225 expected in 60 s, half is 112
+    assert "only 100 steps ran in 60s" in quickstart.shortfall_note(100, 60, "OMP_NUM_THREADS=2")
+    assert "makes about 1800" in quickstart.shortfall_note(100, 480, "OMP_NUM_THREADS=2")
+
+
+def test_the_readme_reports_the_reference_run():
+    """The warning compares with REFERENCE_RUN; data/README.md must report the same run."""
+    section = (ROOT / "data" / "README.md").read_text(encoding="utf-8").split("## 3. The quick start", 1)[1]
+    section = " ".join(section.split("\n## ", 1)[0].split())
+    reference = quickstart.REFERENCE_RUN
+    assert f"about {reference['steps']} steps and `val_bpb` about {reference['val_bpb']}" in section
+    assert f"{reference['seconds']} s of training" in section

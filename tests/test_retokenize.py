@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "data"))
 
 import build_shards  # noqa: E402
+import cached_challenge_fineweb  # noqa: E402
 import retokenize  # noqa: E402
 import train_gpt  # noqa: E402
 from test_data import ODD_TEXTS, english_docs  # noqa: E402
@@ -74,6 +75,24 @@ def fails_with(capsys, argv_call, *needles: str) -> str:
     for needle in needles:
         assert needle in err, err
     return err
+
+
+@pytest.mark.parametrize("script", [retokenize, build_shards, cached_challenge_fineweb])
+def test_help_shows_the_description_once_and_the_examples_as_written(script, capsys):
+    """--help: the docstring's first line once, the options, then the rest of the docstring line for line as the
+    source file has it: the examples keep their backslash line breaks, so they can be pasted. (retokenize printed
+    the description twice and joined each backslash-ended line with the next: the docstring was no raw string.)
+    The other data tools' --help is checked alike."""
+    written = Path(script.__file__).read_text(encoding="utf-8").split('"""')[1]
+    with pytest.raises(SystemExit) as exc:
+        script.parse_args(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    description, details = written.split("\n\n", 1)
+    assert out.count(description) == 1
+    assert "\\\n" in details  # the examples break lines with backslashes
+    assert details in out
+    assert out.index(description) < out.index("--help") < out.index(details)
 
 
 def test_same_model_gives_identical_shards(tmp_path, tokenizers, shards):
