@@ -9,7 +9,7 @@ config is logged.
   DATA_PATH=$(ls -d data/datasets/pystdlib_*_sp512 | tail -n1) VOCAB_SIZE=512 \
     TOKENIZER_PATH=$(ls data/tokenizers/pystdlib_*_sp512.model | tail -n1) WARMUP_STEPS=0 ITERATIONS=20 \
     NUM_LAYERS=2 MODEL_DIM=64 NUM_HEADS=2 NUM_KV_HEADS=1 TRAIN_SEQ_LEN=128 TRAIN_BATCH_TOKENS=8192 \
-    VAL_BATCH_SIZE=8192 MAX_WALLCLOCK_SECONDS=0 python3 train_gpt.py
+    VAL_BATCH_SIZE=8192 WARMDOWN_ITERS=5 MAX_WALLCLOCK_SECONDS=0 python3 train_gpt.py
   # one GPU:
   python3 train_gpt.py
   # eight GPUs (any count that divides 8 works; the global batch stays the same):
@@ -233,7 +233,8 @@ RECIPES["p180"] = dict(RECIPES["record"], num_layers=9, mlp_mult=3.0, num_loops=
 GRAD_ACCUM_TOTAL = 8  # micro-batches per step, summed over ranks: world size must divide it
 QUANT_GROUPS = {"embed": ("embed_bits", "embed_clip_sigmas"), "matrix": ("matrix_bits", "matrix_clip_sigmas")}
 ENV_PREFIXES_NOT_OURS = ("OMP_", "CUDA_", "NCCL_", "TORCH", "PYTORCH_", "TRITON_", "MASTER_", "LOCAL_",
-                         "GROUP_", "ROLE_", "NVIDIA_", "PYTHON", "LC_", "XDG_", "MKL_", "KMP_", "GLOO_")
+                         "GROUP_", "ROLE_", "NVIDIA_", "PYTHON", "LC_", "XDG_", "MKL_", "KMP_", "GLOO_", "PATH")
+ENV_SYNONYMS = {"LEARNING_RATE": "LR", "WEIGHT_DECAY": "WD"}  # read as ours spell them: MATRIX_LEARNING_RATE
 BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 def parse_env_value(name: str, raw: str, kind: type):
@@ -261,15 +262,21 @@ def abbreviates(name: str, ours: str) -> bool:
     return len(words) == len(full) and each
 
 def check_unknown_env(environ: dict[str, str], known: list[str]) -> None:
-    """A typo of ours: another case (iterations), near (NUM_LAYER), abbreviated word by word (ITERS, NUM_LAY)."""
+    """A name meant for ours: another case (iterations), abbreviated word by word (ITERS, NUM_LAY), the first words of
+    ours (WARMUP), the last words of several (LR), near (NUM_LAYER); ENV_SYNONYMS read as ours spell them."""
     for name in environ:
         upper = name.upper()
         if name in known or upper.startswith(ENV_PREFIXES_NOT_OURS):
             continue
-        near = [k for k in known if abbreviates(upper, k)] or difflib.get_close_matches(upper, known, n=1, cutoff=0.85)
+        for long, short in ENV_SYNONYMS.items():
+            upper = upper.replace(long, short)
+        words = upper.split("_")
+        starts = [k for k in known if abbreviates(upper, k) or k.split("_")[: len(words)] == words]
+        ends = [k for k in known if k.split("_")[-len(words) :] == words]
+        near = starts or (ends if len(ends) > 1 else []) or difflib.get_close_matches(upper, known, n=1, cutoff=0.85)
         if near:
-            raise ConfigError(f"unknown environment variable {name}={environ[name]!r}: did you mean {near[0]}? Rename "
-                              "it, or unset it if it is not meant for this script.")
+            raise ConfigError(f"unknown environment variable {name}={environ[name]!r}: did you mean "
+                              f"{' or '.join(near)}? Rename it, or unset it if it is not meant for this script.")
 
 # ==== Logging, processes and the run ===============================================================================
 # Rank 0 writes logs/RUN_ID.txt (flushed as it goes) and prints; other ranks stay silent. Every event is one line of
@@ -364,7 +371,7 @@ class Run:
     train_files: list[Path]  # every id below VOCAB_SIZE; none with EVAL_ONLY
     loss_impl: str  # torch | triton, and why (the log says both)
     loss_impl_reason: str
-    tokenizer_verified: str  # yes: DATA_PATH's manifest records this tokenizer; no_manifest: none does
+    tokenizer_verified: str  # round_trip_S/N: S of N sampled documents of the shards decode and re-encode
     artifact: tuple[dict, bytes] | None  # EVAL_ONLY: the header (of the config's model) and payload to score
 
 # ==== Data ==========================================================================================================
@@ -424,16 +431,20 @@ def write_atomic(path: str | Path, data: bytes) -> None:
     finally:
         tmp.unlink(missing_ok=True)
 
-def find_shards(data_path: str, split: str) -> list[Path]:
-    """The shards DATA_PATH/fineweb_{split}_*.bin of a split, "train" or "val", sorted; an error names what is there."""
+def find_shards(data_path: str, split: str, vocab_size: int = 1024) -> list[Path]:
+    """The shards DATA_PATH/fineweb_{split}_*.bin of a split, "train" or "val", sorted; an error says where to get them:
+    the published sp1024 data, or the records' sp8192 (another repository), or re-tokenized sp1024 shards."""
     pattern = os.path.join(data_path, f"fineweb_{split}_*.bin")
     files = sorted(Path(p) for p in glob.glob(pattern))
     if not files:
         here = sorted({str(p.parent) for p in Path("data/datasets").glob("*/fineweb_train_*.bin")})
+        fetch = f"python3 data/cached_challenge_fineweb.py --variant sp{vocab_size} --train-shards 1"
+        if vocab_size != 1024:  # the records' sp8192 data is another repository's
+            fetch = (f"MATCHED_FINEWEB_REPO_ID=kevclark/parameter-golf {fetch}, or re-tokenize sp1024 shards with "
+                     "data/retokenize.py (README: the record stack)")
         raise FileNotFoundError(f"no {'training' if split == 'train' else 'validation'} shards match {pattern}. Set "
                                 "DATA_PATH to the folder with fineweb_train_*.bin and fineweb_val_*.bin (under "
-                                f"./data/datasets: {', '.join(here) or 'none'}), or fetch them: python3 "
-                                "data/cached_challenge_fineweb.py --variant sp1024 --train-shards 1")
+                                f"./data/datasets: {', '.join(here) or 'none'}), or fetch them: {fetch}")
     return files
 
 class DistributedTokenLoader:
@@ -999,18 +1010,34 @@ def check_tokenizer_bytes(sp, luts: tuple[Tensor, Tensor, Tensor], name: str = "
 def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
-def check_tokenizer_matches_data(args: Hyperparameters) -> str:
-    """A wrong tokenizer of the right size scores silently: the tokenizer sha256 that DATA_PATH/manifest.json records
-    (data/build_shards.py writes it) must match. Returns the log's tokenizer_verified: yes, or no_manifest."""
-    path = Path(args.data_path) / "manifest.json"
-    manifest = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    recorded = [t["sha256"] for t in manifest.get("tokenizers", []) if t.get("sha256")]
-    if not recorded:
-        return "no_manifest"
-    sha = file_sha256(args.tokenizer_path)
-    require(sha in recorded, f"TOKENIZER_PATH={args.tokenizer_path} is not the tokenizer the data was made with: "
-            f"{path} records sha256 {recorded[0]}, the file has {sha}. Set TOKENIZER_PATH to the one it names.")
-    return "yes"
+def round_trip(sp, samples: list[np.ndarray], docs: int = 32) -> tuple[int, int]:
+    """(documents whose ids come back when decoded and encoded again, documents tried): up to `docs` BOS-led documents
+    of each sample, spread evenly. All or nearly all do with the tokenizer that made them, few with any other."""
+    same = tried = 0
+    for tokens in samples:
+        bos = np.flatnonzero(tokens == sp.bos_id())
+        for i in np.unique(np.linspace(0, len(bos) - 2, min(docs, max(len(bos) - 1, 0))).astype(int)):
+            ids = tokens[bos[i] + 1 : bos[i + 1]].tolist()
+            same, tried = same + (sp.encode(sp.decode(ids)) == ids), tried + 1
+    return same, tried
+
+def check_round_trip(sp, samples: list[np.ndarray], args: Hyperparameters) -> str:
+    """A tokenizer of the right size that did not make the shards scores silently: refuse it unless at least half the
+    sampled documents round-trip, naming the tokenizers beside it (or in data/tokenizers) that do."""
+    same, tried = round_trip(sp, samples)
+    if same * 2 >= tried:
+        return f"round_trip_{same}/{tried}"
+    import sentencepiece as spm
+
+    fits, top = [], max(int(tokens.max(initial=0)) for tokens in samples)
+    for path in sorted({*Path(args.tokenizer_path).parent.glob("*.model"), *Path("data/tokenizers").glob("*.model")}):
+        other = spm.SentencePieceProcessor(model_file=str(path))
+        if other.vocab_size() > top and 2 * round_trip(other, samples)[0] >= tried:
+            fits.append(f"{path} (VOCAB_SIZE={other.vocab_size()})")
+    raise ConfigError(f"TOKENIZER_PATH={args.tokenizer_path} did not make the shards in {args.data_path}: {same} of "
+                      f"{tried} sampled documents decode and encode again to their own ids, as nearly all do with the "
+                      f"tokenizer that made them. Those that fit: {', '.join(fits) or 'none beside it'}. Set "
+                      "TOKENIZER_PATH and VOCAB_SIZE to it, or re-tokenize the shards (data/retokenize.py).")
 
 def target_bytes(x: Tensor, y: Tensor, val: ValData) -> Tensor:
     """Bytes of text each target token y stands for, given the previous token x (same shapes)."""
@@ -1169,6 +1196,7 @@ def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
 
 def compressor(name: str):
     """The module of COMPRESSORS[name]; a missing optional one is an error that says how to get it."""
+    require(name in COMPRESSORS, f"COMPRESSOR={name!r} is not one of {', '.join(COMPRESSORS)}.")
     try:
         return importlib.import_module(COMPRESSORS[name][0])
     except ImportError:
@@ -1197,28 +1225,43 @@ def payload_bytes(obj: dict) -> bytes:
 def save_artifact(obj: dict, header: dict, path: str) -> tuple[int, int]:
     """Header line + compressed payload, written atomically; returns (raw payload bytes, file bytes)."""
     raw = payload_bytes(obj)
-    header = dict(header, payload_bytes=len(raw))
-    blob = ARTIFACT_MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + compress(raw, header["compressor"])
+    payload = compress(raw, header["compressor"])
+    header = dict(header, payload_bytes=len(raw), payload_sha256=hashlib.sha256(payload).hexdigest())
+    blob = ARTIFACT_MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + payload
     write_atomic(path, blob)
     return len(raw), len(blob)
 
-def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, bytes]:
-    """(header, compressed payload) of the artifact at path, whose model must be the config's: the header says how
-    to decompress, never a guess."""
+def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, dict[str, Tensor]]:
+    """(header, weights) of the artifact at path, whose model must be the config's and whose payload the one written
+    (its sha256 is in the header): the header says how to decompress, never a guess."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"ARTIFACT_PATH={path}: no such file. Point it at the .ptz a run wrote (its artifact: "
                                 "line).")
-    blob = Path(path).read_bytes()
+    blob, ours = Path(path).read_bytes(), args.settings("model")
     require(blob.startswith(ARTIFACT_MAGIC), f"ARTIFACT_PATH={path} is not an artifact of this script (no "
             f"'{ARTIFACT_MAGIC.decode().strip()}' header; artifacts from before the header, or another script's, "
             "cannot be read): re-export it.")
-    line, payload = blob[len(ARTIFACT_MAGIC) :].split(b"\n", 1)
-    header = json.loads(line)
-    ours = args.settings("model")
-    diff = [f"{k.upper()}={v} (config: {ours[k]})" for k, v in header["model"].items() if ours[k] != v]
+    try:  # cut or changed bytes: say so, not where the parser tripped
+        line, payload = blob[len(ARTIFACT_MAGIC) :].split(b"\n", 1)
+        header = json.loads(line)
+        diff = [f"{k.upper()}={v} (config: {ours.get(k)})" for k, v in header["model"].items() if ours.get(k) != v]
+        sha = hashlib.sha256(payload).hexdigest()
+    except Exception as exc:
+        raise damaged(path, exc) from None
+    if header.get("payload_sha256", sha) != sha:
+        raise damaged(path, "its payload is not the one its header's sha256 names")
     require(not diff, f"ARTIFACT_PATH={path} holds another model: {', '.join(diff)}. Set these variables as the run "
             "that made it did (its log's config: line has them all).")
-    return header, payload
+    try:
+        return header, load_weights(header, payload)
+    except ConfigError:  # its compressor is not installed
+        raise
+    except Exception as exc:
+        raise damaged(path, exc) from None
+
+def damaged(path: str, why) -> ConfigError:
+    return ConfigError(f"ARTIFACT_PATH={path} is damaged ({str(why)[:200]}): copy it again from where the run wrote it "
+                       "(its log's artifact: line has the file's sha256), or export it again.")
 
 def load_weights(header: dict, payload: bytes) -> dict[str, Tensor]:
     """The state dict an artifact's payload holds: decompressed, loaded, dequantized."""
@@ -1418,10 +1461,10 @@ def log_artifact(run: Run, model_bytes: int, raw_bytes: int) -> None:
                 within_limit="yes" if total <= ARTIFACT_LIMIT_BYTES else "NO", payload_raw_bytes=raw_bytes,
                 compression_ratio=f"{raw_bytes / model_bytes:.3f}")
 
-def score_artifact(run: Run, model: GPT, header: dict, payload: bytes) -> None:
+def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor]) -> None:
     """Score the weights an artifact holds: the final lines, named by its format (final_int8_zlib_roundtrip_exact for
     the defaults; with EVAL_STRIDE, a sliding_window line after)."""
-    model.load_state_dict(load_weights(header, payload), strict=True)
+    model.load_state_dict(weights, strict=True)
     model.looping = header["looping"]
     strides = {"roundtrip": 0}
     if run.args.eval_stride > 0:
@@ -1442,21 +1485,28 @@ def score_artifact(run: Run, model: GPT, header: dict, payload: bytes) -> None:
 
 def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
     artifact, train_files = None, []
-    if args.eval_only:  # the artifact to score must exist, be ours and hold the config's model
+    if args.eval_only:  # the artifact to score: ours, whole, of the config's model, its compressor installed
         artifact = read_artifact(args.artifact_path, args)
     else:  # every training shard now, not an hour into the run; an empty set would loop forever
-        train_files = find_shards(args.data_path, "train")
+        train_files = find_shards(args.data_path, "train", args.vocab_size)
         if sum(read_shard_header(path, args.vocab_size) for path in train_files) == 0:
             raise ShardError(f"the training shards in {args.data_path} hold no tokens: rebuild or re-download them.")
-    compressor(artifact[0]["compressor"] if artifact else args.compressor)  # an optional one must be installed
-    val_files = find_shards(args.data_path, "val")
+        compressor(args.compressor)  # an optional one must be installed before training, not after
+    for name, folder in ("LOG_DIR", Path(args.log_dir)), ("ARTIFACT_PATH", Path(args.artifact_path).parent):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"{name}: cannot make the folder {folder} ({exc.strerror}): point {name} at a folder "
+                              "you can write in.") from None
+    val_files = find_shards(args.data_path, "val", args.vocab_size)
     tokens = torch.cat([load_data_shard(f, args.vocab_size) for f in val_files]).to(torch.int64)
     T, seq = args.val_seq_len, "EVAL_SEQ_LEN" if args.eval_seq_len else "TRAIN_SEQ_LEN"
     usable = (tokens.numel() - 1) // T * T  # whole sequences, at least one per rank
     require(usable >= T * ctx.world_size, f"the validation split ({tokens.numel()} tokens in {val_files[0].parent}) "
             f"is shorter than one {seq}={T} sequence (+1) per rank: use more validation data or a smaller {seq}.")
-    _, luts = load_tokenizer(args.tokenizer_path, args.vocab_size)
-    verified = check_tokenizer_matches_data(args)
+    sp, luts = load_tokenizer(args.tokenizer_path, args.vocab_size)
+    samples = [tokens.numpy()] + [np.memmap(f, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES) for f in train_files[:1]]
+    verified = check_round_trip(sp, samples, args)
     loss_impl, why = resolve_loss_impl(args, ctx.device)
     log_path = Path(args.log_dir) / f"{args.run_id}.txt"
     require(not log_path.exists(), f"{log_path} already exists: set another RUN_ID (logs are never overwritten).")

@@ -108,8 +108,8 @@ def test_the_artifact_is_the_model_that_was_scored(one_process):
     config = json.loads(next(line for line in run.lines if line.startswith("config:"))[len("config:"):])
     args = train_gpt.Hyperparameters(**config)
     model = train_gpt.GPT(args)
-    header, payload = train_gpt.read_artifact(str(run.artifact_path), args)
-    model.load_state_dict(train_gpt.load_weights(header, payload), strict=True)
+    header, weights = train_gpt.read_artifact(str(run.artifact_path), args)
+    model.load_state_dict(weights, strict=True)
     ctx = train_gpt.DistContext(0, 1, 0, torch.device("cpu"))
     val = train_gpt.preflight(dataclasses.replace(args, run_id="rescored"), ctx).val  # the run's log exists
     val_loss, val_bpb = train_gpt.evaluate(model, val, ctx)
