@@ -226,7 +226,8 @@ def download(hub: Hub, dataset_name: str, train_shards: int, data_dir: Path = DA
         fetch_checked(hub, task, staging, size, etag)
         fetched_bytes += task.local.stat().st_size
         seconds = time.perf_counter() - t1
-        say(f"[{i}/{len(tasks)}] {where}: ok {seconds:.1f}s {task.local.stat().st_size / 1e6 / max(seconds, 1e-9):.1f}MB/s")
+        rate = task.local.stat().st_size / 1e6 / max(seconds, 1e-9)
+        say(f"[{i}/{len(tasks)}] {where}: ok {seconds:.1f}s {rate:.1f}MB/s")
     shutil.rmtree(staging, ignore_errors=True)  # only hub bookkeeping is left in it
     say(f"done: fetched {fetched_bytes / 1e6:.1f}MB in {time.perf_counter() - t0:.1f}s; "
         f"DATA_PATH={data_dir / 'datasets' / dataset_name}")

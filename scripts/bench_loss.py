@@ -204,7 +204,8 @@ def main():
             print(f"V={vocab} N={n} {name} {mode}: {ms:.3f}ms graph {graph:.3f}ms {mib:.0f}MiB", flush=True)
         del x, weight, targets
         torch.cuda.empty_cache()
-    print("\n| V | N | method | mode | fwd+bwd ms | / compiled naive | CUDA graph ms | / compiled naive | extra peak MiB |")
+    print("\n| V | N | method | mode | fwd+bwd ms | / compiled naive | CUDA graph ms | / compiled naive "
+          "| extra peak MiB |")
     print("|---|---|---|---|---|---|---|---|---|")
     for vocab, n, name, mode, ms, graph, mib in rows:
         base = next(r for r in rows if r[:4] == (vocab, n, "naive", "compiled"))
