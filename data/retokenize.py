@@ -156,7 +156,21 @@ def make_plan(args: argparse.Namespace) -> Plan:
                               f"{f' and {len(taken) - 1} more' if len(taken) > 1 else ''}: pass --overwrite "
                               "to replace them, or choose another --output.")
     tokens = [check_shard(f, source) for f in files]
+    check_round_trip(source, files, tokens)
     return Plan(source, target, files, tokens, output, args.workers)
+
+
+def check_round_trip(source: Tokenizer, files: list[Path], tokens: list[int]) -> None:
+    """The inputs must be --from-model's: a sample of their documents decodes and encodes again to the same ids with the
+    tokenizer that made them (train_gpt.py's own check), and not with another. Swapped --from-model and --to-model,
+    on shards without a manifest, once wrote garbage shards whose new manifest then vouched for them."""
+    sample = [shard_tokens(f, 0, min(n, 1 << 22)) for f, n in zip(files[:4], tokens[:4])]
+    same, tried = train_gpt.round_trip(spm.SentencePieceProcessor(model_proto=source.proto), sample)
+    if same * 2 < tried:
+        raise RetokenizeError(f"--from-model {source.path} did not make the input shards: {same} of {tried} sampled "
+                              "documents decode and encode again to their own ids (with the tokenizer that made them, "
+                              "nearly all do). Give the tokenizer the shards were made with; are --from-model and "
+                              "--to-model swapped?")
 
 
 # =================================================================================================

@@ -188,6 +188,12 @@ def retok_manifest_mismatch(t: Trial):
     return retok(t, inputs=t.tmp / "in")
 
 
+def retok_swapped_models(t: Trial):
+    bigger = t.tmp / "bigger.model"  # every id of the shards fits it, but it did not make them
+    build_shards.train_tokenizer(english_docs(300, seed=2), 400, bigger)
+    return retok(t, source=bigger, target=t.tokenizer)
+
+
 def retok_output_taken(t: Trial):
     (t.tmp / "taken").mkdir()
     (t.tmp / "taken" / "fineweb_val_000000.bin").write_bytes(b"mine")
@@ -303,6 +309,9 @@ TRIGGERS = {
     "a truncated input shard": retok_truncated,
     "ids beyond `--from-model`'s vocabulary (the wrong `--from-model`)": retok_wrong_from_model,
     "the inputs' `manifest.json` names another tokenizer than `--from-model`": retok_manifest_mismatch,
+    "`--from-model` is not the inputs' tokenizer though every id fits it (`--from-model` and `--to-model` swapped, "
+    "no manifest): a sample of documents does not decode and encode again to the same ids (`train_gpt.round_trip`, "
+    "the trainer's own check)": retok_swapped_models,
     "`--output` already holds output shards": retok_output_taken,
     "`python3 data/retokenize.py --help`": retok_help,
     "the hub cannot be reached": download_unreachable,

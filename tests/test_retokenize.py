@@ -204,6 +204,17 @@ def test_errors_exit_2_naming_the_file_before_any_output(tmp_path, tokenizers, s
     assert not out.exists()  # every check runs before anything is written
 
 
+def test_swapped_models_on_shards_without_a_manifest_are_refused_before_any_output(tmp_path, tokenizers, shards,
+                                                                                  capsys):
+    """Issue 20: exit 0 and garbage shards (ratio 1.2251) whose new manifest then made the trainer say verified."""
+    old, new = tokenizers
+    assert not (shards / "manifest.json").exists()
+    fails_with(capsys, lambda: retok(new, old, shards, tmp_path / "out"), f"--from-model {new} did not make the "
+               "input shards", "swapped?")
+    assert not (tmp_path / "out").exists()
+    retok(old, new, shards, tmp_path / "out")  # the right way round passes the same check
+
+
 def test_an_output_that_holds_shards_needs_overwrite(tmp_path, tokenizers, shards, capsys):
     out = tmp_path / "out"
     retok(tokenizers[0], tokenizers[1], shards, out)
