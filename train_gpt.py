@@ -138,6 +138,11 @@ class Hyperparameters:
     eval_stride: int = setting(0, ">= 0")  # > 0: the score also from sliding windows scoring their last EVAL_STRIDE
     eval_seq_len: int = setting(0, ">= 0")  # window of validation and scoring; 0: TRAIN_SEQ_LEN
     eval_only: bool = False  # score the artifact at ARTIFACT_PATH with this config; no training
+    ttt_enabled: bool = False  # score-first test-time training after the other scores: its line is the score
+    ttt_lr: float = setting(0.005, ">= 0")  # SGD's, cosine-decayed over the chunks
+    ttt_epochs: int = setting(3, ">= 0")  # steps on each scored chunk, each on all of it
+    ttt_momentum: float = setting(0.9, "in [0, 1)")
+    ttt_chunk_tokens: int = setting(32_768, "> 0")  # predictions scored between two adaptations
 
     @property
     def val_seq_len(self) -> int:  # the window of validation and scoring
@@ -203,6 +208,8 @@ class Hyperparameters:
                 f"{n}*{seq}={n * self.val_seq_len} (one sequence per micro-batch).")
         require(self.eval_stride <= self.val_seq_len, f"EVAL_STRIDE={self.eval_stride} must be at most {seq}="
                 f"{self.val_seq_len}: each window scores its last EVAL_STRIDE tokens.")
+        require(self.ttt_chunk_tokens >= self.val_seq_len, f"TTT_CHUNK_TOKENS={self.ttt_chunk_tokens} must be at "
+                f"least {seq}={self.val_seq_len}: test-time training steps on whole sequences of a chunk.")
         for bits, sigmas in QUANT_GROUPS.values():
             require(getattr(self, bits) == 8 or getattr(self, sigmas) > 0, f"{bits.upper()}={getattr(self, bits)} "
                     f"needs {sigmas.upper()} > 0 (the record: 12.85 for matrices, 20 for the embedding): the quantile "
@@ -214,10 +221,11 @@ class Hyperparameters:
         require(not blank and "/" not in self.run_id, f"RUN_ID={self.run_id!r} must be a plain file name (no '/', not "
                 "blank).")
 
-# Named sets of values (data, not code). "record" is the 2026-04-05 record (SP8192_GPTQ-Embeddings_SDClip_Loop45x2,
-# 1.0856 on 8xH100): its defaults where they differ from ours. "p180": our best on the 180-second one-GPU proxy.
+# Named sets of values (data, not code): a record's defaults where they differ from ours. "record" is the best record
+# under 1500 lines, 2026-04-09 (SP8192_3LayerRecur_ParResid_QK525_LegalTTT, 1.0810 on 8xH100); "record_2026_04_05"
+# (SP8192_GPTQ-Embeddings_SDClip_Loop45x2, 1.0856) the one before it; "p180": our best on the 180-second proxy.
 RECIPES: dict[str, dict] = {
-    "record": dict(vocab_size=8192, data_path="./data/datasets/fineweb10B_sp8192",
+    "record_2026_04_05": dict(vocab_size=8192, data_path="./data/datasets/fineweb10B_sp8192",
                    tokenizer_path="./data/tokenizers/fineweb_8192_bpe.model", num_layers=11, mlp_mult=4.0,
                    mlp_act="leaky_relu2", rope_dims=16, qk_gain_init=4.0, xsa_last_n=11, ln_scale=True,
                    skip_gates_enabled=True, num_loops=2, loop_start=4, loop_end=5, enable_looping_at=0.5,
@@ -227,8 +235,11 @@ RECIPES: dict[str, dict] = {
                    embed_bits=8, matrix_clip_sigmas=12.85, embed_clip_sigmas=20.0, gptq_calibration_batches=64,
                    gptq_reserve_seconds=12.0, compressor="brotli", eval_stride=64),
 }
-RECIPES["p180"] = dict(RECIPES["record"], num_layers=9, mlp_mult=3.0, num_loops=0, train_batch_tokens=262_144,
-                       warmdown_frac=0.6, ema_decay=0.0, val_loss_every=0, train_log_every=50)
+RECIPES["record"] = dict(RECIPES["record_2026_04_05"], loop_start=3, enable_looping_at=0.35, parallel_residual_start=7,
+                         qk_gain_init=5.25, matrix_lr=0.022, muon_wd=0.095, ema_decay=0.9965, warmdown_frac=0.72,
+                         ttt_enabled=True)
+RECIPES["p180"] = dict(RECIPES["record_2026_04_05"], num_layers=9, mlp_mult=3.0, num_loops=0,
+                       train_batch_tokens=262_144, warmdown_frac=0.6, ema_decay=0.0, val_loss_every=0, train_log_every=50)
 
 GRAD_ACCUM_TOTAL = 8  # micro-batches per step, summed over ranks: world size must divide it
 QUANT_GROUPS = {"embed": ("embed_bits", "embed_clip_sigmas"), "matrix": ("matrix_bits", "matrix_clip_sigmas")}
@@ -1044,17 +1055,23 @@ def target_bytes(x: Tensor, y: Tensor, val: ValData) -> Tensor:
     space = val.has_leading_space[y] & ~val.is_boundary[x]
     return val.base_bytes[y].to(torch.int64) + space.to(torch.int64)
 
+def window_starts(val: ValData, stride: int) -> Tensor:
+    """Where the windows of val.seq_len tokens start: every `stride` tokens (0: every seq_len), while one scores."""
+    T = val.seq_len
+    return torch.arange(0, val.tokens.numel() - 1 - (T - (stride or T)), stride or T)
+
 @torch.no_grad()
-def score_windows(model: GPT, val: ValData, ctx: DistContext, stride: int = 0) -> Tensor:
-    """(summed loss, scored tokens, their bytes), fp64, summed over ranks. Windows of val.seq_len tokens start every
-    `stride` tokens (0: every seq_len, no overlap); the first window scores all its tokens and each later one its last
-    `stride` (the rest is left context), so every token is scored exactly once, the tail too. Ranks take contiguous
-    runs of windows; a short last batch is padded with windows that score nothing, so one compiled shape serves."""
+def score_windows(model: GPT, val: ValData, ctx: DistContext, stride: int = 0, starts=None, observe=None) -> Tensor:
+    """(summed loss, scored tokens, their bytes), fp64, summed over ranks, of the windows at `starts` (default: all).
+    The split's first window scores all its tokens and each later one its last `stride` (the rest is left context),
+    so every token is scored exactly once, the tail too. Ranks take contiguous runs of windows; a short last batch is
+    padded with windows that score nothing, so one compiled shape serves. observe(target positions, hidden states)
+    sees each batch's scored predictions (the legality check's view)."""
     T, total = val.seq_len, val.tokens.numel() - 1
     context = T - (stride or T)
-    starts = torch.arange(0, total - context, stride or T)  # the last window still scores a token
+    starts = window_starts(val, stride) if starts is None else starts
     starts = starts[len(starts) * ctx.rank // ctx.world_size : len(starts) * (ctx.rank + 1) // ctx.world_size]
-    batch = min(val.batch_seqs, len(starts))
+    batch = max(min(val.batch_seqs, len(starts)), 1)
     sums = torch.zeros(3, dtype=torch.float64, device=ctx.device)  # loss * tokens, tokens, bytes
     was_training = model.training
     model.eval()
@@ -1065,18 +1082,61 @@ def score_windows(model: GPT, val: ValData, ctx: DistContext, stride: int = 0) -
         lo = 0 if first[0] == 0 else context  # only the split's first window scores its first tokens
         x, y = windows[:, :-1], windows[:, lo + 1 :]
         with ctx.autocast():
-            losses = model.loss(model.scoring_hidden(x)[:, lo:], y, per_token=True).view(batch, T - lo)
+            h = model.scoring_hidden(x)[:, lo:]
+            losses = model.loss(h, y, per_token=True).view(batch, T - lo)
         first, pos = first.to(ctx.device)[:, None], torch.arange(lo, T, device=ctx.device)
         scored = (pos >= torch.where(first == 0, 0, context)) & (first + pos < total)
         sums += torch.stack([(losses.double() * scored).sum(), scored.sum(),
                              (target_bytes(x[:, lo:], y, val) * scored).sum()])
+        if observe is not None:
+            observe((first + pos + 1)[scored], h[scored])
     model.train(was_training)
     return ctx.all_reduce(sums)
 
-def evaluate(model: GPT, val: ValData, ctx: DistContext, stride: int = 0) -> tuple[float, float]:
-    """(val_loss in nats per token, val_bpb) over the whole split."""
-    loss_sum, tokens, num_bytes = score_windows(model, val, ctx, stride).tolist()
+def loss_and_bpb(sums: Tensor) -> tuple[float, float]:
+    """(val_loss in nats per token, val_bpb) of score_windows' sums."""
+    loss_sum, tokens, num_bytes = sums.tolist()
     return loss_sum / tokens, loss_sum / tokens / math.log(2.0) * tokens / num_bytes
+
+def evaluate(model: GPT, val: ValData, ctx: DistContext, stride: int = 0) -> tuple[float, float]:
+    return loss_and_bpb(score_windows(model, val, ctx, stride))
+
+def score_with_ttt(run: Run, model: GPT, observe=None) -> Tensor:
+    """Score-first test-time training (the 2026-04-09 record's; README: legality): the windows are scored a chunk of
+    TTT_CHUNK_TOKENS predictions at a time, each window in the chunk of its first scored prediction, and after each
+    chunk but the last the model trains on that chunk's predictions (train_on_chunk), the lr cosine-decayed over the
+    chunks. No prediction is scored after a step that saw its target. Returns score_windows' sums over all chunks."""
+    args, val, stride = run.args, run.val, run.args.eval_stride
+    T, total, size = val.seq_len, val.tokens.numel() - 1, args.ttt_chunk_tokens
+    starts, chunks = window_starts(val, stride), -(-total // size)
+    chunk_of = (torch.where(starts == 0, 0, starts + T - (stride or T)) // size).clamp_max(chunks - 1)
+    sgd = torch.optim.SGD(model.parameters(), lr=args.ttt_lr, momentum=args.ttt_momentum)
+    sums = torch.zeros(3, dtype=torch.float64, device=run.ctx.device)
+    for c in range(chunks):
+        sums += score_windows(model, val, run.ctx, stride, starts[chunk_of == c], observe)
+        if c < chunks - 1:
+            lr = args.ttt_lr * 0.5 * (1.0 + math.cos(math.pi * c / (chunks - 1)))
+            train_on_chunk(run, model, sgd, c * size, min((c + 1) * size, total), lr)
+    return sums
+
+def train_on_chunk(run: Run, model: GPT, sgd: torch.optim.SGD, begin: int, end: int, lr: float) -> None:
+    """TTT_EPOCHS steps on the predictions begin..end-1, as whole sequences shared out over the ranks (one without any
+    runs one at weight 0): each step's gradient is the mean over them all, clipped at 1, whatever the rank count."""
+    ctx, T, params = run.ctx, run.val.seq_len, list(model.parameters())
+    seqs = (end - begin) // T
+    mine = torch.arange(seqs)[seqs * ctx.rank // ctx.world_size : seqs * (ctx.rank + 1) // ctx.world_size]
+    weight, mine = len(mine) / seqs, mine if len(mine) else torch.zeros(1, dtype=torch.int64)
+    rows = run.val.tokens[begin + T * mine[:, None] + torch.arange(T + 1)].to(ctx.device)  # (n, T + 1)
+    for group in sgd.param_groups:
+        group["lr"] = lr
+    for _ in range(run.args.ttt_epochs):
+        with ctx.autocast():
+            (model(rows[:, :-1], rows[:, 1:]) * weight).backward()
+        for p in params:
+            ctx.all_reduce(p.grad)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        sgd.step()
+        sgd.zero_grad(set_to_none=True)
 
 # ==== Export: quantize -> compress -> artifact, and the round trip that the score is measured after =================
 # Float tensors over 65,536 elements get an fp16 scale per row and codes of MATRIX_BITS (EMBED_BITS for the embedding)
@@ -1462,20 +1522,25 @@ def log_artifact(run: Run, model_bytes: int, raw_bytes: int) -> None:
                 compression_ratio=f"{raw_bytes / model_bytes:.3f}")
 
 def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor]) -> None:
-    """Score the weights an artifact holds: the final lines, named by its format (final_int8_zlib_roundtrip_exact for
-    the defaults; with EVAL_STRIDE, a sliding_window line after)."""
+    """Score the weights an artifact holds, a final line each, named by its format: final_int8_zlib_roundtrip_exact for
+    the defaults, then with EVAL_STRIDE the sliding_window one, then with TTT_ENABLED the ttt one (it trains the model
+    as it goes, so it comes last). The last line is the score; evaluation_8gpu_est estimates all of them together."""
     model.load_state_dict(weights, strict=True)
     model.looping = header["looping"]
-    strides = {"roundtrip": 0}
-    if run.args.eval_stride > 0:
-        strides["sliding_window"] = run.args.eval_stride
-    for kind, stride in strides.items():
+    stride, scores, all_ms = run.args.eval_stride, {"roundtrip": lambda: score_windows(model, run.val, run.ctx)}, 0.0
+    if stride > 0:
+        scores["sliding_window"] = lambda: score_windows(model, run.val, run.ctx, stride)
+    if run.args.ttt_enabled:
+        scores["ttt"] = lambda: score_with_ttt(run, model)
+    for kind, score in scores.items():
         t0 = run.ctx.clock()
-        val_loss, val_bpb = evaluate(model, run.val, run.ctx, stride)
-        eval_ms = 1000 * (time.perf_counter() - t0)
-        window = dict(eval_stride=stride, eval_seq_len=run.val.seq_len) if stride else {}
+        val_loss, val_bpb = loss_and_bpb(score())
+        eval_ms = 1000 * (run.ctx.clock() - t0)
+        all_ms += eval_ms
+        window = dict(eval_stride=stride, eval_seq_len=run.val.seq_len) if kind != "roundtrip" else {}
         run.log.log(**{f"{kind}_val_loss": val_loss, f"{kind}_val_bpb": val_bpb}, weights=header["weights"], **window,
-                    eval_time=f"{eval_ms:.0f}ms", eval_time_8gpu_est=f"{eval_ms * run.ctx.world_size / 8:.0f}ms")
+                    eval_time=f"{eval_ms:.0f}ms", eval_time_8gpu_est=f"{eval_ms * run.ctx.world_size / 8:.0f}ms",
+                    evaluation_8gpu_est=f"{all_ms * run.ctx.world_size / 8:.0f}ms")
         run.log.text(f"final_int{header['matrix_bits']}_{header['compressor']}_{kind}_exact val_loss:{val_loss:.8f} "
                      f"val_bpb:{val_bpb:.8f}")
 
