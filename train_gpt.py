@@ -1,20 +1,16 @@
 """train_gpt.py: the parameter-golf reference trainer, in one file.
 
-Trains a small GPT whose artifact (this file's bytes + int8/zlib-compressed weights) must fit in 16,000,000 bytes,
-and scores it in bits per byte on the FineWeb validation split *after* the quantize -> compress -> decompress round
-trip. Every setting is an environment variable (the `Hyperparameters` field name, upper-cased); the whole resolved
-config is logged.
+Trains a small GPT whose artifact (this file + its compressed weights) must fit in 16,000,000 bytes, scored in bits per
+byte after a quantize -> compress -> decompress round trip. Settings: the `Hyperparameters` fields, as env variables.
 
   # CPU smoke run (tiny model, 20 steps), from the repo root on the data that `bash quickstart.sh` built:
   DATA_PATH=$(ls -d data/datasets/pystdlib_*_sp512 | tail -n1) VOCAB_SIZE=512 \
     TOKENIZER_PATH=$(ls data/tokenizers/pystdlib_*_sp512.model | tail -n1) WARMUP_STEPS=0 ITERATIONS=20 \
     NUM_LAYERS=2 MODEL_DIM=64 NUM_HEADS=2 NUM_KV_HEADS=1 TRAIN_SEQ_LEN=128 TRAIN_BATCH_TOKENS=8192 \
     VAL_BATCH_SIZE=8192 WARMDOWN_ITERS=5 MAX_WALLCLOCK_SECONDS=0 python3 train_gpt.py
-  # one GPU:
+  # one GPU; eight (any count that divides 8: the same global batch); the 2026-04-09 record's stack (README):
   python3 train_gpt.py
-  # eight GPUs (any count that divides 8 works; the global batch stays the same):
   torchrun --standalone --nproc_per_node=8 train_gpt.py
-  # the 2026-04-05 record's techniques at once (sp8192 data; README: the record stack):
   RECIPE=record torchrun --standalone --nproc_per_node=8 train_gpt.py
 """
 
@@ -26,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import sentencepiece as spm
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -38,10 +35,8 @@ except ImportError:
     triton = None
 
 # ==== Config ========================================================================================================
-# One dataclass, each field read from the environment variable of its name upper-cased and validated before any GPU
-# work (a typo found after compiling on 8 GPUs is ten wasted minutes; an unknown variable like ours is an error). Each
-# field declares its rule and role: "model" fields shape the model (an artifact must match), "export" ones are in the
-# artifact's header.
+# Each field is read from its name upper-cased and validated before any GPU work; its rule and role are declared with
+# it: "model" fields shape the model (an artifact must match them), "export" ones are in the artifact's header.
 
 class ConfigError(ValueError):
     """A setting that cannot work; the message names the variable and the fix."""
@@ -60,9 +55,9 @@ def setting(default, rule: str | tuple = "", role: str = ""):  # rule: a key of 
 class Hyperparameters:
     # paths and run
     recipe: str = ""  # "": the reference run; a name in RECIPES sets its values first (env still wins)
-    data_dir: str = ""  # the records' layout: sets DATA_PATH and TOKENIZER_PATH from it and VOCAB_SIZE
-    data_path: str = "./data/datasets/fineweb10B_sp1024"
-    tokenizer_path: str = "./data/tokenizers/fineweb_1024_bpe.model"
+    data_dir: str = "./data"  # the records' layout, where DATA_PATH and TOKENIZER_PATH are by default
+    data_path: str = ""  # "": DATA_DIR/datasets/fineweb10B_spVOCAB_SIZE
+    tokenizer_path: str = ""  # "": DATA_DIR/tokenizers/fineweb_VOCAB_SIZE_bpe.model
     run_id: str = ""  # from_env makes an empty one a fresh timestamped id
     log_dir: str = "logs"
     artifact_path: str = "final_model.int8.ptz"
@@ -84,12 +79,11 @@ class Hyperparameters:
     vocab_size: int = setting(1024, "> 0", "model")
     num_layers: int = setting(9, "> 0", "model")
     model_dim: int = setting(512, "> 0", "model")
-    embedding_dim: int = setting(0, ">= 0", "model")  # 0 or MODEL_DIM: the factorised embedding is not implemented
     num_heads: int = setting(8, "> 0", "model")
     num_kv_heads: int = setting(4, "> 0", "model")
     mlp_mult: float = setting(2.0, "> 0", "model")  # hidden size int(MLP_MULT * MODEL_DIM)
     mlp_act: str = setting("relu2", ("relu2", "leaky_relu2"), "model")  # leaky_relu2: slope 0.5, squared
-    tie_embeddings: bool = setting(True, "", "model")
+    tie_embeddings: bool = setting(True, "", "model")  # 1: the head is the embedding (an untied one is not built)
     rope_base: float = setting(10_000.0, "> 0", "model")
     rope_dims: int = setting(0, ">= 0", "model")  # rotary on the first ROPE_DIMS dims of each head; 0: all
     logit_softcap: float = setting(30.0, "> 0", "model")
@@ -108,8 +102,6 @@ class Hyperparameters:
     scalar_lr: float = setting(0.02, ">= 0")
     tied_embed_lr: float = setting(0.03, ">= 0")
     tied_embed_init_std: float = setting(0.005, ">= 0")
-    embed_lr: float = setting(0.6, ">= 0")
-    head_lr: float = setting(0.008, ">= 0")
     muon_momentum: float = setting(0.99, "in [0, 1)")
     muon_momentum_warmup_start: float = setting(0.92, "in [0, 1)")
     muon_momentum_warmup_steps: int = setting(1500, ">= 0")
@@ -124,7 +116,6 @@ class Hyperparameters:
     grad_clip_norm: float = setting(0.0, ">= 0")  # 0: off
     ema_decay: float = setting(0.0, "in [0, 1)")  # > 0: an EMA of the weights is what is exported and scored
     # implementation
-    loss_chunk_tokens: int = setting(0, ">= 0")  # tokens per chunk of the output loss; 0: LOSS_CHUNK_ELEMENTS // vocab
     loss_impl: str = setting("auto", ("auto", "triton", "torch"))  # auto: triton on CUDA, torch elsewhere
     compile: bool = True  # torch.compile on CUDA; always off on CPU
     # export and scoring
@@ -150,102 +141,84 @@ class Hyperparameters:
 
     @property
     def train_cap_ms(self) -> float:  # MAX_WALLCLOCK_SECONDS less GPTQ_RESERVE_SECONDS (GPTQ runs in the rest); 0: none
-        capped = self.max_wallclock_seconds > 0
-        return 1000.0 * (self.max_wallclock_seconds - self.gptq_reserve_seconds) if capped else 0.0
+        return 1000.0 * (self.max_wallclock_seconds - self.gptq_reserve_seconds) if self.max_wallclock_seconds else 0.0
 
     def settings(self, role: str) -> dict:  # {name: value} of the fields of a role
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("role") == role}
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Hyperparameters:
-        """Defaults, then the values of RECIPE, then DATA_DIR's paths, then every variable set explicitly."""
+        """Defaults, then the values of RECIPE, then every variable set explicitly."""
         environ, fields = dict(os.environ if environ is None else environ), dataclasses.fields(cls)
         check_unknown_env(environ, [f.name.upper() for f in fields])
         recipe = environ.get("RECIPE", "").strip()
-        require(not recipe or recipe in RECIPES,
-                f"RECIPE={recipe!r} is not one of {', '.join(RECIPES)} (or empty for the reference run).")
+        require(recipe in ("", *RECIPES), f"RECIPE={recipe!r} is not one of {', '.join(RECIPES)} (or empty: ours).")
         explicit = {f.name: parse_env_value(f.name.upper(), environ[f.name.upper()], type(f.default))
                     for f in fields if f.name.upper() in environ}
-        values = dict(RECIPES.get(recipe, {}), recipe=recipe)
-        data_dir = explicit.get("data_dir", "")
-        if data_dir:  # the records' layout: DATA_DIR/datasets/fineweb10B_spV, DATA_DIR/tokenizers/fineweb_V_bpe.model
-            vocab = explicit.get("vocab_size", values.get("vocab_size", cls.vocab_size))
-            values["data_path"] = os.path.join(data_dir, "datasets", f"fineweb10B_sp{vocab}")
-            values["tokenizer_path"] = os.path.join(data_dir, "tokenizers", f"fineweb_{vocab}_bpe.model")
-        if not explicit.get("run_id"):
-            explicit["run_id"] = time.strftime("%Y%m%d_%H%M%S_") + uuid.uuid4().hex[:8]
-        args = cls(**(values | explicit))
-        args.validate()
-        return args
+        values = dict(RECIPES.get(recipe, {}), recipe=recipe) | explicit
+        values["run_id"] = values.get("run_id") or time.strftime("%Y%m%d_%H%M%S_") + uuid.uuid4().hex[:8]
+        return cls(**values)
 
-    def validate(self) -> None:
+    def __post_init__(self) -> None:  # the paths DATA_DIR implies, then validation: a Hyperparameters can run
+        self.data_path = self.data_path or f"{self.data_dir}/datasets/fineweb10B_sp{self.vocab_size}"
+        self.tokenizer_path = self.tokenizer_path or f"{self.data_dir}/tokenizers/fineweb_{self.vocab_size}_bpe.model"
         for f in dataclasses.fields(self):
-            name, value, rule = f.name.upper(), getattr(self, f.name), f.metadata.get("rule")
-            if isinstance(rule, tuple):
-                require(value in rule, f"{name}={value!r} must be one of {', '.join(rule)}.")
-            elif rule:
-                require(RULES[rule](value), f"{name}={value} must be {rule}.")
+            value, rule = getattr(self, f.name), f.metadata.get("rule")
+            words = isinstance(rule, tuple)  # the allowed values; else a key of RULES, or "" for none
+            require(value in rule if words else not rule or RULES[rule](value),
+                    f"{f.name.upper()}={value!r} must be {'one of ' + ', '.join(rule) if words else rule}.")
         dim, heads, head_dim = self.model_dim, self.num_heads, self.model_dim // self.num_heads
         require(dim % heads == 0, f"NUM_HEADS={heads} must divide MODEL_DIM={dim}.")
-        require(head_dim % 2 == 0, f"MODEL_DIM/NUM_HEADS={head_dim} (the head size) must be even for rotary "
-                "embeddings: change MODEL_DIM or NUM_HEADS.")
+        require(head_dim % 2 == 0, f"MODEL_DIM/NUM_HEADS={head_dim} (the head size) must be even, for rotary.")
         require(self.rope_dims % 2 == 0 and self.rope_dims <= head_dim,
                 f"ROPE_DIMS={self.rope_dims} must be even and at most the head size {head_dim} (0: all).")
         require(heads % self.num_kv_heads == 0, f"NUM_KV_HEADS={self.num_kv_heads} must divide NUM_HEADS={heads}.")
-        require(self.embedding_dim in (0, dim), f"EMBEDDING_DIM={self.embedding_dim}: the factorised embedding is "
-                f"not implemented; use 0 or MODEL_DIM={dim}.")
-        require(-1 <= self.parallel_residual_start < self.num_layers, f"PARALLEL_RESIDUAL_START="
-                f"{self.parallel_residual_start} must be -1 (off) or a layer index below NUM_LAYERS={self.num_layers}.")
-        require(self.num_loops == 0 or 0 <= self.loop_start <= self.loop_end < self.num_layers,
-                f"LOOP_START={self.loop_start} and LOOP_END={self.loop_end} must satisfy 0 <= LOOP_START <= LOOP_END "
-                f"< NUM_LAYERS={self.num_layers} when NUM_LOOPS={self.num_loops} > 0.")
+        require(self.tie_embeddings, "TIE_EMBEDDINGS=0: an untied head is not built here; every record ties it.")
+        layers = f"NUM_LAYERS={self.num_layers}"
+        require(-1 <= self.parallel_residual_start < self.num_layers,
+                f"PARALLEL_RESIDUAL_START={self.parallel_residual_start} must be -1 (off) or a layer below {layers}.")
+        require(self.num_loops == 0 or 0 <= self.loop_start <= self.loop_end < self.num_layers, f"LOOP_START="
+                f"{self.loop_start} <= LOOP_END={self.loop_end} must be layers below {layers} if NUM_LOOPS > 0.")
         require(self.vocab_size <= 65_536, f"VOCAB_SIZE={self.vocab_size} must be <= 65536: shards store uint16 ids.")
         n, seq = GRAD_ACCUM_TOTAL, "EVAL_SEQ_LEN" if self.eval_seq_len else "TRAIN_SEQ_LEN"
-        require(self.train_batch_tokens % (n * self.train_seq_len) == 0, f"TRAIN_BATCH_TOKENS="
-                f"{self.train_batch_tokens} must be a multiple of {n}*TRAIN_SEQ_LEN={n * self.train_seq_len} ({n} "
-                "micro-batches of whole sequences, split over the ranks).")
+        require(self.train_batch_tokens % (n * self.train_seq_len) == 0, f"TRAIN_BATCH_TOKENS={self.train_batch_tokens}"
+                f" must be a multiple of {n}*TRAIN_SEQ_LEN={n * self.train_seq_len}: {n} micro-batches of sequences.")
         require(self.val_batch_size >= n * self.val_seq_len, f"VAL_BATCH_SIZE={self.val_batch_size} must be at least "
-                f"{n}*{seq}={n * self.val_seq_len} (one sequence per micro-batch).")
+                f"{n}*{seq}={n * self.val_seq_len}: one sequence per micro-batch.")
         require(self.eval_stride <= self.val_seq_len, f"EVAL_STRIDE={self.eval_stride} must be at most {seq}="
                 f"{self.val_seq_len}: each window scores its last EVAL_STRIDE tokens.")
         require(self.ttt_chunk_tokens >= self.val_seq_len, f"TTT_CHUNK_TOKENS={self.ttt_chunk_tokens} must be at "
                 f"least {seq}={self.val_seq_len}: test-time training steps on whole sequences of a chunk.")
-        for bits, sigmas in QUANT_GROUPS.values():
+        for bits, sigmas in QUANT_GROUPS.values():  # the records: 12.85 for matrices, 20 for the embedding
             require(getattr(self, bits) == 8 or getattr(self, sigmas) > 0, f"{bits.upper()}={getattr(self, bits)} "
-                    f"needs {sigmas.upper()} > 0 (the record: 12.85 for matrices, 20 for the embedding): the quantile "
-                    "clip is int8's.")
+                    f"needs {sigmas.upper()} > 0: the quantile clip is int8's.")
         require(self.max_wallclock_seconds == 0 or self.gptq_reserve_seconds < self.max_wallclock_seconds,
                 f"GPTQ_RESERVE_SECONDS={self.gptq_reserve_seconds} must be below MAX_WALLCLOCK_SECONDS="
-                f"{self.max_wallclock_seconds} (it is taken from the training time under that cap).")
+                f"{self.max_wallclock_seconds}: it is taken from the training time under that cap.")
         blank = self.run_id != "" and self.run_id.strip() == ""  # "" is a fresh id (from_env makes it)
-        require(not blank and "/" not in self.run_id, f"RUN_ID={self.run_id!r} must be a plain file name (no '/', not "
-                "blank).")
+        require(not blank and "/" not in self.run_id, f"RUN_ID={self.run_id!r} must be a file name, not blank.")
 
-# Named sets of values (data, not code): a record's defaults where they differ from ours. "record" is the best record
-# under 1500 lines, 2026-04-09 (SP8192_3LayerRecur_ParResid_QK525_LegalTTT, 1.0810 on 8xH100); "record_2026_04_05"
-# (SP8192_GPTQ-Embeddings_SDClip_Loop45x2, 1.0856) the one before it; "p180": our best on the 180-second proxy.
-RECIPES: dict[str, dict] = {
-    "record_2026_04_05": dict(vocab_size=8192, data_path="./data/datasets/fineweb10B_sp8192",
-                   tokenizer_path="./data/tokenizers/fineweb_8192_bpe.model", num_layers=11, mlp_mult=4.0,
-                   mlp_act="leaky_relu2", rope_dims=16, qk_gain_init=4.0, xsa_last_n=11, ln_scale=True,
-                   skip_gates_enabled=True, num_loops=2, loop_start=4, loop_end=5, enable_looping_at=0.5,
-                   ortho_init=True, train_shuffle=True, train_seq_len=2048, train_batch_tokens=786_432,
-                   warmdown_frac=0.667, muon_row_normalize=True, muon_wd=0.085, adam_wd=0.02, embed_wd=0.085,
-                   grad_clip_norm=0.3, ema_decay=0.997, train_log_every=500, val_loss_every=4000, matrix_bits=6,
-                   embed_bits=8, matrix_clip_sigmas=12.85, embed_clip_sigmas=20.0, gptq_calibration_batches=64,
-                   gptq_reserve_seconds=12.0, compressor="brotli", eval_stride=64),
-}
+# A record's values where they differ from ours: "record" is the best under 1500 lines, 2026-04-09 (LegalTTT, 1.0810);
+# "record_2026_04_05" (GPTQ-Embeddings_SDClip_Loop45x2, 1.0856) the one before; "p180": ours on the 180-second proxy.
+RECIPES: dict[str, dict] = {"record_2026_04_05": dict(vocab_size=8192, num_layers=11, mlp_mult=4.0,
+    mlp_act="leaky_relu2", rope_dims=16, qk_gain_init=4.0, xsa_last_n=11, ln_scale=True, skip_gates_enabled=True,
+    num_loops=2, loop_start=4, loop_end=5, enable_looping_at=0.5, ortho_init=True, train_shuffle=True,
+    train_seq_len=2048, train_batch_tokens=786_432, warmdown_frac=0.667, muon_row_normalize=True, muon_wd=0.085,
+    adam_wd=0.02, embed_wd=0.085, grad_clip_norm=0.3, ema_decay=0.997, train_log_every=500, val_loss_every=4000,
+    matrix_bits=6, embed_bits=8, matrix_clip_sigmas=12.85, embed_clip_sigmas=20.0, gptq_calibration_batches=64,
+    gptq_reserve_seconds=12.0, compressor="brotli", eval_stride=64)}
 RECIPES["record"] = dict(RECIPES["record_2026_04_05"], loop_start=3, enable_looping_at=0.35, parallel_residual_start=7,
                          qk_gain_init=5.25, matrix_lr=0.022, muon_wd=0.095, ema_decay=0.9965, warmdown_frac=0.72,
                          ttt_enabled=True)
-RECIPES["p180"] = dict(RECIPES["record_2026_04_05"], num_layers=9, mlp_mult=3.0, num_loops=0,
-                       train_batch_tokens=262_144, warmdown_frac=0.6, ema_decay=0.0, val_loss_every=0, train_log_every=50)
+RECIPES["p180"] = dict(RECIPES["record_2026_04_05"], num_layers=9, mlp_mult=3.0, num_loops=0, warmdown_frac=0.6,
+                       train_batch_tokens=262_144, ema_decay=0.0, val_loss_every=0, train_log_every=50,
+                       ttt_enabled=True, ttt_lr=0.01)
 
 GRAD_ACCUM_TOTAL = 8  # micro-batches per step, summed over ranks: world size must divide it
 QUANT_GROUPS = {"embed": ("embed_bits", "embed_clip_sigmas"), "matrix": ("matrix_bits", "matrix_clip_sigmas")}
 ENV_PREFIXES_NOT_OURS = ("OMP_", "CUDA_", "NCCL_", "TORCH", "PYTORCH_", "TRITON_", "MASTER_", "LOCAL_",
                          "GROUP_", "ROLE_", "NVIDIA_", "PYTHON", "LC_", "XDG_", "MKL_", "KMP_", "GLOO_", "PATH")
-ENV_SYNONYMS = {"LEARNING_RATE": "LR", "WEIGHT_DECAY": "WD"}  # read as ours spell them: MATRIX_LEARNING_RATE
+ENV_RETIRED = ("EMBEDDING_DIM", "EMBED_LR", "HEAD_LR", "LOSS_CHUNK_TOKENS")  # earlier versions' settings (README)
 BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 def parse_env_value(name: str, raw: str, kind: type):
@@ -266,32 +239,25 @@ def parse_env_value(name: str, raw: str, kind: type):
     require(math.isfinite(value) and (kind is float or value.is_integer()), f"{name}={raw!r} is not {expected}.")
     return value if kind is float else int(value)
 
-def abbreviates(name: str, ours: str) -> bool:
-    """Each word of name starts the same word of ours (at least 2 letters, a plural S dropped): ITERS, NUM_LAY."""
-    words, full = name.split("_"), ours.split("_")
-    each = all(len(w) > 1 and o.startswith(w.removesuffix("S")) for w, o in zip(words, full))
-    return len(words) == len(full) and each
-
 def check_unknown_env(environ: dict[str, str], known: list[str]) -> None:
-    """A name meant for ours: another case (iterations), abbreviated word by word (ITERS, NUM_LAY), the first words of
-    ours (WARMUP), the last words of several (LR), near (NUM_LAYER); ENV_SYNONYMS read as ours spell them."""
+    """Refuses a name meant for ours: iterations, ITERS, NUM_LAY, WARMUP (first words), LR (last ones), NUM_LAYER."""
     for name in environ:
-        upper = name.upper()
+        upper = name.upper().replace("LEARNING_RATE", "LR").replace("WEIGHT_DECAY", "WD")  # as ours spell them
         if name in known or upper.startswith(ENV_PREFIXES_NOT_OURS):
             continue
-        for long, short in ENV_SYNONYMS.items():
-            upper = upper.replace(long, short)
-        words = upper.split("_")
-        starts = [k for k in known if abbreviates(upper, k) or k.split("_")[: len(words)] == words]
-        ends = [k for k in known if k.split("_")[-len(words) :] == words]
+        require(upper not in ENV_RETIRED, f"{name}={environ[name]!r} is not a setting any more (README: retired "
+                "settings): unset it.")
+        words, split = upper.split("_"), {k: k.split("_") for k in known}
+        starts = [k for k, full in split.items() if full[: len(words)] == words or len(full) == len(words) and
+                  all(len(w) > 1 and o.startswith(w.removesuffix("S")) for w, o in zip(words, full))]
+        ends = [k for k, full in split.items() if full[-len(words) :] == words]
         near = starts or (ends if len(ends) > 1 else []) or difflib.get_close_matches(upper, known, n=1, cutoff=0.85)
         if near:
             raise ConfigError(f"unknown environment variable {name}={environ[name]!r}: did you mean "
                               f"{' or '.join(near)}? Rename it, or unset it if it is not meant for this script.")
 
 # ==== Logging, processes and the run ===============================================================================
-# Rank 0 writes logs/RUN_ID.txt (flushed as it goes) and prints; other ranks stay silent. Every event is one line of
-# key:value tokens so that logs can be parsed; units are part of the names. A Run carries what every phase needs.
+# Rank 0 writes LOG_DIR/RUN_ID.txt and prints: an event a line of key:value tokens (units in the names), parseable.
 
 @dataclass
 class DistContext:
@@ -317,34 +283,30 @@ class DistContext:
             dist.all_reduce(tensor, op=op)
         return tensor
 
-    def clock(self) -> float:
-        """time.perf_counter() once the device's queued work is done: every timed region starts and ends with one."""
+    def clock(self) -> float:  # perf_counter after the device's queued work: every timed region starts and ends so
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
 
 def dist_context() -> DistContext:  # from torchrun's variables (one process without them); no process group yet
-    try:
-        rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    except ValueError:
-        raise ConfigError("RANK, WORLD_SIZE and LOCAL_RANK must be integers (torchrun sets them).") from None
+    rank, world_size, local_rank = (parse_env_value(name, os.environ.get(name, default), int) for name, default in
+                                    (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")))
     require(world_size >= 1 and GRAD_ACCUM_TOTAL % world_size == 0, f"WORLD_SIZE={world_size} must divide "
             f"{GRAD_ACCUM_TOTAL}: run with --nproc_per_node of 1, 2, 4 or 8.")
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     return DistContext(rank, world_size, local_rank, device)
 
 def init_distributed(ctx: DistContext) -> None:  # this rank's GPU, and the process group: NCCL on CUDA, else gloo
-    if ctx.device.type == "cuda":
+    cuda = ctx.device.type == "cuda"
+    if cuda:  # TF32 for the fp32 matmuls that autocast leaves
         torch.cuda.set_device(ctx.device)
-    if ctx.distributed and ctx.device.type == "cuda":
-        dist.init_process_group(backend="nccl", device_id=ctx.device)
-    elif ctx.distributed:
-        dist.init_process_group(backend="gloo")
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    if ctx.distributed:
+        dist.init_process_group(backend="nccl" if cuda else "gloo", device_id=ctx.device if cuda else None)
 
 class Logger:
-    """Rank 0 appends to the log file, which its first line creates, and prints; other ranks pass None. `log(**fields)`
-    writes one key:value line."""
+    """Rank 0's log: the file its first line creates, and the console; `log(**fields)` writes one key:value line."""
 
     def __init__(self, path: Path | None):
         self.path, self.file, self.progress = path, None, {}  # progress: where training is, for an interrupt's line
@@ -360,21 +322,16 @@ class Logger:
                 print(message, flush=True)
 
     def log(self, **fields) -> None:
-        self.text(" ".join(f"{k}:{format_value(v)}" for k, v in fields.items()))
+        floats = {k: f"{v:.4f}" if abs(v) < 1e6 else f"{v:.0f}" for k, v in fields.items() if isinstance(v, float)}
+        self.text(" ".join(f"{k}:{floats.get(k, v)}" for k, v in fields.items()))
 
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
 
-def format_value(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.4f}" if abs(value) < 1e6 else f"{value:.0f}"
-    return str(value)
-
 @dataclass
 class Run:
-    """What every phase needs, made by the pre-flight (at the end of the file) once every input has passed. No file is
-    written before the process group has formed: every rank's pre-flight checks come first."""
+    """What every phase needs, made by the pre-flight (at the end of the file) once every input has passed."""
     args: Hyperparameters
     ctx: DistContext
     log: Logger
@@ -383,13 +340,11 @@ class Run:
     loss_impl: str  # torch | triton, and why (the log says both)
     loss_impl_reason: str
     tokenizer_verified: str  # round_trip_S/N: S of N sampled documents of the shards decode and re-encode
-    artifact: tuple[dict, bytes] | None  # EVAL_ONLY: the header (of the config's model) and payload to score
+    artifact: tuple[dict, dict] | None  # EVAL_ONLY: the header (of the config's model) and weights to score
 
 # ==== Data ==========================================================================================================
-# A shard is a 256 x int32 header (magic, version, token count, zeros), then uint16 tokens: documents concatenated,
-# each after a BOS (data/build_shards.py writes them). Training reads the shards in order, a contiguous span of
-# TRAIN_BATCH_TOKENS a step (+1 per micro-batch for the shifted targets), rank r of W its own part of it: the global
-# batch does not depend on W.
+# A shard: a 256 x int32 header (magic, version, token count), then uint16 tokens, each document after a BOS. Training
+# reads a contiguous span of TRAIN_BATCH_TOKENS a step, rank r of W its part: the global batch does not depend on W.
 
 SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
@@ -401,23 +356,20 @@ class ShardError(ValueError):
     """A shard file that is not in the format above; the message names the file."""
 
 def read_shard_header(path: str | Path, vocab_size: int = 0) -> int:
-    """Check the header and exact file size of one shard, and with vocab_size that every id is below it (a max
-    over a memmap: 0.015-0.25 s per 100M-token shard, warm-cold, on 2 CPU cores); return its token count."""
-    path = Path(path)
-    size = path.stat().st_size
+    """A shard's token count, its header and size checked, and with vocab_size every id (0.25 s per 100M tokens)."""
+    size = Path(path).stat().st_size
     if size < SHARD_HEADER_BYTES:
         raise ShardError(f"{path}: {size} bytes is shorter than the {SHARD_HEADER_BYTES}-byte shard header. The file "
                          "is truncated: delete it and download or rebuild it.")
     header = np.fromfile(path, dtype="<i4", count=SHARD_HEADER_INTS)
     if int(header[0]) != SHARD_MAGIC or int(header[1]) != SHARD_VERSION:
-        raise ShardError(f"{path}: header magic/version {int(header[0])}/{int(header[1])}, expected "
-                         f"{SHARD_MAGIC}/{SHARD_VERSION}. Not a shard of this format: rebuild it with "
-                         "data/build_shards.py or download it with data/cached_challenge_fineweb.py.")
+        raise ShardError(f"{path}: header magic/version {int(header[0])}/{int(header[1])}, expected {SHARD_MAGIC}/"
+                         f"{SHARD_VERSION}. Not a shard of this format: rebuild or download it (data/README.md).")
     num_tokens = int(header[2])
     expected = SHARD_HEADER_BYTES + num_tokens * SHARD_TOKEN_DTYPE.itemsize
     if num_tokens < 0 or size != expected:
-        raise ShardError(f"{path}: header says {num_tokens} tokens ({expected} bytes) but the file has "
-                         f"{size} bytes. The file is truncated or corrupt: delete it and fetch it again.")
+        raise ShardError(f"{path}: header says {num_tokens} tokens ({expected} bytes) but the file has {size} bytes. "
+                         "The file is truncated or corrupt: delete it and fetch it again.")
     if vocab_size and num_tokens:
         top = int(np.max(np.memmap(path, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (num_tokens,))))
         if top >= vocab_size:
@@ -443,8 +395,7 @@ def write_atomic(path: str | Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
 
 def find_shards(data_path: str, split: str, vocab_size: int = 1024) -> list[Path]:
-    """The shards DATA_PATH/fineweb_{split}_*.bin of a split, "train" or "val", sorted; an error says where to get them:
-    the published sp1024 data, or the records' sp8192 (another repository), or re-tokenized sp1024 shards."""
+    """DATA_PATH/fineweb_{split}_*.bin of a split, "train" or "val", sorted; if none, where to get them."""
     pattern = os.path.join(data_path, f"fineweb_{split}_*.bin")
     files = sorted(Path(p) for p in glob.glob(pattern))
     if not files:
@@ -462,46 +413,33 @@ class DistributedTokenLoader:
     """The shards in order, wrapping around; each call takes one micro-batch per rank, keeps this rank's."""
 
     def __init__(self, files: list[Path], ctx: DistContext):
-        self.files, self.ctx = files, ctx
-        self.file_index, self.tokens, self.pos = -1, torch.empty(0, dtype=torch.uint16), 0
-
-    def take(self, n: int) -> Tensor:
-        parts = []
-        while n > 0:
-            if self.pos >= self.tokens.numel():  # next shard
-                self.file_index = (self.file_index + 1) % len(self.files)
-                self.tokens, self.pos = load_data_shard(self.files[self.file_index]), 0
-                continue
-            k = min(n, self.tokens.numel() - self.pos)
-            parts.append(self.tokens[self.pos : self.pos + k])
-            self.pos, n = self.pos + k, n - k
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+        self.shards = [np.memmap(f, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (read_shard_header(f),)) for f in files]
+        self.ctx, self.shard, self.pos = ctx, 0, 0
 
     def next_batch(self, micro_batch_tokens: int, seq_len: int) -> tuple[Tensor, Tensor]:
-        span = micro_batch_tokens + 1
-        chunk = self.take(span * self.ctx.world_size)
-        local = chunk[self.ctx.rank * span : (self.ctx.rank + 1) * span].to(torch.int64)
-        return self.to_device(local[:-1].reshape(-1, seq_len), local[1:].reshape(-1, seq_len))
+        span, parts, left = micro_batch_tokens + 1, [], (micro_batch_tokens + 1) * self.ctx.world_size
+        while left > 0:  # the next tokens in shard order
+            parts.append(self.shards[self.shard][self.pos : self.pos + left])
+            self.pos, left = self.pos + len(parts[-1]), left - len(parts[-1])
+            if self.pos == len(self.shards[self.shard]):
+                self.shard, self.pos = (self.shard + 1) % len(self.shards), 0
+        local = np.concatenate(parts)[self.ctx.rank * span : (self.ctx.rank + 1) * span]
+        return self.to_device(np.lib.stride_tricks.sliding_window_view(local, seq_len + 1)[::seq_len])
 
-    def to_device(self, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-        return x.to(self.ctx.device, non_blocking=True), y.to(self.ctx.device, non_blocking=True)
+    def to_device(self, rows: np.ndarray) -> tuple[Tensor, Tensor]:  # (n, seq_len + 1) tokens -> inputs, targets
+        rows = torch.from_numpy(rows.astype(np.int64)).to(self.ctx.device, non_blocking=True)
+        return rows[:, :-1], rows[:, 1:]
 
 class ShuffledSequenceLoader(DistributedTokenLoader):
-    """TRAIN_SHUFFLE=1, the 2026-04-05 record's sampling: whole sequences (seq_len + 1 tokens) cut from each shard at
-    a random phase, drawn in a random order without replacement, reshuffled when too few are left for a step. The
-    order comes from SEED alone: every rank draws the same global micro-batch and keeps its part, whatever W is."""
+    """TRAIN_SHUFFLE=1 (the records'): sequences at a random phase per shard, in an order of SEED's alone (not W's)."""
 
     def __init__(self, files: list[Path], ctx: DistContext, seed: int):
-        self.shards = [np.memmap(f, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (read_shard_header(f),)) for f in files]
-        self.ctx, self.rng = ctx, np.random.default_rng(seed)
-        self.order, self.pos = np.empty((0, 2), np.int64), 0  # (shard, start) of each sequence, and the next one
+        super().__init__(files, ctx)
+        self.rng, self.order = np.random.default_rng(seed), np.empty((0, 2), np.int64)  # (shard, start) of each one
 
-    def reshuffle(self, seq_len: int) -> None:
-        pairs = []
-        for i, shard in enumerate(self.shards):
-            starts = np.arange(int(self.rng.integers(seq_len)), len(shard) - seq_len, seq_len)
-            pairs.append(np.stack([np.full_like(starts, i), starts], 1))
-        order = np.concatenate(pairs)
+    def reshuffle(self, seq_len: int) -> None:  # every shard cut at a random phase, then one permutation of it all
+        starts = [np.arange(int(self.rng.integers(seq_len)), len(s) - seq_len, seq_len) for s in self.shards]
+        order = np.concatenate([np.stack([np.full_like(a, i), a], 1) for i, a in enumerate(starts)])
         self.order, self.pos = order[self.rng.permutation(len(order))], 0
 
     def next_batch(self, micro_batch_tokens: int, seq_len: int) -> tuple[Tensor, Tensor]:
@@ -514,30 +452,20 @@ class ShuffledSequenceLoader(DistributedTokenLoader):
                                  f"fewer than one step ({step}): add data or set TRAIN_SHUFFLE=0.")
         rows = self.order[self.pos + self.ctx.rank * n : self.pos + (self.ctx.rank + 1) * n]
         self.pos += n * self.ctx.world_size
-        sequences = np.stack([self.shards[i][start : start + seq_len + 1] for i, start in rows])
-        sequences = torch.from_numpy(sequences.astype(np.int64))
-        return self.to_device(sequences[:, :-1], sequences[:, 1:])
+        return self.to_device(np.stack([self.shards[i][start : start + seq_len + 1] for i, start in rows]))
 
 def make_train_loader(args: Hyperparameters, files: list[Path], ctx: DistContext) -> DistributedTokenLoader:
-    if args.train_shuffle:
-        return ShuffledSequenceLoader(files, ctx, args.seed)
-    return DistributedTokenLoader(files, ctx)
+    return ShuffledSequenceLoader(files, ctx, args.seed) if args.train_shuffle else DistributedTokenLoader(files, ctx)
 
 # ==== Output loss ===================================================================================================
-# logits = x @ W^T, softcap z = c*tanh(logits/c), cross entropy, mean over tokens, in chunks of LOSS_CHUNK_TOKENS rows
-# so the logits never exist for the whole batch. The forward pass also computes the gradients (dL/dx per chunk, dL/dW
-# accumulated in fp32; dL/dlogits = (softmax(z) - onehot(y)) * (1 - tanh^2) / N), so the backward pass only scales
-# them. The PyTorch chunk function is the reference; the Triton kernel after it fuses the elementwise work.
+# logits = x @ W^T, z = c*tanh(logits/c), cross entropy, in chunks of rows: the logits never exist for the whole batch.
+# The forward pass also makes the gradients (dL/dlogits = (softmax(z) - onehot(y)) * (1 - tanh^2) / N; dL/dW in fp32),
+# the backward pass only scales them. The PyTorch chunk function is the reference of the Triton kernel after it.
 
-LOSS_CHUNK_ELEMENTS = 2**27  # default chunk: 128M logits, a 256 MiB bf16 buffer (16384 tokens at V=8192)
-
-def loss_chunk_tokens(requested: int, vocab_size: int) -> int:
-    """LOSS_CHUNK_TOKENS, or for 0 as many as fit LOSS_CHUNK_ELEMENTS logits: one chunk for small vocabularies."""
-    return requested if requested > 0 else max(1, LOSS_CHUNK_ELEMENTS // vocab_size)
+LOSS_CHUNK_ELEMENTS = 2**27  # logits per chunk: a 256 MiB bf16 buffer (16384 tokens at V=8192; one chunk at small V)
 
 def softcap_ce_chunk_torch(logits, targets, loss_rows, softcap: float, grad_scale: float, need_grad: bool) -> None:
-    """The reference for softcap_ce_chunk_triton, with its contract: loss_rows (n,) fp32 <- each row's loss;
-    logits (n, V), any float dtype, <- dL/dlogits * grad_scale if need_grad. fp32 math."""
+    """The reference of softcap_ce_chunk_triton, its contract (below) with logits of any float dtype; fp32 math."""
     t = torch.tanh(logits.float() / softcap)
     z = softcap * t
     lse = torch.logsumexp(z, dim=-1)
@@ -548,14 +476,9 @@ def softcap_ce_chunk_torch(logits, targets, loss_rows, softcap: float, grad_scal
         logits.copy_(grad * ((1.0 - t * t) * grad_scale))
 
 # ---- Triton kernel: softcap + cross entropy + dL/dlogits, one pass over each chunk's logits ----
-# The three GEMMs (logits, grad_x, grad_W) stay on cuBLAS. Between them the reference makes ~10 elementwise passes and
-# fp32 copies of the (chunk, V) logits; this kernel reads each bf16 row once, writes dL/dlogits over it in place and
-# stores the row's loss: a chunk needs one (chunk, V) buffer and nothing else of that size. Targets lie in [0, V).
-# Softmax needs a shift m >= max(z) so that exp(z - m) cannot overflow. The cap bounds z by c, so m = c serves without
-# a pass for the row max: exp2((z - c) log2 e) >= 2^(-2c log2 e) stays a normal fp32 number while 2c log2 e <=
-# FIXED_SHIFT_MAX_EXP2 (c <= 41.6). The row, whole in registers, is read, exponentiated and summed in one sweep;
-# dL/dlogits = p dt / s - onehot(y) dt_y needs only the sum. On an H100 this beat two passes over narrower blocks
-# (README); wider rows and larger caps take the PyTorch path and the log says so.
+# Where the reference makes ~10 elementwise passes, this reads each bf16 row once (whole, in registers) and writes
+# dL/dlogits over it. |z| <= c, so c is the softmax shift (no pass for the row max): exp2((z - c) log2 e) stays a
+# normal fp32 while 2c log2 e <= FIXED_SHIFT_MAX_EXP2 (c <= 41.6); wider rows or larger caps take the PyTorch path.
 MAX_BLOCK_V = 8192
 FIXED_SHIFT_MAX_EXP2 = 120.0  # flush-to-zero starts below 2^-126; margin for the sum and rounding
 
@@ -610,23 +533,20 @@ def softcap_ce_chunk_triton(logits, targets, loss_rows, softcap: float, grad_sca
     n, V = logits.shape
     if not (logits.is_contiguous() and targets.is_contiguous() and loss_rows.is_contiguous() and targets.shape ==
             loss_rows.shape == (n,) and targets.dtype == torch.int64 and loss_rows.dtype == torch.float32):
-        raise ValueError("softcap_ce_chunk_triton: want contiguous logits (n, V), int64 targets (n,), fp32 loss_rows "
-                         "(n,)")
+        raise ValueError("softcap_ce_chunk_triton: contiguous logits (n, V), int64 targets (n,), fp32 loss_rows (n,)")
     if reason := triton_unavailable_reason(V, softcap):
         raise ValueError(f"softcap_ce_chunk_triton: {reason}")
     block_v = triton.next_power_of_2(V)
     _softcap_ce_kernel[(n,)](logits, targets, loss_rows, float(softcap), float(grad_scale), V=V, BLOCK_V=block_v,
                              NEED_GRAD=need_grad, num_warps=min(max(block_v // 512, 1), 16))  # 16 columns per thread
 
-# One custom op for both chunk implementations, opaque to torch.compile (inductor would otherwise trace into
-# the loop and the in-place kernel); its autograd formula only scales the gradients the forward pass computed.
+# One custom op for both chunk functions, opaque to torch.compile; its backward scales the forward's gradients.
 CHUNK_IMPLS = {"torch": softcap_ce_chunk_torch, "triton": softcap_ce_chunk_triton}
 
 @torch.library.custom_op("parameter_golf::softcap_ce", mutates_args=())
 def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, chunk_tokens: int,
                   need_grad: bool, impl: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(mean loss fp32, per-token losses (N,) fp32, dL/dx (N, d), dL/dW (V, d) in weight's dtype); the
-    gradients are empty if not need_grad. impl: "torch" or "triton", the chunk function of each chunk."""
+    """(mean loss, per-token losses (N,), dL/dx (N, d), dL/dW (V, d)); the gradients are empty if not need_grad."""
     n, V = x.size(0), weight.size(0)
     w = weight.to(x.dtype)  # (V, d): the cast the matmul would make, done once for every chunk
     logits = x.new_empty(min(chunk_tokens, n), V)  # one buffer for every chunk, then dL/dlogits
@@ -669,9 +589,7 @@ softcap_ce_op.register_autograd(_softcap_ce_backward, setup_context=_softcap_ce_
 def resolve_loss_impl(args: Hyperparameters, device: torch.device) -> tuple[str, str]:
     """LOSS_IMPL=auto picks Triton on CUDA where it can run; returns (impl, why) so the log says which path runs."""
     requested, reason = args.loss_impl, triton_unavailable_reason(args.vocab_size, args.logit_softcap)
-    if requested == "triton" and reason is not None:
-        raise ConfigError(f"LOSS_IMPL=triton, but the Triton kernel cannot run here: {reason}. "
-                          "Use LOSS_IMPL=torch (or auto).")
+    require(requested != "triton" or reason is None, f"LOSS_IMPL=triton cannot run here: {reason}. Use torch or auto.")
     if requested != "auto":
         return requested, "forced_by_LOSS_IMPL"
     if device.type != "cuda":
@@ -679,20 +597,15 @@ def resolve_loss_impl(args: Hyperparameters, device: torch.device) -> tuple[str,
     return ("triton", "auto_cuda") if reason is None else ("torch", "auto_triton_unavailable: " + reason)
 
 def softcap_ce_loss(x, weight, targets, softcap: float, chunk_tokens: int, impl: str, per_token=False) -> Tensor:
-    """Mean softcapped cross entropy of x (N, d) @ weight (V, d)^T against targets (N,), fp32; per_token:
-    the (N,) losses, forward only. Gradient work only when autograd will ask for it."""
-    need_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
-    if per_token and need_grad:
-        raise ValueError("per-token losses are forward-only: compute them under torch.no_grad()")
+    """Mean softcapped cross entropy of x (N, d) @ weight (V, d)^T and targets (N,); per_token: each one's, no grad."""
+    need_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad) and not per_token
     mean, rows, _, _ = softcap_ce_op(x, weight, targets, float(softcap), int(chunk_tokens), need_grad, impl)
-    return rows if per_token else mean
+    return rows.detach() if per_token else mean  # detached: a backward through them fails, never silently zero
 
 # ==== Model =========================================================================================================
-# A GPT with U-Net skips: the first half of the blocks store their outputs, the second half adds them back in reverse
-# order through learned per-channel weights; every block mixes its input with x0 (the normed embedding). Attention
-# has RMS-normed q and k, rotary embeddings, a learned per-head gain on q and grouped-query heads; output projections
-# start at zero. Parameters are fp32, matmuls bf16 under autocast on CUDA. The record stack's switches are chosen
-# once in __init__: one that is off adds no parameter and no kernel.
+# A GPT with U-Net skips (the second half of the blocks adds the first half's outputs back, in reverse, weighted); each
+# block mixes its input with x0. Attention: RMS-normed q and k, rotary, a gain on q, grouped-query heads; output
+# projections start at zero. fp32 parameters, bf16 matmuls on CUDA; switches chosen once in __init__, no cost when off.
 
 CONTROL_TENSOR_NAMES = ("attn_scale", "mlp_scale", "resid_mix", "q_gain", "skip_weights", "skip_gates")
 
@@ -724,8 +637,7 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin, x[..., 2 * half :]), dim=-1)
 
 def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
-    """XSA: remove from each head's output y its component along the (normalised) value vector its own
-    token wrote. y (B, H, T, hd), v (B, Hkv, T, hd); query head h reads kv head h // (H/Hkv), no repeat."""
+    """XSA: each head's output y (B, H, T, hd) less its part along its own token's value v (B, Hkv, T, hd)."""
     B, H, T, hd = y.shape
     y = y.view(B, v.size(1), H // v.size(1), T, hd)
     vn = F.normalize(v, dim=-1).unsqueeze(2)  # (B, Hkv, 1, T, hd)
@@ -754,9 +666,7 @@ class CausalSelfAttention(nn.Module):
         q = self.c_q(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
         k = self.c_k(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
         v = self.c_v(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        cos, sin = self.rope_cos[:, :, :T], self.rope_sin[:, :, :T]
-        if T > self.rope_cos.size(2):  # longer than any sequence of the config: computed on the fly
-            cos, sin = rotary_cos_sin(T, self.rope_dims, self.rope_base, x.device)
+        cos, sin = self.rope_cos[:, :, :T], self.rope_sin[:, :, :T]  # T <= the config's longest sequence
         q = apply_rotary(rms_norm(q), cos, sin) * self.q_gain.to(q.dtype)[None, :, None, None]
         k = apply_rotary(rms_norm(k), cos, sin)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.num_kv_heads != self.num_heads)
@@ -776,8 +686,7 @@ class MLP(nn.Module):
         return self.proj(self.act(self.fc(x)))
 
 class Block(nn.Module):
-    """x = mix0*x + mix1*x0, then attention and MLP residual branches on RMS-normed inputs, in sequence
-    or (from PARALLEL_RESIDUAL_START on, GPT-J style) both reading the same input."""
+    """x = mix0*x + mix1*x0, then attention and MLP on RMS-normed inputs, in sequence or both on one (GPT-J style)."""
 
     def __init__(self, args: Hyperparameters, layer: int):
         super().__init__()
@@ -805,8 +714,7 @@ class Block(nn.Module):
         return self.residual(mix[0] * x + mix[1] * x0)
 
 def layer_order(args: Hyperparameters, looping: bool) -> tuple[list[int], list[int]]:
-    """(encoder, decoder) block indices. Looping runs LOOP_START..LOOP_END NUM_LOOPS extra times, shared
-    weights: 11 layers, 4..5, 2 loops -> 0 1 2 3 4 5 4 | 5 4 5 6 7 8 9 10 (the 2026-04-05 record's order)."""
+    """(encoder, decoder) blocks, LOOP_START..LOOP_END repeated: 11, 3..5, 2 loops -> 0 1 2 3 4 5 3 4 | 5 3 4 5 6-10."""
     order = list(range(args.num_layers))
     if looping:
         segment = list(range(args.loop_start, args.loop_end + 1))
@@ -819,25 +727,22 @@ class GPT(nn.Module):
     def __init__(self, args: Hyperparameters, loss_impl: str = "torch", activation_dtype=torch.float32,
                  compile_scoring: bool = False):
         super().__init__()
-        self.logit_softcap = args.logit_softcap
-        self.loss_chunk_tokens = loss_chunk_tokens(args.loss_chunk_tokens, args.vocab_size)
+        self.logit_softcap, self.loss_chunk_tokens = args.logit_softcap, max(1, LOSS_CHUNK_ELEMENTS // args.vocab_size)
         self.loss_impl, self.activation_dtype = loss_impl, activation_dtype
         self.tok_emb = nn.Embedding(args.vocab_size, args.model_dim)
-        nn.init.normal_(self.tok_emb.weight, std=args.tied_embed_init_std if args.tie_embeddings else 1.0)
+        nn.init.normal_(self.tok_emb.weight, std=args.tied_embed_init_std)
         self.orders = {False: layer_order(args, False), True: layer_order(args, args.num_loops > 0)}
         self.looping = False  # which order runs: training sets it at ENABLE_LOOPING_AT, scoring from the artifact
         num_skips = max(min(len(enc), len(dec)) for enc, dec in self.orders.values())
         self.skip_weights = nn.Parameter(torch.ones(num_skips, args.model_dim))
         self.skip_gates = nn.Parameter(torch.zeros(num_skips, args.model_dim)) if args.skip_gates_enabled else None
         self.blocks = nn.ModuleList(Block(args, i) for i in range(args.num_layers))
-        self.lm_head = None if args.tie_embeddings else CastedLinear(args.model_dim, args.vocab_size, zero_init=True)
         if args.ortho_init:  # the records' init: every matrix that does not start at zero, >= 64 on each side
             for m in self.modules():
                 if isinstance(m, CastedLinear) and not m.zero_init and min(m.weight.shape) >= 64:
                     nn.init.orthogonal_(m.weight)
-        self.scoring_hidden = self.hidden
-        if compile_scoring:
-            self.scoring_hidden = torch.compile(self.hidden, dynamic=False, fullgraph=True)
+        self.scoring_hidden = (torch.compile(self.hidden, dynamic=False, fullgraph=True) if compile_scoring
+                               else self.hidden)
 
     def add_skip(self, x: Tensor, skip: Tensor, i: int) -> Tensor:
         skip = self.skip_weights[i].to(x.dtype) * skip
@@ -861,27 +766,22 @@ class GPT(nn.Module):
 
     def loss(self, h: Tensor, target_ids: Tensor, per_token: bool = False) -> Tensor:
         """Hidden states (..., C) and their targets (...) -> mean cross entropy (fp32), or each token's."""
-        head = self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
-        return softcap_ce_loss(h.reshape(-1, h.size(-1)), head, target_ids.reshape(-1), self.logit_softcap,
-                               self.loss_chunk_tokens, self.loss_impl, per_token)
+        return softcap_ce_loss(h.reshape(-1, h.size(-1)), self.tok_emb.weight, target_ids.reshape(-1),
+                               self.logit_softcap, self.loss_chunk_tokens, self.loss_impl, per_token)
 
     def forward(self, input_ids: Tensor, target_ids: Tensor) -> Tensor:
         """input_ids, target_ids: (B, T) int64 -> mean cross entropy over all B*T tokens (fp32)."""
         return self.loss(self.hidden(input_ids), target_ids)
 
 # ==== Optimizers ====================================================================================================
-# Muon for the 2-D matrices inside the blocks: Nesterov momentum, then the update is replaced by the nearest
-# semi-orthogonal matrix (Newton-Schulz in bf16), scaled by sqrt(max(1, rows/cols)). Matrices of one shape form a bank
-# (a param group) orthogonalised with batched matmuls, one launch per shape. Each rank takes its contiguous share of
-# every bank and all-gathers the updates; a bank's all-gather runs while the next bank is orthogonalised. Adam(W) for
-# the embedding (and untied head) and for vectors, scalars and control tensors.
+# Muon for the blocks' matrices: Nesterov momentum, then Newton-Schulz orthogonalisation, a bank of one shape at a time,
+# each rank its share, all-gathered while the next bank runs. Adam(W) for the embedding and the rest.
 
 NEWTON_SCHULZ_COEFFS = (3.4445, -4.7750, 2.0315)  # quintic: pushes singular values toward ~1 fast
 ALL_GATHER = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)  # torch 2.13 renamed it
 
 def newton_schulz_orthogonalize(G: Tensor, steps: int, eps: float = 1e-7) -> Tensor:
-    """Approximately U V^T for G = U S V^T, of one matrix or each of a bank (B, rows, cols), in bf16 (singular
-    values end in ~[0.7, 1.2])."""
+    """About U V^T for G = U S V^T, of a matrix or a bank of them (B, rows, cols), in bf16 (values end in ~0.7-1.2)."""
     a, b, c = NEWTON_SCHULZ_COEFFS
     X = G.bfloat16()
     X = X / (X.norm(dim=(-2, -1), keepdim=True) + eps)  # spectral norm <= Frobenius norm <= 1: the iteration's basin
@@ -894,15 +794,14 @@ def newton_schulz_orthogonalize(G: Tensor, steps: int, eps: float = 1e-7) -> Ten
     return X.mT if transposed else X
 
 class Muon(torch.optim.Optimizer):
-    """row_normalize (MuonEq-R): the Nesterov update's rows to unit norm before Newton-Schulz. Decoupled weight_decay:
-    p *= 1 - lr * wd before the update. The params are grouped into banks of one shape here."""
+    """row_normalize (MuonEq-R): the update's rows to unit norm first; decoupled weight_decay: p *= 1 - lr * wd."""
 
     def __init__(self, params, lr: float, momentum: float, backend_steps: int, orthogonalize=None,
                  row_normalize: bool = False, weight_decay: float = 0.0):
         params = list(params)
         banks = [[p for p in params if p.shape == shape] for shape in dict.fromkeys(p.shape for p in params)]
-        super().__init__([dict(params=bank) for bank in banks],
-                         dict(lr=lr, momentum=momentum, backend_steps=backend_steps, weight_decay=weight_decay))
+        defaults = dict(lr=lr, base_lr=lr, momentum=momentum, backend_steps=backend_steps, weight_decay=weight_decay)
+        super().__init__([dict(params=bank) for bank in banks], defaults)  # base_lr: what the schedule scales
         self.orthogonalize = orthogonalize or newton_schulz_orthogonalize
         self.row_normalize = row_normalize
 
@@ -943,26 +842,20 @@ def is_control_tensor(name: str) -> bool:
 def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> list[torch.optim.Optimizer]:
     block_params = list(model.blocks.named_parameters())
     matrix_params = [p for n, p in block_params if p.ndim == 2 and not is_control_tensor(n)]
-    scalar_params = [p for n, p in block_params if p.ndim < 2 or is_control_tensor(n)] + [model.skip_weights]
-    if model.skip_gates is not None:
-        scalar_params.append(model.skip_gates)
-    embed_lr = args.tied_embed_lr if model.lm_head is None else args.embed_lr
-    adam_groups = [dict(params=[model.tok_emb.weight], lr=embed_lr, base_lr=embed_lr, weight_decay=args.embed_wd),
+    scalar_params = [p for n, p in block_params if p.ndim < 2 or is_control_tensor(n)]
+    scalar_params += [p for p in (model.skip_weights, model.skip_gates) if p is not None]
+    adam_groups = [dict(params=[model.tok_emb.weight], lr=args.tied_embed_lr, base_lr=args.tied_embed_lr,
+                        weight_decay=args.embed_wd),
                    dict(params=scalar_params, lr=args.scalar_lr, base_lr=args.scalar_lr, weight_decay=args.adam_wd)]
-    if model.lm_head is not None:
-        adam_groups.append(dict(params=[model.lm_head.weight], lr=args.head_lr, base_lr=args.head_lr, weight_decay=0.0))
     adam = torch.optim.AdamW(adam_groups, betas=(args.beta1, args.beta2), eps=args.adam_eps,
                              fused=model.tok_emb.weight.is_cuda)  # decoupled p *= 1 - lr * wd: Adam when every wd is 0
     muon = Muon(matrix_params, lr=args.matrix_lr, momentum=args.muon_momentum, backend_steps=args.muon_backend_steps,
                 orthogonalize=orthogonalize, row_normalize=args.muon_row_normalize, weight_decay=args.muon_wd)
-    for group in muon.param_groups:
-        group["base_lr"] = args.matrix_lr
     return [adam, muon]
 
 # ==== Evaluation: bits per byte =====================================================================================
-# Loss per token depends on the tokenizer, bits per byte does not: that is the score. The bytes of a target piece: 1 for
-# a byte-fallback piece, else its UTF-8 length, its leading "▁" (a space) counted only when the previous token is not
-# a control/unknown/unused one (after BOS, decoding drops that space).
+# Bits per byte, the score, does not depend on the tokenizer. A target's bytes: 1 for a byte piece, else its UTF-8
+# length, its leading "▁" (a space) counted unless the previous token is control/unknown/unused (as decoding does).
 
 @dataclass
 class ValData:
@@ -976,8 +869,6 @@ class ValData:
 
 def load_tokenizer(path: str, vocab_size: int) -> tuple[object, tuple[Tensor, Tensor, Tensor]]:
     """The SentencePiece model at path, of VOCAB_SIZE pieces, and its byte tables (build_byte_luts), both checked."""
-    import sentencepiece as spm
-
     if not Path(path).is_file():
         raise FileNotFoundError(f"TOKENIZER_PATH={path}: no such file. Point TOKENIZER_PATH at the .model file "
                                 "the shards were made with (data/README.md says where to get one).")
@@ -1003,8 +894,7 @@ def build_byte_luts(sp, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
     return torch.from_numpy(base_bytes), torch.from_numpy(has_leading_space), torch.from_numpy(is_boundary)
 
 def check_tokenizer_bytes(sp, luts: tuple[Tensor, Tensor, Tensor], name: str = "the tokenizer") -> None:
-    """The byte rule above holds when SentencePiece strips and collapses whitespace and no piece has "▁" inside
-    (remove_extra_whitespaces=false, a user piece "of▁the" break it): test odd texts and such pieces, after a BOS."""
+    """The byte rule above fails if whitespace is kept or a piece holds "▁" inside: test odd texts and such pieces."""
     base_bytes, has_leading_space, is_boundary = luts
     inner = [p.replace("▁", " ") for p in map(sp.id_to_piece, range(sp.vocab_size())) if "▁" in p[1:]]
     probes = ["Hello world, 2024 (x) - y.", "  two  spaces,\ttab\n\nnew   line  ", " naïve 漢字 😀 ﬁne", "a ▁ b"]
@@ -1015,15 +905,13 @@ def check_tokenizer_bytes(sp, luts: tuple[Tensor, Tensor, Tensor], name: str = "
         counted = sum(int(base_bytes[i]) + int(has_leading_space[i] and not b) for i, b in zip(ids, after_boundary))
         if counted != decoded and sp.unk_id() not in ids:  # unknown pieces go uncounted: a worse score, not better
             raise ConfigError(f"{name}: its pieces miscount the bytes for bits per byte ({text!r}: {decoded} bytes, "
-                              f"counted {counted}). Train it with remove_extra_whitespaces=true and no user pieces "
-                              "holding '▁'.")
+                              f"counted {counted}). Train it with remove_extra_whitespaces=true, no piece holding '▁'.")
 
 def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 def round_trip(sp, samples: list[np.ndarray], docs: int = 32) -> tuple[int, int]:
-    """(documents whose ids come back when decoded and encoded again, documents tried): up to `docs` BOS-led documents
-    of each sample, spread evenly. All or nearly all do with the tokenizer that made them, few with any other."""
+    """(documents that decode and encode back to their ids, documents tried): up to `docs` of each sample, spread."""
     same = tried = 0
     for tokens in samples:
         bos = np.flatnonzero(tokens == sp.bos_id())
@@ -1033,18 +921,15 @@ def round_trip(sp, samples: list[np.ndarray], docs: int = 32) -> tuple[int, int]
     return same, tried
 
 def check_round_trip(sp, samples: list[np.ndarray], args: Hyperparameters) -> str:
-    """A tokenizer of the right size that did not make the shards scores silently: refuse it unless at least half the
-    sampled documents round-trip, naming the tokenizers beside it (or in data/tokenizers) that do."""
+    """Refuses a tokenizer that did not make the shards (under half the documents round-trip), naming ones that do."""
     same, tried = round_trip(sp, samples)
     if same * 2 >= tried:
         return f"round_trip_{same}/{tried}"
-    import sentencepiece as spm
-
-    fits, top = [], max(int(tokens.max(initial=0)) for tokens in samples)
-    for path in sorted({*Path(args.tokenizer_path).parent.glob("*.model"), *Path("data/tokenizers").glob("*.model")}):
-        other = spm.SentencePieceProcessor(model_file=str(path))
-        if other.vocab_size() > top and 2 * round_trip(other, samples)[0] >= tried:
-            fits.append(f"{path} (VOCAB_SIZE={other.vocab_size()})")
+    top = max(int(tokens.max(initial=0)) for tokens in samples)
+    paths = sorted({*Path(args.tokenizer_path).parent.glob("*.model"), *Path("data/tokenizers").glob("*.model")})
+    others = {path: spm.SentencePieceProcessor(model_file=str(path)) for path in paths}
+    fits = [f"{path} (VOCAB_SIZE={other.vocab_size()})" for path, other in others.items()
+            if other.vocab_size() > top and 2 * round_trip(other, samples)[0] >= tried]
     raise ConfigError(f"TOKENIZER_PATH={args.tokenizer_path} did not make the shards in {args.data_path}: {same} of "
                       f"{tried} sampled documents decode and encode again to their own ids, as nearly all do with the "
                       f"tokenizer that made them. Those that fit: {', '.join(fits) or 'none beside it'}. Set "
@@ -1055,18 +940,13 @@ def target_bytes(x: Tensor, y: Tensor, val: ValData) -> Tensor:
     space = val.has_leading_space[y] & ~val.is_boundary[x]
     return val.base_bytes[y].to(torch.int64) + space.to(torch.int64)
 
-def window_starts(val: ValData, stride: int) -> Tensor:
-    """Where the windows of val.seq_len tokens start: every `stride` tokens (0: every seq_len), while one scores."""
-    T = val.seq_len
-    return torch.arange(0, val.tokens.numel() - 1 - (T - (stride or T)), stride or T)
+def window_starts(val: ValData, stride: int) -> Tensor:  # every `stride` tokens (0: seq_len), while a window scores
+    return torch.arange(0, val.tokens.numel() - 1 - (val.seq_len - (stride or val.seq_len)), stride or val.seq_len)
 
 @torch.no_grad()
 def score_windows(model: GPT, val: ValData, ctx: DistContext, stride: int = 0, starts=None, observe=None) -> Tensor:
-    """(summed loss, scored tokens, their bytes), fp64, summed over ranks, of the windows at `starts` (default: all).
-    The split's first window scores all its tokens and each later one its last `stride` (the rest is left context),
-    so every token is scored exactly once, the tail too. Ranks take contiguous runs of windows; a short last batch is
-    padded with windows that score nothing, so one compiled shape serves. observe(target positions, hidden states)
-    sees each batch's scored predictions (the legality check's view)."""
+    """(summed loss, scored tokens, their bytes) of the windows at `starts` (all), fp64, over ranks; the first window
+    scores all its tokens, the others their last `stride`. observe(positions, hidden) sees what is scored (legality)."""
     T, total = val.seq_len, val.tokens.numel() - 1
     context = T - (stride or T)
     starts = window_starts(val, stride) if starts is None else starts
@@ -1098,14 +978,9 @@ def loss_and_bpb(sums: Tensor) -> tuple[float, float]:
     loss_sum, tokens, num_bytes = sums.tolist()
     return loss_sum / tokens, loss_sum / tokens / math.log(2.0) * tokens / num_bytes
 
-def evaluate(model: GPT, val: ValData, ctx: DistContext, stride: int = 0) -> tuple[float, float]:
-    return loss_and_bpb(score_windows(model, val, ctx, stride))
-
 def score_with_ttt(run: Run, model: GPT, observe=None) -> Tensor:
-    """Score-first test-time training (the 2026-04-09 record's; README: legality): the windows are scored a chunk of
-    TTT_CHUNK_TOKENS predictions at a time, each window in the chunk of its first scored prediction, and after each
-    chunk but the last the model trains on that chunk's predictions (train_on_chunk), the lr cosine-decayed over the
-    chunks. No prediction is scored after a step that saw its target. Returns score_windows' sums over all chunks."""
+    """Score-first TTT (README: legality): windows scored a chunk of TTT_CHUNK_TOKENS predictions at a time, then the
+    model trains on that chunk (but the last), lr cosine-decayed: no prediction is scored after a step saw it."""
     args, val, stride = run.args, run.val, run.args.eval_stride
     T, total, size = val.seq_len, val.tokens.numel() - 1, args.ttt_chunk_tokens
     starts, chunks = window_starts(val, stride), -(-total // size)
@@ -1120,8 +995,7 @@ def score_with_ttt(run: Run, model: GPT, observe=None) -> Tensor:
     return sums
 
 def train_on_chunk(run: Run, model: GPT, sgd: torch.optim.SGD, begin: int, end: int, lr: float) -> None:
-    """TTT_EPOCHS steps on the predictions begin..end-1, as whole sequences shared out over the ranks (one without any
-    runs one at weight 0): each step's gradient is the mean over them all, clipped at 1, whatever the rank count."""
+    """TTT_EPOCHS steps on predictions begin..end-1, sequences split over ranks: the mean gradient, clipped at 1."""
     ctx, T, params = run.ctx, run.val.seq_len, list(model.parameters())
     seqs = (end - begin) // T
     mine = torch.arange(seqs)[seqs * ctx.rank // ctx.world_size : seqs * (ctx.rank + 1) // ctx.world_size]
@@ -1139,29 +1013,25 @@ def train_on_chunk(run: Run, model: GPT, sgd: torch.optim.SGD, begin: int, end: 
         sgd.zero_grad(set_to_none=True)
 
 # ==== Export: quantize -> compress -> artifact, and the round trip that the score is measured after =================
-# Float tensors over 65,536 elements get an fp16 scale per row and codes of MATRIX_BITS (EMBED_BITS for the embedding)
-# stored one per int8; the rest stay fp16 (control tensors fp32 in the int8 format). The step is int8's percentile of
-# |w| per row (one outlier does not waste the row's range) or the SD clip, k * std(row) / qmax; rounding is to nearest
-# or GPTQ. The artifact is a JSON header line (format, bits, compressor, model) and the compressed torch.save payload.
+# Float tensors over 65,536 elements: an fp16 step per row (int8's percentile of |w|, or k * std(row) / qmax) and codes
+# of MATRIX_BITS (EMBED_BITS: the embedding) one per int8, rounded to nearest or by GPTQ; the rest fp16 (int8: control
+# tensors fp32). The artifact: a JSON header line (format, bits, compressor, model), then the compressed payload.
 
 QUANT_KEEP_FLOAT_MAX_NUMEL = 65_536
 QUANT_CLIP_QUANTILE = 0.9999984  # the 99.99984th percentile of |w| in each row
 QUANT_MAX = 127
-# Rows whose clip is below 1 share a fixed step of 1/127 instead of a finer one of their own: most rows then use a few
-# dozen int8 levels, which zlib packs far better (the reference's 17M parameters: about 11.6 MB, not 15.8 MB).
+# Rows clipped below 1 share the step 1/127, not a finer one: a few dozen int8 levels, which zlib packs far better.
 QUANT_MIN_SCALE = 1.0 / QUANT_MAX
 GPTQ_BLOCK = 128  # columns rounded before their error reaches the rest in one matmul
 ARTIFACT_LIMIT_BYTES = 16_000_000
 ARTIFACT_MAGIC = b"parameter-golf artifact v1\n"
-# name -> (module, its compress() keywords, byte planes). Planes > 1: byte k of every word together before compressing,
-# which pays for brotli only (README). brotli is an optional package, imported when it is asked for.
+# name -> (module, compress() keywords, byte planes: > 1 puts byte k of every word together, which pays for brotli).
 COMPRESSORS = {"zlib": ("zlib", dict(level=9), 1), "lzma": ("lzma", dict(preset=9 | lzma.PRESET_EXTREME), 1),
                "brotli": ("brotli", dict(quality=11), 2)}
 
 def gptq_round(w: Tensor, hessian: Tensor, scale: Tensor, qmax: int) -> Tensor:
-    """GPTQ codes of matrices w (B, rows, cols) fp32 with per-row steps scale (B, rows, 1) and H = X^T X (B, cols, cols)
-    of each one's inputs. Columns go in order of decreasing H_ii; the upper Cholesky factor U of H^-1 weights each
-    column's error (Frantar et al. 2022). Dead inputs (H_ii = 0) are zeroed. One launch per column for the batch."""
+    """GPTQ codes of w (B, rows, cols) fp32, steps scale (B, rows, 1), H = X^T X (B, cols, cols) (Frantar et al. 2022):
+    columns by decreasing H_ii, the Cholesky factor U of H^-1 spreads each one's error; dead inputs are zeroed."""
     H = hessian.clone()
     diag = H.diagonal(dim1=1, dim2=2)  # a view of H
     dead = diag == 0
@@ -1199,8 +1069,7 @@ def quantize_rows(w: Tensor, bits: int, clip_sigmas: float, hessian: Tensor | No
     return torch.clamp(torch.round(w / s), -qmax, qmax).to(torch.int8), scale
 
 def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, hessians: dict | None = None) -> dict:
-    """The payload: codes and scales of the large tensors, the small ones kept. Tensors with a Hessian (GPTQ) are
-    rounded on its device, those of one shape and group together (one launch per column); the others on the CPU."""
+    """The payload: codes and scales of the large tensors (GPTQ: batched by shape, on the GPU), the small ones kept."""
     hessians = hessians or {}
     quantized, scales, kept, batches = {}, {}, {}, {}
     for name, tensor in state_dict.items():
@@ -1225,14 +1094,12 @@ def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, he
 def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:
     out = dict(obj["kept"])
     for name, q in obj["quantized"].items():
-        scale = obj["scales"][name].float()
-        out[name] = (q.float().reshape(q.size(0), -1) * scale[:, None]).reshape(q.shape)
+        out[name] = (q.float().reshape(q.size(0), -1) * obj["scales"][name].float()[:, None]).reshape(q.shape)
     return out
 
 @torch.no_grad()
 def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
-    """H = X^T X of each quantized matrix's inputs over GPTQ_CALIBRATION_BATCHES micro-batches of a fresh *training*
-    loader, shared out over the ranks and summed; the head's X are the final hidden states; loops add each pass."""
+    """H = X^T X of each quantized matrix's inputs over GPTQ_CALIBRATION_BATCHES *training* micro-batches, all ranks."""
     args, ctx = run.args, run.ctx
     hessians: dict[str, Tensor] = {}
 
@@ -1247,7 +1114,7 @@ def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
     for _ in range(math.ceil(args.gptq_calibration_batches / ctx.world_size)):  # the ranks share the micro-batches
         x, _ = loader.next_batch(args.train_batch_tokens // GRAD_ACCUM_TOTAL, args.train_seq_len)
         with ctx.autocast():
-            add("tok_emb.weight" if model.lm_head is None else "lm_head.weight", model.hidden(x))
+            add("tok_emb.weight", model.hidden(x))  # the head's inputs
     for hook in hooks:
         hook.remove()
     for H in hessians.values():
@@ -1256,7 +1123,6 @@ def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
 
 def compressor(name: str):
     """The module of COMPRESSORS[name]; a missing optional one is an error that says how to get it."""
-    require(name in COMPRESSORS, f"COMPRESSOR={name!r} is not one of {', '.join(COMPRESSORS)}.")
     try:
         return importlib.import_module(COMPRESSORS[name][0])
     except ImportError:
@@ -1292,47 +1158,32 @@ def save_artifact(obj: dict, header: dict, path: str) -> tuple[int, int]:
     return len(raw), len(blob)
 
 def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, dict[str, Tensor]]:
-    """(header, weights) of the artifact at path, whose model must be the config's and whose payload the one written
-    (its sha256 is in the header): the header says how to decompress, never a guess."""
+    """(header, weights) of the artifact at path; its model must be the config's and its payload the one written."""
     if not Path(path).is_file():
-        raise FileNotFoundError(f"ARTIFACT_PATH={path}: no such file. Point it at the .ptz a run wrote (its artifact: "
-                                "line).")
-    blob, ours = Path(path).read_bytes(), args.settings("model")
+        raise FileNotFoundError(f"ARTIFACT_PATH={path}: no such file. Point it at the .ptz file that a run wrote.")
+    blob, ours = Path(path).read_bytes(), args.settings("model") | {"embedding_dim": 0}  # retired; 0: no projection
     require(blob.startswith(ARTIFACT_MAGIC), f"ARTIFACT_PATH={path} is not an artifact of this script (no "
-            f"'{ARTIFACT_MAGIC.decode().strip()}' header; artifacts from before the header, or another script's, "
-            "cannot be read): re-export it.")
+            f"'{ARTIFACT_MAGIC.decode().strip()}' header, as older ones or another script's): re-export it.")
+    damaged = (f"ARTIFACT_PATH={path} is damaged ({{}}): copy it again from where the run wrote it (its log's "
+               "artifact: line has the file's sha256), or export it again.")
     try:  # cut or changed bytes: say so, not where the parser tripped
         line, payload = blob[len(ARTIFACT_MAGIC) :].split(b"\n", 1)
-        header = json.loads(line)
+        header, sha = json.loads(line), hashlib.sha256(payload).hexdigest()
+        require(header.get("payload_sha256", sha) == sha, damaged.format("its payload is not the one its header names"))
         diff = [f"{k.upper()}={v} (config: {ours.get(k)})" for k, v in header["model"].items() if ours.get(k) != v]
-        sha = hashlib.sha256(payload).hexdigest()
-    except Exception as exc:
-        raise damaged(path, exc) from None
-    if header.get("payload_sha256", sha) != sha:
-        raise damaged(path, "its payload is not the one its header's sha256 names")
-    require(not diff, f"ARTIFACT_PATH={path} holds another model: {', '.join(diff)}. Set these variables as the run "
-            "that made it did (its log's config: line has them all).")
-    try:
-        return header, load_weights(header, payload)
-    except ConfigError:  # its compressor is not installed
+        raw = decompress(payload, header["compressor"], header["byte_shuffle"], header["payload_bytes"])
+        weights = dequantize_state_dict(torch.load(io.BytesIO(raw), map_location="cpu"))
+    except ConfigError:  # damaged, or its compressor is not installed
         raise
     except Exception as exc:
-        raise damaged(path, exc) from None
-
-def damaged(path: str, why) -> ConfigError:
-    return ConfigError(f"ARTIFACT_PATH={path} is damaged ({str(why)[:200]}): copy it again from where the run wrote it "
-                       "(its log's artifact: line has the file's sha256), or export it again.")
-
-def load_weights(header: dict, payload: bytes) -> dict[str, Tensor]:
-    """The state dict an artifact's payload holds: decompressed, loaded, dequantized."""
-    raw = decompress(payload, header["compressor"], header["byte_shuffle"], header["payload_bytes"])
-    return dequantize_state_dict(torch.load(io.BytesIO(raw), map_location="cpu"))
+        raise ConfigError(damaged.format(str(exc)[:200])) from None
+    require(not diff, f"ARTIFACT_PATH={path} holds another model: {', '.join(diff)}. Set these variables as the run "
+            "that made it did (its log's config: line has them all).")
+    return header, weights
 
 # ==== Training ======================================================================================================
-# The clock covers training steps only: the compile warm-up runs first and is undone; validation pauses the clock.
-# The cap is MAX_WALLCLOCK_SECONDS less GPTQ_RESERVE_SECONDS, and all ranks agree on the step to stop at. The learning
-# rate decays linearly over its last WARMDOWN_FRAC (or the last WARMDOWN_ITERS * average step time; without a cap, of
-# ITERATIONS); the loops switch on at ENABLE_LOOPING_AT of it. With EMA_DECAY an fp32 average follows every step.
+# The clock counts training steps only (not the undone compile warm-up, not validation), to MAX_WALLCLOCK_SECONDS less
+# GPTQ_RESERVE_SECONDS; the lr decays linearly over the last WARMDOWN_FRAC; loops start at ENABLE_LOOPING_AT of it.
 
 NO_BAD_STEP = 2**62  # "no non-finite loss seen yet", kept on the device to avoid a sync per step
 NOT_FINITE_FIX = "lower the learning rates (MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM."
@@ -1341,20 +1192,16 @@ def training_fraction(step: int, elapsed_ms: float, args: Hyperparameters) -> fl
     """How far training is: the share of the wallclock cap used, or without a cap of ITERATIONS."""
     return elapsed_ms / args.train_cap_ms if args.train_cap_ms > 0 else step / max(args.iterations, 1)
 
-def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
-    if args.warmdown_frac > 0:  # WARMDOWN_FRAC wins over WARMDOWN_ITERS (the config line says which ran)
-        frac = training_fraction(step, elapsed_ms, args)
-        mult = (1.0 - frac) / args.warmdown_frac if frac >= 1.0 - args.warmdown_frac else 1.0
+def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:  # what is left of the warm-down, <= 1
+    if args.warmdown_frac > 0:  # WARMDOWN_FRAC wins over WARMDOWN_ITERS (the log's warmdown: line says which ran)
+        mult = (1.0 - training_fraction(step, elapsed_ms, args)) / args.warmdown_frac
     elif args.warmdown_iters <= 0:
         mult = 1.0
     elif args.train_cap_ms <= 0:
-        warmdown_start = max(args.iterations - args.warmdown_iters, 0)
-        mult = (args.iterations - step) / args.warmdown_iters if step >= warmdown_start else 1.0
-    else:
-        warmdown_ms = args.warmdown_iters * elapsed_ms / max(step, 1)
-        remaining_ms = max(args.train_cap_ms - elapsed_ms, 0.0)
-        mult = remaining_ms / max(warmdown_ms, 1e-9) if remaining_ms <= warmdown_ms else 1.0
-    return max(mult, args.min_lr)
+        mult = (args.iterations - step) / args.warmdown_iters
+    else:  # WARMDOWN_ITERS steps at the mean step time so far, before the cap
+        mult = max(args.train_cap_ms - elapsed_ms, 0.0) / max(args.warmdown_iters * elapsed_ms / max(step, 1), 1e-9)
+    return max(min(mult, 1.0), args.min_lr)
 
 def muon_momentum(step: int, args: Hyperparameters) -> float:
     frac = min(step / args.muon_momentum_warmup_steps, 1.0) if args.muon_momentum_warmup_steps > 0 else 1.0
@@ -1377,8 +1224,7 @@ class EMA:
 
 @dataclass
 class TrainState:
-    """The GPT (whose parameters the optimizers, EMA, export and scoring see), what a step calls (the same GPT,
-    compiled on CUDA and wrapped in DDP with several processes) and the optimizers."""
+    """The GPT; what a step calls (the same GPT, compiled on CUDA, in DDP with several processes); the optimizers."""
     model: GPT
     step_model: nn.Module
     optimizers: list[torch.optim.Optimizer]
@@ -1409,8 +1255,8 @@ def train_step(run: Run, state: TrainState, loader: DistributedTokenLoader, step
         opt.zero_grad(set_to_none=True)
     return total_loss / ctx.grad_accum_steps
 
-def warmup_and_restore(run: Run, state: TrainState) -> float:
-    """WARMUP_STEPS real steps (of both layer orders with loops) compile off the clock; then all is as before. ms."""
+def warmup_and_restore(run: Run, state: TrainState) -> None:
+    """WARMUP_STEPS real steps (of both layer orders with loops) compile off the clock; then all is as before."""
     args, log, model = run.args, run.log, state.model
     t0 = run.ctx.clock()
     model_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -1427,9 +1273,7 @@ def warmup_and_restore(run: Run, state: TrainState) -> float:
     model.load_state_dict(model_state)
     for opt, saved in zip(state.optimizers, optimizer_states):
         opt.load_state_dict(saved)
-    warmup_ms = 1000 * (run.ctx.clock() - t0)
-    log.log(warmup_steps=args.warmup_steps, warmup_time=f"{warmup_ms:.0f}ms")
-    return warmup_ms
+    log.log(warmup_steps=args.warmup_steps, warmup_time=f"{1000 * (run.ctx.clock() - t0):.0f}ms")
 
 def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
     step = int(ctx.all_reduce(bad_step, dist.ReduceOp.MIN).item())
@@ -1437,7 +1281,7 @@ def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
         raise FloatingPointError(f"train_loss is not finite at step {step}: {NOT_FINITE_FIX}")
 
 def log_validation(run: Run, model: GPT, step: int, weights: str, **timing) -> None:  # a loss not finite ends the run
-    val_loss, val_bpb = evaluate(model, run.val, run.ctx)
+    val_loss, val_bpb = loss_and_bpb(score_windows(model, run.val, run.ctx))
     if not math.isfinite(val_loss):  # same value on every rank: all stop together
         raise FloatingPointError(f"val_loss is not finite after step {step}: {NOT_FINITE_FIX}")
     run.log.log(step=f"{step}/{run.args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights=weights, **timing)
@@ -1498,9 +1342,8 @@ def export(run: Run, model: GPT, weights: str, train_ms: float) -> None:
         obj = quantize_state_dict(model.state_dict(), args, hessians)
         if hessians is not None:
             gptq_ms, cap_ms = 1000 * (ctx.clock() - t0), 1000 * args.max_wallclock_seconds
-            batches = math.ceil(args.gptq_calibration_batches / ctx.world_size)  # per rank
-            run.log.log(gptq_hessians=len(hessians),
-                        calibration_tokens=batches * args.train_batch_tokens // ctx.grad_accum_steps,
+            rank_tokens = math.ceil(args.gptq_calibration_batches / ctx.world_size) * args.train_batch_tokens
+            run.log.log(gptq_hessians=len(hessians), calibration_tokens=rank_tokens // ctx.grad_accum_steps,
                         hessian_time=f"{hessian_ms:.0f}ms", gptq_time=f"{gptq_ms:.0f}ms",
                         train_plus_gptq_time=f"{train_ms + gptq_ms:.0f}ms",
                         within_cap="yes" if not cap_ms or train_ms + gptq_ms <= cap_ms else "NO")
@@ -1514,39 +1357,34 @@ def export(run: Run, model: GPT, weights: str, train_ms: float) -> None:
         dist.barrier()
 
 def log_artifact(run: Run, model_bytes: int, raw_bytes: int) -> None:
-    path, code_bytes = run.args.artifact_path, len(Path(__file__).read_bytes())
-    total = code_bytes + model_bytes
-    run.log.log(artifact=path, sha256=file_sha256(path), code_bytes=code_bytes, model_bytes=model_bytes,
-                total_bytes=total, limit_bytes=ARTIFACT_LIMIT_BYTES,
-                within_limit="yes" if total <= ARTIFACT_LIMIT_BYTES else "NO", payload_raw_bytes=raw_bytes,
-                compression_ratio=f"{raw_bytes / model_bytes:.3f}")
+    path, total, limit = run.args.artifact_path, len(Path(__file__).read_bytes()) + model_bytes, ARTIFACT_LIMIT_BYTES
+    run.log.log(artifact=path, sha256=file_sha256(path), code_bytes=total - model_bytes, model_bytes=model_bytes,
+                total_bytes=total, limit_bytes=limit, within_limit="yes" if total <= limit else "NO",
+                payload_raw_bytes=raw_bytes, compression_ratio=f"{raw_bytes / model_bytes:.3f}")
 
 def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor]) -> None:
-    """Score the weights an artifact holds, a final line each, named by its format: final_int8_zlib_roundtrip_exact for
-    the defaults, then with EVAL_STRIDE the sliding_window one, then with TTT_ENABLED the ttt one (it trains the model
-    as it goes, so it comes last). The last line is the score; evaluation_8gpu_est estimates all of them together."""
+    """A final_int8_zlib_roundtrip_exact line (named by the format), then sliding_window, then ttt: the last scores."""
     model.load_state_dict(weights, strict=True)
     model.looping = header["looping"]
-    stride, scores, all_ms = run.args.eval_stride, {"roundtrip": lambda: score_windows(model, run.val, run.ctx)}, 0.0
-    if stride > 0:
-        scores["sliding_window"] = lambda: score_windows(model, run.val, run.ctx, stride)
-    if run.args.ttt_enabled:
-        scores["ttt"] = lambda: score_with_ttt(run, model)
-    for kind, score in scores.items():
+    stride, all_ms = run.args.eval_stride, 0.0
+    scores = {"roundtrip": lambda: score_windows(model, run.val, run.ctx),
+              "sliding_window": lambda: score_windows(model, run.val, run.ctx, stride),
+              "ttt": lambda: score_with_ttt(run, model)}
+    enabled = {"roundtrip": True, "sliding_window": stride > 0, "ttt": run.args.ttt_enabled}
+    for kind in [kind for kind in scores if enabled[kind]]:
         t0 = run.ctx.clock()
-        val_loss, val_bpb = loss_and_bpb(score())
+        val_loss, val_bpb = loss_and_bpb(scores[kind]())
         eval_ms = 1000 * (run.ctx.clock() - t0)
         all_ms += eval_ms
         window = dict(eval_stride=stride, eval_seq_len=run.val.seq_len) if kind != "roundtrip" else {}
         run.log.log(**{f"{kind}_val_loss": val_loss, f"{kind}_val_bpb": val_bpb}, weights=header["weights"], **window,
                     eval_time=f"{eval_ms:.0f}ms", eval_time_8gpu_est=f"{eval_ms * run.ctx.world_size / 8:.0f}ms",
-                    evaluation_8gpu_est=f"{all_ms * run.ctx.world_size / 8:.0f}ms")
+                    total_eval_time_8gpu_est=f"{all_ms * run.ctx.world_size / 8:.0f}ms")
         run.log.text(f"final_int{header['matrix_bits']}_{header['compressor']}_{kind}_exact val_loss:{val_loss:.8f} "
                      f"val_bpb:{val_bpb:.8f}")
 
 # ==== Pre-flight and main ===========================================================================================
-# Everything that can be wrong with the inputs is found once, before a process group or a GPU is touched; then the
-# pre-flight joins the group and makes the Run. main() is the sequence of phases; errors end as "error: ..." (exit 2).
+# Every input is checked before a process group or a GPU is touched; errors end as "error: ..." (exit 2).
 
 def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
     artifact, train_files = None, []
@@ -1561,8 +1399,7 @@ def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ConfigError(f"{name}: cannot make the folder {folder} ({exc.strerror}): point {name} at a folder "
-                              "you can write in.") from None
+            raise ConfigError(f"{name}: cannot make the folder {folder} ({exc.strerror}): point it at a writable one.")
     val_files = find_shards(args.data_path, "val", args.vocab_size)
     tokens = torch.cat([load_data_shard(f, args.vocab_size) for f in val_files]).to(torch.int64)
     T, seq = args.val_seq_len, "EVAL_SEQ_LEN" if args.eval_seq_len else "TRAIN_SEQ_LEN"
@@ -1584,10 +1421,9 @@ def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
 def log_header(run: Run) -> None:
     args, ctx, log = run.args, run.ctx, run.log
     log.text(Path(__file__).read_text(encoding="utf-8") + "\n" + "=" * 100, console=False)  # the code, as it ran
-    gpu = torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else "none"
-    log.log(python=platform.python_version(), torch=torch.__version__, cuda=torch.version.cuda,
-            gpu=gpu.replace(" ", "_"), world_size=ctx.world_size, grad_accum_steps=ctx.grad_accum_steps,
-            device=ctx.device.type)
+    gpu = torch.cuda.get_device_name(ctx.device).replace(" ", "_") if ctx.device.type == "cuda" else "none"
+    log.log(python=platform.python_version(), torch=torch.__version__, cuda=torch.version.cuda, gpu=gpu,
+            world_size=ctx.world_size, grad_accum_steps=ctx.grad_accum_steps, device=ctx.device.type)
     log.text("config:" + json.dumps(dataclasses.asdict(args), sort_keys=True))
     warmdown = f"frac_{args.warmdown_frac}_wins_over_WARMDOWN_ITERS" if args.warmdown_frac > 0 else ""
     log.log(loss_impl=run.loss_impl, loss_impl_reason=run.loss_impl_reason.replace(" ", "_"),
@@ -1595,15 +1431,12 @@ def log_header(run: Run) -> None:
             warmdown=warmdown or f"iters_{args.warmdown_iters}")
     if ctx.device.type == "cpu" and args.train_batch_tokens >= Hyperparameters.train_batch_tokens:
         log.text("cpu_note: these are GPU settings (minutes per step on a CPU). A CPU smoke run, in seconds: the "
-                 "first command of the docstring (head -n 12 train_gpt.py)")
+                 "first command of the docstring (head -n 10 train_gpt.py)")
 
 def train_and_score(run: Run) -> None:
     args, ctx, log = run.args, run.ctx, run.log
     on_cuda, compiled = ctx.device.type == "cuda", args.compile and ctx.device.type == "cuda"
     log_header(run)
-    if on_cuda:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(args.seed)
     model = GPT(args, run.loss_impl, torch.bfloat16 if on_cuda else torch.float32, compiled).to(ctx.device)
     if args.eval_only:
@@ -1611,9 +1444,9 @@ def train_and_score(run: Run) -> None:
         return score_artifact(run, model, *run.artifact)
     raw_bytes = len(payload_bytes(quantize_state_dict(model.state_dict(), args)))
     code_bytes = len(Path(__file__).read_bytes())
-    log.log(model_params=sum(p.numel() for p in model.parameters()), payload_raw_bytes=raw_bytes,
-            code_bytes=code_bytes, limit_bytes=ARTIFACT_LIMIT_BYTES,
-            compression_needed=f"{raw_bytes / max(ARTIFACT_LIMIT_BYTES - code_bytes, 1):.2f}x",
+    room = max(ARTIFACT_LIMIT_BYTES - code_bytes, 1)  # bytes left for the weights
+    log.log(model_params=sum(p.numel() for p in model.parameters()), payload_raw_bytes=raw_bytes, code_bytes=code_bytes,
+            limit_bytes=ARTIFACT_LIMIT_BYTES, compression_needed=f"{raw_bytes / room:.2f}x",
             val_tokens=run.val.tokens.numel() - 1, loss_chunk_tokens=model.loss_chunk_tokens)
     step_model = torch.compile(model, dynamic=False, fullgraph=True) if compiled else model
     if ctx.distributed:

@@ -136,11 +136,29 @@ def script_defaults(code: str) -> tuple[dict, dict] | None:
             node.targets[0] if isinstance(node, ast.Assign) else None
         if isinstance(target, ast.Name) and target.id == "RECIPES" and isinstance(node.value, ast.Dict):
             for key, value in zip(node.value.keys, node.value.values):
-                if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "dict":
-                    recipe = {kw.arg: literal(kw.value) for kw in value.keywords}
-                    if key is not None and NOT_LITERAL not in recipe.values():
-                        recipes[literal(key)] = recipe
+                if key is not None and (recipe := recipe_literal(value, recipes, literal)) is not None:
+                    recipes[literal(key)] = recipe
+        if isinstance(target, ast.Subscript) and getattr(target.value, "id", "") == "RECIPES":  # RECIPES["x"] = ...
+            if (recipe := recipe_literal(node.value, recipes, literal)) is not None:
+                recipes[literal(target.slice)] = recipe
     return (defaults, recipes) if defaults else None
+
+
+def recipe_literal(value, recipes: dict, literal) -> dict | None:
+    """dict(name=literal, ...), or dict(RECIPES["earlier"], name=literal, ...): the earlier recipe's values, then
+    these; None for anything else, or a value that is not a literal."""
+    if not (isinstance(value, ast.Call) and getattr(value.func, "id", "") == "dict") or len(value.args) > 1:
+        return None
+    recipe = {}
+    if value.args:
+        base = value.args[0]
+        if not (isinstance(base, ast.Subscript) and getattr(base.value, "id", "") == "RECIPES"):
+            return None
+        if literal(base.slice) not in recipes:
+            return None
+        recipe = dict(recipes[literal(base.slice)])
+    recipe |= {kw.arg: literal(kw.value) for kw in value.keywords}
+    return None if NOT_LITERAL in recipe.values() or None in recipe else recipe
 
 
 def command_line(log: R.RunLog, code: str) -> str | None:

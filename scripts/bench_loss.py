@@ -31,7 +31,7 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trainer-dir", default=str(Path(__file__).resolve().parents[1]),
                         help="folder holding the train_gpt.py to import")
-    parser.add_argument("--chunks", default="0,8192", help="LOSS_CHUNK_TOKENS values (0: the trainer's default, "
+    parser.add_argument("--chunks", default="0,8192", help="tokens per chunk (0: the trainer's, "
                         "LOSS_CHUNK_ELEMENTS // V); the first is used for the reference and the correctness "
                         "check, the first two are also compiled")
     parser.add_argument("--sweep", action="store_true", help="also time the kernel and GEMMs alone")
@@ -180,8 +180,11 @@ def main():
         sweep(tg)
     label = lambda chunk: "default chunks" if chunk == 0 else f"chunk {chunk}"  # noqa: E731
 
-    def chunked(impl, chunk):  # the trainer resolves LOSS_CHUNK_TOKENS=0 from the vocabulary
-        return lambda x, w, t: tg.softcap_ce_loss(x, w, t, SOFTCAP, tg.loss_chunk_tokens(chunk, w.size(0)), impl)
+    def tokens(chunk, vocab):  # 0: the trainer's chunk, from the vocabulary
+        return chunk or max(1, tg.LOSS_CHUNK_ELEMENTS // vocab)
+
+    def chunked(impl, chunk):
+        return lambda x, w, t: tg.softcap_ce_loss(x, w, t, SOFTCAP, tokens(chunk, w.size(0)), impl)
 
     naive = lambda x, w, t: naive_loss(x, w, t, SOFTCAP)  # noqa: E731
     reference = chunked("torch", chunks[0])
@@ -194,7 +197,7 @@ def main():
         if args.budget_s and time.perf_counter() - start > args.budget_s:
             print(f"V={vocab} N={n}: skipped, past --budget-s={args.budget_s:.0f}", flush=True)
             continue
-        check(tg, vocab, n, tg.loss_chunk_tokens(chunks[0], vocab))
+        check(tg, vocab, n, tokens(chunks[0], vocab))
         x, weight, targets = make_inputs(vocab, n)
         for name, fn, use_compile in methods:
             torch._dynamo.reset()

@@ -112,7 +112,7 @@ def test_the_artifact_is_the_model_that_was_scored(one_process):
     model.load_state_dict(weights, strict=True)
     ctx = train_gpt.DistContext(0, 1, 0, torch.device("cpu"))
     val = train_gpt.preflight(dataclasses.replace(args, run_id="rescored"), ctx).val  # the run's log exists
-    val_loss, val_bpb = train_gpt.evaluate(model, val, ctx)
+    val_loss, val_bpb = train_gpt.loss_and_bpb(train_gpt.score_windows(model, val, ctx))
     printed_loss, printed_bpb = run.final_score()
     # the same numbers to the printed precision, up to thread-count rounding (measured: identical)
     assert val_loss == pytest.approx(printed_loss, rel=1e-6) and val_bpb == pytest.approx(printed_bpb, rel=1e-6)

@@ -306,11 +306,11 @@ def test_an_artifact_of_another_model_shape_names_each_differing_variable(tiny_d
     # settings that do not change the weights' shapes or meaning may differ
     same_model = tiny_args_on(tiny_data, tmp_path, EVAL_STRIDE=16, MATRIX_LR=0.5, ITERATIONS=3)
     assert train_gpt.read_artifact(str(path), same_model)[0]["model"] == header["model"]
-    other = tiny_args_on(tiny_data, tmp_path, NUM_LAYERS=3, MLP_MULT=3, TIE_EMBEDDINGS=0)
+    other = tiny_args_on(tiny_data, tmp_path, NUM_LAYERS=3, MLP_MULT=3, ROPE_DIMS=8)
     with pytest.raises(ConfigError) as error:
         train_gpt.read_artifact(str(path), other)
     message = str(error.value)
-    for named in ("NUM_LAYERS=2 (config: 3)", "MLP_MULT=2.0 (config: 3.0)", "TIE_EMBEDDINGS=True (config: False)",
+    for named in ("NUM_LAYERS=2 (config: 3)", "MLP_MULT=2.0 (config: 3.0)", "ROPE_DIMS=0 (config: 8)",
                   f"ARTIFACT_PATH={path} holds another model"):
         assert named in message, message
     assert "MODEL_DIM" not in message and "NUM_HEADS" not in message  # only the ones that differ
@@ -430,8 +430,8 @@ def test_with_a_real_model_context_changes_the_score_but_not_what_is_counted(tin
     # measured on this random (untrained) model: 6.7815 without overlap, 6.7878 with stride 16, where each
     # target past the first window sees 49-64 tokens instead of 1-64; a model blind to context gives equal scores
     assert abs(per_token[16] - per_token[0]) > 1e-3
-    # evaluate() turns the same sums into (loss, bpb)
-    loss, bpb = train_gpt.evaluate(model, val, cpu_context(), 16)
+    # loss_and_bpb() turns the same sums into (loss, bpb)
+    loss, bpb = train_gpt.loss_and_bpb(train_gpt.score_windows(model, val, cpu_context(), 16))
     tokens, num_bytes = score[16][1].item(), score[16][2].item()
     assert loss == per_token[16] and bpb == pytest.approx(loss / math.log(2) * tokens / num_bytes)
 
@@ -520,14 +520,6 @@ def test_two_ranks_calibrate_on_the_same_micro_batches_as_one_process(tiny_data,
         # the trace is the sum of squares of every input seen: 2.0 would be twice the tokens of one process
         assert (summed.trace() / H.trace()).item() == pytest.approx(1.0, rel=1e-5), name
         assert torch.allclose(summed, H, rtol=1e-4, atol=1e-2), name  # the same tokens, summed in another order
-
-
-def test_an_untied_output_head_is_calibrated_too(tiny_data, tmp_path):
-    # The docstring: "H = X^T X of the inputs of every quantized matrix". The untied head (512 x 144) is one.
-    args = calibration_args(tiny_data, tmp_path, TIE_EMBEDDINGS=0)
-    model = random_model(args)
-    hessians = train_gpt.collect_hessians(calibration_run(args), model)
-    assert "lm_head.weight" in hessians
 
 
 # =================================================================================================
@@ -716,7 +708,7 @@ def test_the_run_logs_gptq_and_the_payload_it_writes(gptq_run):
 def test_eval_only_reprints_the_same_scores_without_training_or_touching_the_artifact(gptq_run, eval_only_run):
     run = eval_only_run.run
     assert run.final_lines() == gptq_run.final_lines()
-    untimed = lambda event: {k: v for k, v in event.items() if not k.startswith("eval_time")}  # noqa: E731
+    untimed = lambda event: {k: v for k, v in event.items() if "eval_time" not in k}  # noqa: E731
     for key in ("roundtrip_val_loss", "sliding_window_val_loss"):
         [ours], [theirs] = run.events(key), gptq_run.events(key)
         assert untimed(ours) == untimed(theirs)

@@ -319,11 +319,11 @@ def test_on_cpu_the_defaults_log_a_note_pointing_at_the_smoke_command(tiny_data,
     train_gpt.log_header(cpu_run(args, log=train_gpt.Logger(tmp_path / "log.txt")))
     [note] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cpu_note:")]
     assert note == ("cpu_note: these are GPU settings (minutes per step on a CPU). A CPU smoke run, in seconds: the "
-                    "first command of the docstring (head -n 12 train_gpt.py)")
-    # and what the note points at is true: the docstring's first command is the smoke run, and the file's first 12
+                    "first command of the docstring (head -n 10 train_gpt.py)")
+    # and what the note points at is true: the docstring's first command is the smoke run, and the file's first 10
     # lines hold all of it, no more
     assert train_gpt.__doc__.split("\n  # ")[1].startswith("CPU smoke run")
-    head = "\n".join(SCRIPT.read_text(encoding="utf-8").splitlines()[:12])
+    head = "\n".join(SCRIPT.read_text(encoding="utf-8").splitlines()[:10])
     shown = " ".join(head.split("# CPU smoke run")[1].split("\n", 1)[1].replace("\\", " ").split())
     assert shown == docstring_smoke_command()
     assert "WARMUP_STEPS=0" in shown and "DATA_PATH=" in shown
@@ -365,7 +365,7 @@ def test_no_shards_error_lists_the_datasets_under_data_datasets(tmp_path, monkey
 
 
 @pytest.mark.parametrize("name, candidates", [
-    ("WARMUP", "WARMUP_STEPS"), ("LR", "MIN_LR or MATRIX_LR or SCALAR_LR or TIED_EMBED_LR or EMBED_LR or HEAD_LR"),
+    ("WARMUP", "WARMUP_STEPS"), ("LR", "MIN_LR or MATRIX_LR or SCALAR_LR or TIED_EMBED_LR or TTT_LR"),
     ("MATRIX_LEARNING_RATE", "MATRIX_LR"), ("WD", "MUON_WD or ADAM_WD or EMBED_WD"), ("embed_weight_decay", "EMBED_WD"),
 ])
 def test_a_name_that_starts_or_ends_like_ours_is_an_error_naming_every_candidate(name, candidates):
@@ -417,7 +417,8 @@ def test_a_log_dir_or_artifact_folder_through_a_file_is_an_error_naming_it(tiny_
 
 @pytest.mark.parametrize("recipe", ["record", "p180"])
 def test_a_recipe_without_its_sp8192_data_points_at_the_sp8192_download_and_retokenize(tiny_data, tmp_path, recipe):
-    args = args_for(tiny_data, tmp_path, RECIPE=recipe, DATA_PATH=tmp_path / "none", VOCAB_SIZE="8192", NUM_LOOPS="0")
+    args = args_for(tiny_data, tmp_path, RECIPE=recipe, DATA_PATH=tmp_path / "none", VOCAB_SIZE="8192", NUM_LOOPS="0",
+                    PARALLEL_RESIDUAL_START="-1")
     with pytest.raises(FileNotFoundError) as error:
         train_gpt.preflight(args, ONE_CPU)
     message = str(error.value)
@@ -463,6 +464,9 @@ def trigger(key: str, data: TinyData, tmp_path: Path, request) -> str:
         return error_text(lambda: train_gpt.preflight(no_data, ONE_CPU))
     if key == "parse":
         return error_text(lambda: Hyperparameters.from_env({"MODEL_DIM": "sixty"}))
+    if key == "retired":
+        return "\n".join(error_text(lambda: Hyperparameters.from_env(env)) for env in
+                         ({"EMBEDDING_DIM": "256"}, {"TIE_EMBEDDINGS": "0"}))
     if key == "no shards":
         return error_text(lambda: train_gpt.preflight(args(DATA_PATH=tmp_path / "nothing"), ONE_CPU))
     if key in ("truncated", "token id"):
@@ -507,7 +511,7 @@ def trigger(key: str, data: TinyData, tmp_path: Path, request) -> str:
     raise KeyError(key)
 
 
-ROW_KEYS = ["misspelt", "meant for ours", "parse", "no shards", "recipe's vocabulary", "truncated", "token id",
+ROW_KEYS = ["misspelt", "meant for ours", "parse", "retired", "no shards", "recipe's vocabulary", "truncated", "token id",
             "another vocabulary", "did not make", "miscount", "exists", "cannot be made", "damaged", "artifact",
             "not finite", "SIGTERM", "defaults"]
 

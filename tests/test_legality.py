@@ -2,7 +2,7 @@
 every scoring path (the round trip, sliding windows, sliding windows with score-first TTT) with 1 and 2 processes,
 and a deliberately broken TTT (it trains on each chunk before scoring it) that the causality check must catch.
 
-Run: python3 -m pytest -q tests/test_legality.py   (CPU only; about 60 s on 2 cores: tiny models, gloo for 2 processes)
+Run: python3 -m pytest -q tests/test_legality.py   (CPU only; about 40 s on 2 cores: tiny models, gloo for 2 processes)
 """
 
 import os
@@ -23,8 +23,10 @@ OUR_NAMES = {f.name.upper() for f in train_gpt.dataclasses.fields(train_gpt.Hype
 
 
 def clean_env(**settings) -> dict[str, str]:
-    """This process's environment without our variables, plus `settings`."""
-    return {k: v for k, v in os.environ.items() if k not in OUR_NAMES} | {k: str(v) for k, v in settings.items()}
+    """This process's environment without our variables, plus three layers (the default nine take three times as
+    long and check nothing more: every layer sees only earlier positions) and `settings`."""
+    ours = {k: v for k, v in os.environ.items() if k not in OUR_NAMES} | {"NUM_LAYERS": "3"}
+    return ours | {k: str(v) for k, v in settings.items()}
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +92,8 @@ def test_the_last_chunk_is_scored_but_never_trained_on(monkeypatch):
     run = train_gpt.Run(args, ctx, train_gpt.Logger(None), check_legality.tiny_val(args, ctx, tokens), [], "torch", "",
                         "", None)
     trained = []
-    monkeypatch.setattr(train_gpt, "train_on_chunk", lambda run, model, sgd, begin, end, lr: trained.append((begin, end)))
+    monkeypatch.setattr(train_gpt, "train_on_chunk", lambda run, model, sgd, begin, end, lr:
+                        trained.append((begin, end)))
     train_gpt.score_with_ttt(run, check_legality.tiny_model(args))
     size = args.ttt_chunk_tokens
     assert trained == [(c * size, (c + 1) * size) for c in range((check_legality.TOKENS - 1) // size)]

@@ -76,7 +76,7 @@ def test_data_dir_uses_the_records_layout_and_explicit_paths_still_win():
 ({"PARALLEL_RESIDUAL_START": "4"}, "PARALLEL_RESIDUAL_START=4"),
     ({"NUM_LOOPS": "1", "LOOP_START": "2", "LOOP_END": "4"}, "LOOP_END=4"),
     ({"NUM_LOOPS": "1", "LOOP_START": "3", "LOOP_END": "2"}, "LOOP_START=3"),
-    ({"MLP_ACT": "gelu"}, "MLP_ACT='gelu'"), ({"EMBEDDING_DIM": "32"}, "EMBEDDING_DIM=32"),
+    ({"MLP_ACT": "gelu"}, "MLP_ACT='gelu'"), ({"TIE_EMBEDDINGS": "0"}, "TIE_EMBEDDINGS=0"),
     ({"WARMDOWN_FRAC": "1.5"}, "WARMDOWN_FRAC=1.5"), ({"EMA_DECAY": "1"}, "EMA_DECAY=1"),
     ({"MUON_WD": "-0.1"}, "MUON_WD=-0.1"), ({"ENABLE_LOOPING_AT": "2"}, "ENABLE_LOOPING_AT=2"),
 ])
@@ -353,7 +353,7 @@ def test_the_record_stack_runs_end_to_end_loops_on_time_and_scores_the_ema(tiny_
     from test_end_to_end import launch
     settings = dict(RECIPE="record", NUM_LAYERS=4, LOOP_START=1, LOOP_END=2, PARALLEL_RESIDUAL_START=3,
                     ROPE_DIMS=16, ITERATIONS=8, EMA_DECAY=0.5, WARMUP_STEPS=1, TRAIN_LOG_EVERY=1, VAL_LOSS_EVERY=0,
-                    TTT_CHUNK_TOKENS=1024, ENABLE_LOOPING_AT=0.5)
+                    TTT_CHUNK_TOKENS=1024, TTT_EPOCHS=1, ENABLE_LOOPING_AT=0.5)
     runs = []
     for n in (1, 2):
         (tmp_path / f"n{n}").mkdir()
