@@ -1,4 +1,5 @@
-"""scripts/profile_step.py: its kernel kinds on real kernel names from an H100 profile, and its CPU error.
+"""scripts/profile_step.py: its kernel kinds on real kernel names from an H100 profile, and its CPU error;
+scripts/compare_revisions.py: what it lets differ between two revisions' logs and artifacts, and what not.
 Run: python3 -m pytest -q tests/test_scripts.py"""
 
 import subprocess
@@ -10,6 +11,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
+import compare_revisions  # noqa: E402
 import profile_step  # noqa: E402
 
 # names as torch.profiler printed them for a training step of the defaults (one H100, torch 2.11, cut at 90
@@ -38,3 +40,27 @@ def test_profile_step_without_a_gpu_says_it_needs_one():
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "profile_step.py")], capture_output=True, text=True,
                          timeout=120)
     assert run.returncode != 0 and "needs a CUDA GPU" in run.stderr
+
+
+def artifact(header: dict, payload: bytes) -> bytes:
+    return b"parameter-golf artifact v1\n" + compare_revisions.json.dumps(header).encode() + b"\n" + payload
+
+
+def test_compare_revisions_lets_a_retired_header_setting_differ_but_not_a_value_or_the_payload():
+    old = dict(compressor="zlib", payload_sha256="aa", model=dict(num_layers=2, embedding_dim=0))
+    new = dict(compressor="zlib", payload_sha256="aa", model=dict(num_layers=2))
+    note = compare_revisions.same_payload(artifact(old, b"\x00\n\x01"), artifact(new, b"\x00\n\x01"))
+    assert note == ", header settings only in a: embedding_dim"
+    assert compare_revisions.same_payload(artifact(old, b"\x00"), artifact(new, b"\x01")) is None
+    changed = dict(new, model=dict(num_layers=3))
+    assert compare_revisions.same_payload(artifact(old, b"\x00"), artifact(changed, b"\x00")) is None
+    assert compare_revisions.same_payload(artifact(old, b"x"), artifact(dict(new, compressor="lzma"), b"x")) is None
+
+
+def test_compare_revisions_compares_the_settings_both_configs_have_and_names_the_others():
+    a = ["x:1", 'config:{"head_lr": 0.008, "seed": 1}', "step:1/2 train_loss:5.0"]
+    b = ["x:1", 'config:{"seed": 1, "ttt_lr": 0.005}', "step:1/2 train_loss:5.0"]
+    log_a, log_b, note = compare_revisions.common_config(a, b)
+    assert log_a == log_b and note == "; settings only in a: head_lr; settings only in b: ttt_lr"
+    log_a, log_b, _ = compare_revisions.common_config(a, [b[0], b[1].replace('"seed": 1', '"seed": 2'), b[2]])
+    assert log_a != log_b  # a value both have, changed: a difference
