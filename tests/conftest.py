@@ -1,4 +1,4 @@
-"""Shared test setup. Run the suite with: python3 -m pytest -q tests
+"""Shared test setup. Run the suite with: python3 -m pytest -q -n 2 --dist loadfile tests
 
 Without a GPU, Triton kernels run in Triton's interpreter on CPU tensors. The interpreter is chosen
 when a kernel is defined, so TRITON_INTERPRET must be set before anything imports train_gpt.
