@@ -137,7 +137,8 @@ def test_shards_without_a_manifest_are_checked_by_the_round_trip_too(tiny_data, 
     sp = spm.SentencePieceProcessor(model_file=str(tiny_data.tokenizer_path))
     val = train_gpt.load_data_shard(tiny_data.data_path / "fineweb_val_000000.bin").numpy()
     same, tried = train_gpt.round_trip(sp, [val])
-    assert same == tried == len(tiny_data.val_docs) - 1  # all but the last: it may go on in a next shard
+    # all but the last document (it may go on in a next shard), at most 32 of them (the stdlib corpus has more)
+    assert same == tried == min(len(tiny_data.val_docs) - 1, 32)
     other = tmp_path / "other.model"
     other_sp = train_tokenizer(tiny_data.val_docs, other)
     assert train_gpt.round_trip(other_sp, [val])[0] * 2 < tried
