@@ -394,19 +394,20 @@ def write_atomic(path: str | Path, data: bytes) -> None:
     finally:
         tmp.unlink(missing_ok=True)
 
+def shard_source(vocab_size: int) -> str:  # where shards of a vocabulary come from; the records' sp8192: another repo
+    fetch = f"python3 data/cached_challenge_fineweb.py --variant sp{vocab_size} --train-shards 1"
+    return fetch if vocab_size == 1024 else (f"MATCHED_FINEWEB_REPO_ID=kevclark/parameter-golf {fetch}, or re-tokenize "
+                                             "sp1024 shards with data/retokenize.py (README: the record stack)")
+
 def find_shards(data_path: str, split: str, vocab_size: int = 1024) -> list[Path]:
     """DATA_PATH/fineweb_{split}_*.bin of a split, "train" or "val", sorted; if none, where to get them."""
     pattern = os.path.join(data_path, f"fineweb_{split}_*.bin")
     files = sorted(Path(p) for p in glob.glob(pattern))
     if not files:
         here = sorted({str(p.parent) for p in Path("data/datasets").glob("*/fineweb_train_*.bin")})
-        fetch = f"python3 data/cached_challenge_fineweb.py --variant sp{vocab_size} --train-shards 1"
-        if vocab_size != 1024:  # the records' sp8192 data is another repository's
-            fetch = (f"MATCHED_FINEWEB_REPO_ID=kevclark/parameter-golf {fetch}, or re-tokenize sp1024 shards with "
-                     "data/retokenize.py (README: the record stack)")
         raise FileNotFoundError(f"no {'training' if split == 'train' else 'validation'} shards match {pattern}. Set "
-                                "DATA_PATH to the folder with fineweb_train_*.bin and fineweb_val_*.bin (under "
-                                f"./data/datasets: {', '.join(here) or 'none'}), or fetch them: {fetch}")
+                                f"DATA_PATH to their folder (under ./data/datasets: {', '.join(here) or 'none'}), "
+                                f"or fetch them: {shard_source(vocab_size)}")
     return files
 
 class DistributedTokenLoader:
@@ -932,8 +933,8 @@ def check_round_trip(sp, samples: list[np.ndarray], args: Hyperparameters) -> st
             if other.vocab_size() > top and 2 * round_trip(other, samples)[0] >= tried]
     raise ConfigError(f"TOKENIZER_PATH={args.tokenizer_path} did not make the shards in {args.data_path}: {same} of "
                       f"{tried} sampled documents decode and encode again to their own ids, as nearly all do with the "
-                      f"tokenizer that made them. Those that fit: {', '.join(fits) or 'none beside it'}. Set "
-                      "TOKENIZER_PATH and VOCAB_SIZE to it, or re-tokenize the shards (data/retokenize.py).")
+                      f"one that made them. Those that fit: {', '.join(fits) or 'none beside it'}. Set TOKENIZER_PATH "
+                      f"and VOCAB_SIZE to one, or use shards of this tokenizer: {shard_source(args.vocab_size)}.")
 
 def target_bytes(x: Tensor, y: Tensor, val: ValData) -> Tensor:
     """Bytes of text each target token y stands for, given the previous token x (same shapes)."""

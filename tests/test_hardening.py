@@ -161,6 +161,9 @@ def test_sp1024_shards_with_the_sp8192_tokenizer_are_refused_naming_sp1024(tmp_p
     with pytest.raises(ConfigError) as error:
         train_gpt.check_round_trip(sp, [val], args)
     assert f"Those that fit: {SHARED / 'tokenizers' / 'fineweb_1024_bpe.model'} (VOCAB_SIZE=1024)." in str(error.value)
+    # issue 21: RECIPE=record on sp1024 shards is this case; the error gives the records' sp8192 download
+    assert ("use shards of this tokenizer: MATCHED_FINEWEB_REPO_ID=kevclark/parameter-golf python3 "
+            "data/cached_challenge_fineweb.py --variant sp8192") in str(error.value)
     sp1024 = spm.SentencePieceProcessor(model_file=str(SHARED / "tokenizers" / "fineweb_1024_bpe.model"))
     assert train_gpt.check_round_trip(sp1024, [val], args) == "round_trip_32/32"
 
