@@ -41,7 +41,7 @@ PATHS = ("roundtrip", "sliding_window", "ttt")
 
 def tiny_args(environ: dict[str, str]) -> T.Hyperparameters:
     """The environment's config (RECIPE, switches, TTT settings) at the tiny size."""
-    ours = {f.name.upper() for f in T.dataclasses.fields(T.Hyperparameters)} | {"RECIPE"}
+    ours = {f.name.upper() for f in T.dataclasses.fields(T.Hyperparameters)}  # RECIPE is one of them
     return T.Hyperparameters.from_env({k: v for k, v in environ.items() if k in ours} | TINY)
 
 

@@ -58,12 +58,13 @@ def masked_log(path: Path) -> list[str]:
     """The log after the source it starts with, each clock- or code-size-dependent value replaced by '*'."""
     lines = path.read_text(encoding="utf-8").split("\n")
     lines = lines[lines.index(SEPARATOR) + 1 :]
-    masked = []
-    for line in lines:
-        tokens = [t.split(":", 1)[0] + ":*" if CLOCK_OR_CODE.search(t.split(":", 1)[0]) else t for t in line.split(" ")]
-        tokens = [RENAMED.get(t.split(":", 1)[0], t.split(":", 1)[0]) + t[len(t.split(":", 1)[0]) :] for t in tokens]
-        masked.append(" ".join(tokens))
-    return masked
+    return [" ".join(masked_token(token) for token in line.split(" ")) for line in lines]
+
+
+def masked_token(token: str) -> str:
+    """key:value with the key as it is named now (RENAMED) and the value '*' if it depends on the clock or code."""
+    key, colon, value = token.partition(":")
+    return RENAMED.get(key, key) + (":*" if CLOCK_OR_CODE.search(key) else colon + value)
 
 
 def run_side(script: Path, folder: Path, env_vars: dict[str, str], nproc: int) -> subprocess.CompletedProcess:

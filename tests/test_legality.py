@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import check_legality  # noqa: E402
 import train_gpt  # noqa: E402
+from helpers import OUR_NAMES  # noqa: E402
 
 CONDITIONS = ("causal_score_before_update", "single_pass", "normalized")
-OUR_NAMES = {f.name.upper() for f in train_gpt.dataclasses.fields(train_gpt.Hyperparameters)} | {"RECIPE"}
 
 
 def clean_env(**settings) -> dict[str, str]:
