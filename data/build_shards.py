@@ -45,6 +45,7 @@ import sentencepiece as spm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import train_gpt  # noqa: E402  (the shard format and its checks live in the trainer)
 
+
 def write_data_shard(path: str | Path, tokens) -> None:
     """Write tokens (any int array-like, values < 65536) as a shard in train_gpt.py's format (its data section:
     header, then uint16 ids), atomically: a temp file beside path, then a rename."""
@@ -100,8 +101,11 @@ def list_input_files(paths: Iterable[str | Path]) -> list[Path]:
     files = []
     for path in map(Path, paths):
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file()
-                           and not any(part.startswith(".") for part in p.relative_to(path).parts))
+            found = sorted(
+                p
+                for p in path.rglob("*")
+                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            )
             if not found:
                 raise BuildError(f"{path}: the folder holds no files.")
             files += found
@@ -138,9 +142,11 @@ def iter_documents(files: Iterable[Path], text_field: str = "text") -> Iterator[
                     try:
                         text = json.loads(line)[text_field]
                     except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                        raise BuildError(f"{path}:{line_number}: not a JSON object with a {text_field!r} "
-                                         f"field ({type(exc).__name__}: {exc}). Use --text-field to "
-                                         "name the field that holds the text.") from None
+                        raise BuildError(
+                            f"{path}:{line_number}: not a JSON object with a {text_field!r} "
+                            f"field ({type(exc).__name__}: {exc}). Use --text-field to "
+                            "name the field that holds the text."
+                        ) from None
                     if not isinstance(text, str):
                         raise BuildError(f"{path}:{line_number}: field {text_field!r} is not a string.")
                     if text.strip():
@@ -180,23 +186,32 @@ def training_lines(texts: Iterable[str]) -> Iterator[str]:
 
 
 def vocab_size_error(vocab_size: int) -> str:
-    return (f"--vocab-size {vocab_size} must be in (260, 65536]: 4 special tokens and 256 byte-fallback tokens "
-            "come first, and shards store uint16 ids. SentencePiece may ask for more when the text has many "
-            "distinct characters.")
+    return (
+        f"--vocab-size {vocab_size} must be in (260, 65536]: 4 special tokens and 256 byte-fallback tokens "
+        "come first, and shards store uint16 ids. SentencePiece may ask for more when the text has many "
+        "distinct characters."
+    )
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int, model_path: Path,
-                    num_threads: int = 1) -> spm.SentencePieceProcessor:
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int, model_path: Path, num_threads: int = 1
+) -> spm.SentencePieceProcessor:
     """Train a BPE tokenizer with TOKENIZER_SETTINGS; write it to model_path (atomically)."""
     if not MIN_VOCAB_SIZE <= vocab_size <= MAX_VOCAB_SIZE:
         raise BuildError(vocab_size_error(vocab_size))
     spm.set_random_generator_seed(TOKENIZER_SEED)
     model = io.BytesIO()
     try:
-        spm.SentencePieceTrainer.train(sentence_iterator=training_lines(texts), model_writer=model,
-                                       vocab_size=vocab_size, num_threads=num_threads,
-                                       max_sentence_length=4 * MAX_SENTENCE_CHARS, input_sentence_size=0,
-                                       minloglevel=2, **TOKENIZER_SETTINGS)
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=training_lines(texts),
+            model_writer=model,
+            vocab_size=vocab_size,
+            num_threads=num_threads,
+            max_sentence_length=4 * MAX_SENTENCE_CHARS,
+            input_sentence_size=0,
+            minloglevel=2,
+            **TOKENIZER_SETTINGS,
+        )
     except RuntimeError as exc:  # SentencePiece's own message says what is wrong (e.g. vocab too small)
         raise BuildError(f"tokenizer training failed: {exc}") from None
     model_path.parent.mkdir(parents=True, exist_ok=True)
@@ -211,8 +226,10 @@ def load_tokenizer(path: Path) -> spm.SentencePieceProcessor:
         raise BuildError(f"--tokenizer {path}: no such file.")
     sp = spm.SentencePieceProcessor(model_file=str(path))
     if sp.bos_id() != BOS_ID or sp.vocab_size() > 65_536:
-        raise BuildError(f"{path}: BOS id {sp.bos_id()} and vocabulary {sp.vocab_size()}; shards need BOS id "
-                         f"{BOS_ID} and at most 65536 tokens. Train one with --vocab-size instead.")
+        raise BuildError(
+            f"{path}: BOS id {sp.bos_id()} and vocabulary {sp.vocab_size()}; shards need BOS id "
+            f"{BOS_ID} and at most 65536 tokens. Train one with --vocab-size instead."
+        )
     return sp
 
 
@@ -317,14 +334,26 @@ class SplitWriter:
         path = self.output / f"fineweb_{self.split}_{len(self.files):06d}.bin"
         write_data_shard(path, np.concatenate(self.pending))
         num_tokens = train_gpt.read_shard_header(path)
-        self.files.append({"name": path.name, "split": self.split, "tokens": num_tokens,
-                           "bytes": path.stat().st_size, "sha256": file_sha256(path)})
+        self.files.append(
+            {
+                "name": path.name,
+                "split": self.split,
+                "tokens": num_tokens,
+                "bytes": path.stat().st_size,
+                "sha256": file_sha256(path),
+            }
+        )
         self.pending, self.fill = [], 0
 
     def stats(self) -> dict:
-        return {"docs": self.docs, "tokens": self.tokens, "text_bytes": self.text_bytes,
-                "normalized_bytes": self.normalized_bytes, "files": len(self.files),
-                "tokens_per_byte": round(self.tokens / max(self.normalized_bytes, 1), 6)}
+        return {
+            "docs": self.docs,
+            "tokens": self.tokens,
+            "text_bytes": self.text_bytes,
+            "normalized_bytes": self.normalized_bytes,
+            "files": len(self.files),
+            "tokens_per_byte": round(self.tokens / max(self.normalized_bytes, 1), 6),
+        }
 
 
 def file_sha256(path: Path) -> str:
@@ -338,8 +367,10 @@ def file_sha256(path: Path) -> str:
 def clear_output(output: Path, overwrite: bool) -> None:
     old = sorted(output.glob("fineweb_*.bin")) + sorted(output.glob("manifest.json"))
     if old and not overwrite:
-        raise BuildError(f"{output} already holds {len(old)} shard/manifest files: pass --overwrite to "
-                         "replace them, or choose another --output.")
+        raise BuildError(
+            f"{output} already holds {len(old)} shard/manifest files: pass --overwrite to "
+            "replace them, or choose another --output."
+        )
     for path in old:
         path.unlink()
     output.mkdir(parents=True, exist_ok=True)
@@ -427,8 +458,10 @@ def build_into(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> di
         tokenizer_path = Path(cfg.tokenizer_out or default_tokenizer_path(cfg.output))
         total = sum(len(t.encode("utf-8")) for t in train_texts())
         rate = min(1.0, cfg.tokenizer_train_bytes / max(total, 1))
-        say(f"tokenizer: training BPE vocab_size:{cfg.vocab_size} on {rate * total / 1e6:.1f}MB of "
-            f"{total / 1e6:.1f}MB of training text")
+        say(
+            f"tokenizer: training BPE vocab_size:{cfg.vocab_size} on {rate * total / 1e6:.1f}MB of "
+            f"{total / 1e6:.1f}MB of training text"
+        )
         sample = (t for t in train_texts() if unit_hash(t, b"tokenizer-pick") < rate)
         sp = train_tokenizer(sample, cfg.vocab_size, tokenizer_path, cfg.workers)
         trained = True
@@ -443,8 +476,9 @@ def build_into(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> di
             ends = np.cumsum(batch.lengths)
             for i, end in enumerate(ends):
                 split = "val" if all_val or batch.val_hash[i] < val_fraction else "train"
-                writers[split].add(batch.tokens[end - batch.lengths[i] : end], int(batch.text_bytes[i]),
-                                   int(batch.normalized_bytes[i]))
+                writers[split].add(
+                    batch.tokens[end - batch.lengths[i] : end], int(batch.text_bytes[i]), int(batch.normalized_bytes[i])
+                )
             done_bytes += int(batch.text_bytes.sum())
             if time.perf_counter() - last_report > 10:
                 last_report = time.perf_counter()
@@ -454,52 +488,79 @@ def build_into(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> di
     encode_s = time.perf_counter() - t1
     for split, writer in writers.items():
         if writer.docs == 0:
-            raise BuildError(f"no document went to the {split} split ({len(files)} input files, "
-                             f"--val-fraction {val_fraction}): use more text, change --val-fraction, "
-                             "or pass validation documents with --val.")
+            raise BuildError(
+                f"no document went to the {split} split ({len(files)} input files, "
+                f"--val-fraction {val_fraction}): use more text, change --val-fraction, "
+                "or pass validation documents with --val."
+            )
 
     name = cfg.name or cfg.output.name
     manifest = {
-        "format": {"magic": train_gpt.SHARD_MAGIC, "version": train_gpt.SHARD_VERSION,
-                   "header_bytes": train_gpt.SHARD_HEADER_BYTES, "token_dtype": "uint16 little-endian",
-                   "bos_id": BOS_ID, "eos": "none", "shard_tokens": cfg.shard_tokens},
+        "format": {
+            "magic": train_gpt.SHARD_MAGIC,
+            "version": train_gpt.SHARD_VERSION,
+            "header_bytes": train_gpt.SHARD_HEADER_BYTES,
+            "token_dtype": "uint16 little-endian",
+            "bos_id": BOS_ID,
+            "eos": "none",
+            "shard_tokens": cfg.shard_tokens,
+        },
         # The "datasets"/"tokenizers" entries follow the published export's manifest, so a folder laid
         # out as <root>/manifest.json, <root>/datasets/NAME/, <root>/tokenizers/ can be served to
         # data/cached_challenge_fineweb.py from your own hub repo.
-        "datasets": [{
-            "name": name,
-            "path": f"datasets/{name}",
-            "tokenizer_name": tokenizer_path.stem,
-            "vocab_size": sp.vocab_size(),
-            "bos_id": BOS_ID,
-            "stats": {"files_train": len(writers["train"].files), "files_val": len(writers["val"].files),
-                      "docs_train": writers["train"].docs, "docs_val": writers["val"].docs,
-                      "tokens_train": writers["train"].tokens, "tokens_val": writers["val"].tokens},
-            "splits": {s: w.stats() for s, w in writers.items()},
-            "split_rule": ("documents of the --val inputs" if val_files else
-                           f"blake2b(utf-8 text, person=b'val-split') / 2**64 < {val_fraction}"),
-            "files": writers["val"].files + writers["train"].files,
-        }],
-        "tokenizers": [{
-            "name": tokenizer_path.stem,
-            "kind": "sentencepiece_bpe",
-            "vocab_size": sp.vocab_size(),
-            "model_path": f"tokenizers/{tokenizer_path.name}",
-            "sha256": file_sha256(tokenizer_path),
-            "trained_here": trained,
-            "settings": {**TOKENIZER_SETTINGS, "vocab_size": sp.vocab_size()} if trained else None,
-        }],
+        "datasets": [
+            {
+                "name": name,
+                "path": f"datasets/{name}",
+                "tokenizer_name": tokenizer_path.stem,
+                "vocab_size": sp.vocab_size(),
+                "bos_id": BOS_ID,
+                "stats": {
+                    "files_train": len(writers["train"].files),
+                    "files_val": len(writers["val"].files),
+                    "docs_train": writers["train"].docs,
+                    "docs_val": writers["val"].docs,
+                    "tokens_train": writers["train"].tokens,
+                    "tokens_val": writers["val"].tokens,
+                },
+                "splits": {s: w.stats() for s, w in writers.items()},
+                "split_rule": (
+                    "documents of the --val inputs"
+                    if val_files
+                    else f"blake2b(utf-8 text, person=b'val-split') / 2**64 < {val_fraction}"
+                ),
+                "files": writers["val"].files + writers["train"].files,
+            }
+        ],
+        "tokenizers": [
+            {
+                "name": tokenizer_path.stem,
+                "kind": "sentencepiece_bpe",
+                "vocab_size": sp.vocab_size(),
+                "model_path": f"tokenizers/{tokenizer_path.name}",
+                "sha256": file_sha256(tokenizer_path),
+                "trained_here": trained,
+                "settings": {**TOKENIZER_SETTINGS, "vocab_size": sp.vocab_size()} if trained else None,
+            }
+        ],
         "inputs": [str(p) for p in val_files + files],
-        "built_with": {"script": "data/build_shards.py", "python": platform.python_version(),
-                       "sentencepiece": spm.__version__, "numpy": np.__version__, "workers": cfg.workers},
+        "built_with": {
+            "script": "data/build_shards.py",
+            "python": platform.python_version(),
+            "sentencepiece": spm.__version__,
+            "numpy": np.__version__,
+            "workers": cfg.workers,
+        },
         "encode_seconds": round(encode_s, 3),
     }
     write_json(cfg.output / "manifest.json", manifest)
     total_mb = done_bytes / 1e6
-    say(f"done: {cfg.output} train_tokens:{writers['train'].tokens} val_tokens:{writers['val'].tokens} "
+    say(
+        f"done: {cfg.output} train_tokens:{writers['train'].tokens} val_tokens:{writers['val'].tokens} "
         f"docs:{writers['train'].docs + writers['val'].docs} text:{total_mb:.1f}MB encode_time:{encode_s:.1f}s "
         f"throughput:{total_mb / max(encode_s, 1e-9):.2f}MB/s workers:{cfg.workers} "
-        f"tokens_per_byte:{writers['val'].stats()['tokens_per_byte']:.4f}(val)")
+        f"tokens_per_byte:{writers['val'].stats()['tokens_per_byte']:.4f}(val)"
+    )
     return manifest
 
 
@@ -509,18 +570,31 @@ def default_tokenizer_path(output: Path) -> Path:
 
 def parse_args(argv: list[str] | None = None) -> BuildConfig:
     description, details = __doc__.split("\n\n", 1)  # the docstring's first line; the rest as written
-    p = argparse.ArgumentParser(description=description, epilog=details,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=description, epilog=details, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("inputs", nargs="+", help="JSONL or text files, or folders of them")
     p.add_argument("--output", required=True, type=Path, help="folder for the shards and manifest.json")
-    p.add_argument("--val", nargs="+", default=[], dest="val_inputs",
-                   help="files whose documents are the validation split (then --val-fraction is not used)")
+    p.add_argument(
+        "--val",
+        nargs="+",
+        default=[],
+        dest="val_inputs",
+        help="files whose documents are the validation split (then --val-fraction is not used)",
+    )
     p.add_argument("--tokenizer", type=Path, help="an existing SentencePiece .model to tokenize with")
     p.add_argument("--vocab-size", type=int, default=1024, help="vocabulary of the tokenizer to train")
-    p.add_argument("--tokenizer-out", type=Path,
-                   help="where the trained tokenizer goes (default: data/tokenizers/<output name>.model)")
-    p.add_argument("--tokenizer-train-bytes", type=int, default=DEFAULT_TOKENIZER_TRAIN_BYTES,
-                   help="train the tokenizer on a hash-chosen sample of about this much training text")
+    p.add_argument(
+        "--tokenizer-out",
+        type=Path,
+        help="where the trained tokenizer goes (default: data/tokenizers/<output name>.model)",
+    )
+    p.add_argument(
+        "--tokenizer-train-bytes",
+        type=int,
+        default=DEFAULT_TOKENIZER_TRAIN_BYTES,
+        help="train the tokenizer on a hash-chosen sample of about this much training text",
+    )
     p.add_argument("--val-fraction", type=float, default=0.01, help="share of documents for validation")
     p.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens per shard")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="encoding processes")

@@ -35,8 +35,14 @@ from pathlib import Path
 
 from huggingface_hub import constants as hf_constants
 from huggingface_hub import get_hf_file_metadata, hf_hub_download, hf_hub_url
-from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, HfHubHTTPError,
-                                    LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError)
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    GatedRepoError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import train_gpt  # noqa: E402  (the shard format and its checks live in the trainer)
@@ -74,8 +80,9 @@ class Hub:
 
     def file_info(self, relative: str) -> tuple[int | None, str | None]:
         """(size, etag) of a file on the hub; one request, no retries."""
-        url = hf_hub_url(self.repo_id, self.remote(relative), repo_type="dataset", revision=self.revision,
-                         endpoint=self.endpoint)
+        url = hf_hub_url(
+            self.repo_id, self.remote(relative), repo_type="dataset", revision=self.revision, endpoint=self.endpoint
+        )
         try:
             meta = get_hf_file_metadata(url, timeout=METADATA_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - translated into a message that says what to do, then raised
@@ -85,8 +92,16 @@ class Hub:
     def fetch(self, relative: str, staging: Path) -> Path:
         """Download one file into the staging folder (huggingface_hub retries transient errors)."""
         try:
-            return Path(hf_hub_download(self.repo_id, self.remote(relative), repo_type="dataset",
-                                        revision=self.revision, local_dir=staging, endpoint=self.endpoint))
+            return Path(
+                hf_hub_download(
+                    self.repo_id,
+                    self.remote(relative),
+                    repo_type="dataset",
+                    revision=self.revision,
+                    local_dir=staging,
+                    endpoint=self.endpoint,
+                )
+            )
         except Exception as exc:  # noqa: BLE001 - as above
             raise self.explain(exc, relative) from exc
 
@@ -97,8 +112,9 @@ class Hub:
         elif isinstance(exc, GatedRepoError):
             reason = "the repo is gated: accept its terms on the hub and log in (hf auth login)"
         elif isinstance(exc, RepositoryNotFoundError):
-            reason = ("no such repo, or it is private (log in with hf auth login); set --repo-id or "
-                      "MATCHED_FINEWEB_REPO_ID")
+            reason = (
+                "no such repo, or it is private (log in with hf auth login); set --repo-id or MATCHED_FINEWEB_REPO_ID"
+            )
         elif isinstance(exc, RevisionNotFoundError):
             reason = "no such revision; set --revision"
         elif isinstance(exc, EntryNotFoundError):
@@ -107,10 +123,12 @@ class Hub:
             reason = "the hub answered with an error"
         else:
             reason = "cannot reach the hub"
-        return DownloadError(f"{path} from {self.where()}: {reason}. ({type(exc).__name__}: {exc})\n"
-                             "Check the network (and HF_ENDPOINT if set), then run the same command "
-                             "again: complete files are kept. Without hub access, build shards from your "
-                             "own text with data/build_shards.py, or try data/quickstart.py.")
+        return DownloadError(
+            f"{path} from {self.where()}: {reason}. ({type(exc).__name__}: {exc})\n"
+            "Check the network (and HF_ENDPOINT if set), then run the same command "
+            "again: complete files are kept. Without hub access, build shards from your "
+            "own text with data/build_shards.py, or try data/quickstart.py."
+        )
 
 
 # =================================================================================================
@@ -130,9 +148,11 @@ def plan(manifest: dict, dataset_name: str, train_shards: int, data_dir: Path) -
     """Validation shards (all), the first train_shards training shards, then the tokenizer files."""
     datasets = {d.get("name"): d for d in manifest.get("datasets", [])}
     if dataset_name not in datasets:
-        raise DownloadError(f"the manifest has no dataset {dataset_name!r}; it has: "
-                            f"{', '.join(sorted(map(str, datasets))) or 'none'}. Pick one with --variant "
-                            "(fineweb10B_<variant>) or --dataset.")
+        raise DownloadError(
+            f"the manifest has no dataset {dataset_name!r}; it has: "
+            f"{', '.join(sorted(map(str, datasets))) or 'none'}. Pick one with --variant "
+            "(fineweb10B_<variant>) or --dataset."
+        )
     entry = datasets[dataset_name]
     remote_dir = entry.get("path") or f"datasets/{dataset_name}"
     listed = {f["name"]: f for f in entry.get("files", [])}
@@ -146,15 +166,17 @@ def plan(manifest: dict, dataset_name: str, train_shards: int, data_dir: Path) -
     if not names["val"]:
         raise DownloadError(f"the manifest lists no validation shards for {dataset_name!r}.")
     if train_shards > len(names["train"]):
-        raise DownloadError(f"--train-shards {train_shards}: {dataset_name} has {len(names['train'])} "
-                            "training shards.")
-    tasks = [FileTask(f"{remote_dir}/{n}", data_dir / "datasets" / dataset_name / n, True,
-                      listed.get(n, {}).get("sha256")) for n in names["val"] + names["train"][:train_shards]]
+        raise DownloadError(f"--train-shards {train_shards}: {dataset_name} has {len(names['train'])} training shards.")
+    tasks = [
+        FileTask(f"{remote_dir}/{n}", data_dir / "datasets" / dataset_name / n, True, listed.get(n, {}).get("sha256"))
+        for n in names["val"] + names["train"][:train_shards]
+    ]
     tokenizers = {t.get("name"): t for t in manifest.get("tokenizers", [])}
     tokenizer = tokenizers.get(entry.get("tokenizer_name"))
     if tokenizer is None:
-        raise DownloadError(f"the manifest names tokenizer {entry.get('tokenizer_name')!r} for "
-                            f"{dataset_name!r} but does not list it.")
+        raise DownloadError(
+            f"the manifest names tokenizer {entry.get('tokenizer_name')!r} for {dataset_name!r} but does not list it."
+        )
     paths = [tokenizer[k] for k in ("model_path", "vocab_path", "path") if tokenizer.get(k)]
     if not paths:
         raise DownloadError(f"the manifest's tokenizer entry {tokenizer.get('name')!r} names no file.")
@@ -193,14 +215,15 @@ def fetch_checked(hub: Hub, task: FileTask, staging: Path, size: int | None, eta
     problem = problem_with(fetched, task, size, etag, full=True)
     if problem:
         fetched.unlink()
-        raise DownloadError(f"{hub.remote(task.remote)} from {hub.where()} is not valid after download: "
-                            f"{problem}. Run again to retry; if it persists, the file on the hub is bad.")
+        raise DownloadError(
+            f"{hub.remote(task.remote)} from {hub.where()} is not valid after download: "
+            f"{problem}. Run again to retry; if it persists, the file on the hub is bad."
+        )
     task.local.parent.mkdir(parents=True, exist_ok=True)
     os.replace(fetched, task.local)
 
 
-def download(hub: Hub, dataset_name: str, train_shards: int, data_dir: Path = DATA_DIR,
-             say=print) -> list[Path]:
+def download(hub: Hub, dataset_name: str, train_shards: int, data_dir: Path = DATA_DIR, say=print) -> list[Path]:
     """Fetch the manifest, then every file it calls for that is not here yet; returns their paths."""
     staging = data_dir / "datasets" / ".download"
     manifest_task = FileTask("manifest.json", data_dir / "datasets" / "manifest.json", False)
@@ -211,8 +234,10 @@ def download(hub: Hub, dataset_name: str, train_shards: int, data_dir: Path = DA
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DownloadError(f"{manifest_task.local}: not a JSON manifest ({exc}); delete it and run again.") from None
     tasks = plan(manifest, dataset_name, train_shards, data_dir)
-    say(f"{dataset_name}: {sum(t.is_shard and '_val_' in t.local.name for t in tasks)} validation and "
-        f"{train_shards} training shards, {sum(not t.is_shard for t in tasks)} tokenizer files from {hub.where()}")
+    say(
+        f"{dataset_name}: {sum(t.is_shard and '_val_' in t.local.name for t in tasks)} validation and "
+        f"{train_shards} training shards, {sum(not t.is_shard for t in tasks)} tokenizer files from {hub.where()}"
+    )
     t0, fetched_bytes = time.perf_counter(), 0
     for i, task in enumerate(tasks, 1):
         size, etag = hub.file_info(task.remote)
@@ -229,23 +254,36 @@ def download(hub: Hub, dataset_name: str, train_shards: int, data_dir: Path = DA
         rate = task.local.stat().st_size / 1e6 / max(seconds, 1e-9)
         say(f"[{i}/{len(tasks)}] {where}: ok {seconds:.1f}s {rate:.1f}MB/s")
     shutil.rmtree(staging, ignore_errors=True)  # only hub bookkeeping is left in it
-    say(f"done: fetched {fetched_bytes / 1e6:.1f}MB in {time.perf_counter() - t0:.1f}s; "
-        f"DATA_PATH={data_dir / 'datasets' / dataset_name}")
+    say(
+        f"done: fetched {fetched_bytes / 1e6:.1f}MB in {time.perf_counter() - t0:.1f}s; "
+        f"DATA_PATH={data_dir / 'datasets' / dataset_name}"
+    )
     return [t.local for t in tasks]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     description, details = __doc__.split("\n\n", 1)  # the docstring's first line; the rest as written
-    p = argparse.ArgumentParser(description=description, epilog=details,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=description, epilog=details, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--variant", default="sp1024", help="tokenizer variant: the dataset is fineweb10B_<variant>")
     p.add_argument("--dataset", help="dataset name in the manifest (overrides --variant)")
-    p.add_argument("--train-shards", type=int, default=DEFAULT_TRAIN_SHARDS,
-                   help=f"how many training shards, from the first (default {DEFAULT_TRAIN_SHARDS})")
-    p.add_argument("--repo-id", default=os.environ.get("MATCHED_FINEWEB_REPO_ID", DEFAULT_REPO_ID),
-                   help="hub dataset repo (env MATCHED_FINEWEB_REPO_ID)")
-    p.add_argument("--remote-root", default=os.environ.get("MATCHED_FINEWEB_REMOTE_ROOT_PREFIX", DEFAULT_REMOTE_ROOT),
-                   help="path prefix inside the repo, '' for its root (env MATCHED_FINEWEB_REMOTE_ROOT_PREFIX)")
+    p.add_argument(
+        "--train-shards",
+        type=int,
+        default=DEFAULT_TRAIN_SHARDS,
+        help=f"how many training shards, from the first (default {DEFAULT_TRAIN_SHARDS})",
+    )
+    p.add_argument(
+        "--repo-id",
+        default=os.environ.get("MATCHED_FINEWEB_REPO_ID", DEFAULT_REPO_ID),
+        help="hub dataset repo (env MATCHED_FINEWEB_REPO_ID)",
+    )
+    p.add_argument(
+        "--remote-root",
+        default=os.environ.get("MATCHED_FINEWEB_REMOTE_ROOT_PREFIX", DEFAULT_REMOTE_ROOT),
+        help="path prefix inside the repo, '' for its root (env MATCHED_FINEWEB_REMOTE_ROOT_PREFIX)",
+    )
     p.add_argument("--revision", default="main", help="branch, tag or commit of the repo")
     p.add_argument("--endpoint", default=None, help="hub URL (default: HF_ENDPOINT or https://huggingface.co)")
     p.add_argument("--data-dir", type=Path, default=DATA_DIR, help="where datasets/ and tokenizers/ go")

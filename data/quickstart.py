@@ -42,17 +42,35 @@ FINEWEB_DATA = DATA_DIR / "datasets" / "fineweb10B_sp1024"
 FINEWEB_TOKENIZER = DATA_DIR / "tokenizers" / "fineweb_1024_bpe.model"
 STDLIB_VOCAB_SIZE = 512
 STDLIB_VAL_FRACTION = 0.1
-SKIPPED_DIRS = {"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test",
-                "encodings"}  # encodings: a hundred near-identical generated codec docstrings
+SKIPPED_DIRS = {
+    "site-packages",
+    "dist-packages",
+    "__pycache__",
+    "test",
+    "tests",
+    "idle_test",
+    "encodings",
+}  # encodings: a hundred near-identical generated codec docstrings
 CPU_VAL_TOKENS = 262_144  # FineWeb's 62M validation tokens take hours on a CPU: use a prefix there
 
 # A model that learns something in two minutes on two CPU cores (the trainer's defaults are for 8 H100s):
 # 0.5M parameters, about 0.3 s per 4096-token step there, so about 400 steps. At an equal token budget,
 # 4096-token steps beat 8192-token ones (val_bpb 2.43 vs 2.62 at 1.2M tokens) and the default learning
 # rates beat doubled ones (2.47). The wallclock cap ends training; warm-down covers about the last 120 steps.
-TINY_MODEL = dict(NUM_LAYERS=4, MODEL_DIM=128, NUM_HEADS=4, NUM_KV_HEADS=2, MLP_MULT=2, TRAIN_SEQ_LEN=256,
-                  TRAIN_BATCH_TOKENS=8 * 256 * 2, VAL_BATCH_SIZE=8 * 256 * 8, ITERATIONS=100_000,
-                  WARMDOWN_ITERS=120, VAL_LOSS_EVERY=0, TRAIN_LOG_EVERY=50)
+TINY_MODEL = dict(
+    NUM_LAYERS=4,
+    MODEL_DIM=128,
+    NUM_HEADS=4,
+    NUM_KV_HEADS=2,
+    MLP_MULT=2,
+    TRAIN_SEQ_LEN=256,
+    TRAIN_BATCH_TOKENS=8 * 256 * 2,
+    VAL_BATCH_SIZE=8 * 256 * 8,
+    ITERATIONS=100_000,
+    WARMDOWN_ITERS=120,
+    VAL_LOSS_EVERY=0,
+    TRAIN_LOG_EVERY=50,
+)
 
 # What data/README.md reports for `bash quickstart.sh` with the default --seconds on the standard-library data
 # (tests/test_data_quickstart.py checks that the README quotes these numbers). A CPU run that makes far fewer
@@ -84,9 +102,11 @@ def stdlib_documents(stdlib_dir: Path | None = None) -> list[str]:
         files += [Path(folder) / n for n in names if n.endswith(".py")]
     files.sort(key=lambda p: p.relative_to(root).as_posix())
     if not files:
-        raise build_shards.BuildError(f"no Python sources under {root}: this Python ships its standard "
-                                      "library without .py files. Use --data fineweb, or build shards from "
-                                      "any text with data/build_shards.py.")
+        raise build_shards.BuildError(
+            f"no Python sources under {root}: this Python ships its standard "
+            "library without .py files. Use --data fineweb, or build shards from "
+            "any text with data/build_shards.py."
+        )
     documents = []
     for path in files:
         try:
@@ -122,8 +142,9 @@ def help_topics(tree: ast.Module) -> list[str]:
     return []
 
 
-def stdlib_dataset(data_dir: Path = DATA_DIR, rebuild: bool = False, workers: int = 1,
-                   stdlib_dir: Path | None = None) -> tuple[Path, Path, int]:
+def stdlib_dataset(
+    data_dir: Path = DATA_DIR, rebuild: bool = False, workers: int = 1, stdlib_dir: Path | None = None
+) -> tuple[Path, Path, int]:
     """Build (or reuse) the standard-library dataset under data_dir/datasets and data_dir/tokenizers;
     returns (data path, tokenizer path, vocab size)."""
     version = platform.python_version()
@@ -140,12 +161,24 @@ def stdlib_dataset(data_dir: Path = DATA_DIR, rebuild: bool = False, workers: in
     with open(source, "w", encoding="utf-8") as f:
         for text in documents:
             f.write(json.dumps({"text": text}) + "\n")
-    print(f"quickstart: {len(documents)} documents ({source.stat().st_size / 1e6:.1f}MB of JSONL) from the "
-          f"standard library of Python {version} at {stdlib_dir or sysconfig.get_paths()['stdlib']} "
-          f"({time.perf_counter() - t0:.1f}s) -> {source}", flush=True)
-    build_shards.build(build_shards.BuildConfig(
-        inputs=[str(source)], output=output, tokenizer_out=tokenizer, vocab_size=STDLIB_VOCAB_SIZE,
-        val_fraction=STDLIB_VAL_FRACTION, workers=workers, overwrite=True, name=name))
+    print(
+        f"quickstart: {len(documents)} documents ({source.stat().st_size / 1e6:.1f}MB of JSONL) from the "
+        f"standard library of Python {version} at {stdlib_dir or sysconfig.get_paths()['stdlib']} "
+        f"({time.perf_counter() - t0:.1f}s) -> {source}",
+        flush=True,
+    )
+    build_shards.build(
+        build_shards.BuildConfig(
+            inputs=[str(source)],
+            output=output,
+            tokenizer_out=tokenizer,
+            vocab_size=STDLIB_VOCAB_SIZE,
+            val_fraction=STDLIB_VAL_FRACTION,
+            workers=workers,
+            overwrite=True,
+            name=name,
+        )
+    )
     return output, tokenizer, STDLIB_VOCAB_SIZE
 
 
@@ -168,8 +201,11 @@ def dataset_is_complete(output: Path, tokenizer: Path) -> bool:
 
 
 def fineweb_present() -> bool:
-    return FINEWEB_TOKENIZER.is_file() and any(FINEWEB_DATA.glob("fineweb_train_*.bin")) \
+    return (
+        FINEWEB_TOKENIZER.is_file()
+        and any(FINEWEB_DATA.glob("fineweb_train_*.bin"))
         and any(FINEWEB_DATA.glob("fineweb_val_*.bin"))
+    )
 
 
 def fineweb_for_cpu() -> Path:
@@ -185,8 +221,11 @@ def fineweb_for_cpu() -> Path:
     bos = (val[: CPU_VAL_TOKENS + 1] == build_shards.BOS_ID).nonzero()[0]
     cut = int(bos[-1]) if len(bos) > 1 else min(CPU_VAL_TOKENS, val.size)
     build_shards.write_data_shard(output / "fineweb_val_000000.bin", val[:cut])
-    print(f"quickstart: no GPU, so validation uses the first {cut} tokens of FineWeb's validation split "
-          f"(the full split takes hours on a CPU); val_bpb is not comparable with full-split scores", flush=True)
+    print(
+        f"quickstart: no GPU, so validation uses the first {cut} tokens of FineWeb's validation split "
+        f"(the full split takes hours on a CPU); val_bpb is not comparable with full-split scores",
+        flush=True,
+    )
     return output
 
 
@@ -195,14 +234,20 @@ def fineweb_for_cpu() -> Path:
 # =================================================================================================
 
 
-def train_command(data_path: Path, tokenizer: Path, vocab_size: int, seconds: float, run_id: str,
-                  threads: int | None = None) -> tuple[dict[str, str], list[str]]:
+def train_command(
+    data_path: Path, tokenizer: Path, vocab_size: int, seconds: float, run_id: str, threads: int | None = None
+) -> tuple[dict[str, str], list[str]]:
     """The variables train_gpt.py runs with (on top of this process's environment), and its argv.
     threads: OMP_NUM_THREADS, or None to leave the environment's."""
     settings = {k: str(v) for k, v in TINY_MODEL.items()}
-    settings.update(DATA_PATH=str(data_path), TOKENIZER_PATH=str(tokenizer), VOCAB_SIZE=str(vocab_size),
-                    MAX_WALLCLOCK_SECONDS=str(seconds), RUN_ID=run_id,
-                    ARTIFACT_PATH=str(REPO_ROOT / "logs" / f"{run_id}.int8.ptz"))
+    settings.update(
+        DATA_PATH=str(data_path),
+        TOKENIZER_PATH=str(tokenizer),
+        VOCAB_SIZE=str(vocab_size),
+        MAX_WALLCLOCK_SECONDS=str(seconds),
+        RUN_ID=run_id,
+        ARTIFACT_PATH=str(REPO_ROOT / "logs" / f"{run_id}.int8.ptz"),
+    )
     if not torch.cuda.is_available():
         settings["WARMUP_STEPS"] = "0"  # warm-up exists to compile CUDA kernels off the clock
     if threads is not None:
@@ -212,8 +257,9 @@ def train_command(data_path: Path, tokenizer: Path, vocab_size: int, seconds: fl
 
 def shell_line(settings: dict[str, str], command: list[str], cwd: Path) -> str:
     """One line for a POSIX shell that runs exactly that: every word quoted, so paths with spaces work."""
-    return " ".join([f"cd {shlex.quote(str(cwd))} &&", *(f"{k}={shlex.quote(v)}" for k, v in settings.items()),
-                     shlex.join(command)])
+    return " ".join(
+        [f"cd {shlex.quote(str(cwd))} &&", *(f"{k}={shlex.quote(v)}" for k, v in settings.items()), shlex.join(command)]
+    )
 
 
 def train_threads() -> tuple[int | None, str]:
@@ -257,14 +303,18 @@ def train(data_path: Path, tokenizer: Path, vocab_size: int, seconds: float, run
     settings, command = train_command(data_path, tokenizer, vocab_size, seconds, run_id, threads)
     used = f"OMP_NUM_THREADS={settings.get('OMP_NUM_THREADS', os.environ.get('OMP_NUM_THREADS'))}"
     print(f"quickstart: train_gpt.py runs with {used} ({reason}; set OMP_NUM_THREADS to choose)", flush=True)
-    print("quickstart: training with this command (paste it to run it again):\n"
-          + shell_line(settings, command, REPO_ROOT), flush=True)
+    print(
+        "quickstart: training with this command (paste it to run it again):\n"
+        + shell_line(settings, command, REPO_ROOT),
+        flush=True,
+    )
     env = {**os.environ, **settings}
     figures = {"threads": used}
     lines = queue.Queue()
     last_line = ""
-    with subprocess.Popen(command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, bufsize=1) as proc:
+    with subprocess.Popen(
+        command, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    ) as proc:
         threading.Thread(target=forward_lines, args=(proc.stdout, lines), daemon=True).start()
         quiet_since = time.perf_counter()
         while True:
@@ -289,8 +339,10 @@ def train(data_path: Path, tokenizer: Path, vocab_size: int, seconds: float, run
                 if m:
                     figures[key] = m.group(1)
     if proc.returncode != 0:
-        raise SystemExit(f"quickstart: train_gpt.py failed (exit code {proc.returncode}); its output is above "
-                         f"and in logs/{run_id}.txt")
+        raise SystemExit(
+            f"quickstart: train_gpt.py failed (exit code {proc.returncode}); its output is above "
+            f"and in logs/{run_id}.txt"
+        )
     return figures
 
 
@@ -299,17 +351,23 @@ def shortfall_note(steps: int, seconds: float, threads: str) -> str:
     expected = REFERENCE_RUN["steps"] * seconds / REFERENCE_RUN["seconds"]
     if steps >= SHORTFALL_FRACTION * expected:
         return ""
-    return (f"quickstart: only {steps} steps ran in {seconds:g}s of training, where data/README.md's reference run "
-            f"({REFERENCE_RUN['machine']}) makes about {expected:.0f}; fewer steps give a higher val_bpb (that run: "
-            f"{REFERENCE_RUN['val_bpb']} after {REFERENCE_RUN['steps']} steps). Nothing is broken: this machine is "
-            f"slow or busy (other processes on its cores slow every step; train_gpt.py ran with {threads}). Run it "
-            "again on an idle machine, or with more --seconds.")
+    return (
+        f"quickstart: only {steps} steps ran in {seconds:g}s of training, where data/README.md's reference run "
+        f"({REFERENCE_RUN['machine']}) makes about {expected:.0f}; fewer steps give a higher val_bpb (that run: "
+        f"{REFERENCE_RUN['val_bpb']} after {REFERENCE_RUN['steps']} steps). Nothing is broken: this machine is "
+        f"slow or busy (other processes on its cores slow every step; train_gpt.py ran with {threads}). Run it "
+        "again on an idle machine, or with more --seconds."
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", choices=["auto", "fineweb", "stdlib"], default="auto",
-                   help="auto: FineWeb sp1024 when it is in data/, else the standard-library text")
+    p.add_argument(
+        "--data",
+        choices=["auto", "fineweb", "stdlib"],
+        default="auto",
+        help="auto: FineWeb sp1024 when it is in data/, else the standard-library text",
+    )
     p.add_argument("--seconds", type=float, default=120, help="training wallclock cap (MAX_WALLCLOCK_SECONDS)")
     p.add_argument("--rebuild", action="store_true", help="rebuild the standard-library dataset")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="encoding processes")
@@ -322,9 +380,11 @@ def main(argv: list[str] | None = None) -> None:
     use_fineweb = args.data == "fineweb" or (args.data == "auto" and fineweb_present())
     if use_fineweb:
         if not fineweb_present():
-            raise SystemExit(f"quickstart: --data fineweb needs {FINEWEB_DATA.relative_to(REPO_ROOT)} and "
-                             f"{FINEWEB_TOKENIZER.relative_to(REPO_ROOT)}: python3 data/cached_challenge_fineweb.py "
-                             "--variant sp1024 --train-shards 1")
+            raise SystemExit(
+                f"quickstart: --data fineweb needs {FINEWEB_DATA.relative_to(REPO_ROOT)} and "
+                f"{FINEWEB_TOKENIZER.relative_to(REPO_ROOT)}: python3 data/cached_challenge_fineweb.py "
+                "--variant sp1024 --train-shards 1"
+            )
         data_path = FINEWEB_DATA if torch.cuda.is_available() else fineweb_for_cpu()
         tokenizer, vocab_size, what = FINEWEB_TOKENIZER, 1024, "FineWeb sp1024"
     else:
@@ -335,10 +395,13 @@ def main(argv: list[str] | None = None) -> None:
         what = f"the Python {platform.python_version()} standard-library docs"
     run_id = time.strftime("quickstart_%Y%m%d_%H%M%S")
     figures = train(data_path, tokenizer, vocab_size, args.seconds, run_id)
-    print(f"quickstart: done in {time.perf_counter() - t0:.0f}s on {what}: "
-          f"val_bpb:{figures.get('val_bpb', '?')} (after the int8+zlib round trip) steps:{figures.get('steps', '?')} "
-          f"artifact_bytes:{figures.get('total_bytes', '?')} (code {figures.get('code_bytes', '?')} + "
-          f"model {figures.get('model_bytes', '?')}) log:logs/{run_id}.txt", flush=True)
+    print(
+        f"quickstart: done in {time.perf_counter() - t0:.0f}s on {what}: "
+        f"val_bpb:{figures.get('val_bpb', '?')} (after the int8+zlib round trip) steps:{figures.get('steps', '?')} "
+        f"artifact_bytes:{figures.get('total_bytes', '?')} (code {figures.get('code_bytes', '?')} + "
+        f"model {figures.get('model_bytes', '?')}) log:logs/{run_id}.txt",
+        flush=True,
+    )
     if "steps" in figures and not torch.cuda.is_available():  # the reference run is a CPU run
         note = shortfall_note(figures["steps"], args.seconds, figures["threads"])
         if note:

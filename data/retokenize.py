@@ -67,13 +67,16 @@ def load_model(path: Path, flag: str) -> Tokenizer:
     try:
         sp = spm.SentencePieceProcessor(model_file=str(path))
     except (RuntimeError, OSError) as exc:
-        raise RetokenizeError(f"{flag} {path}: not a SentencePiece model ({str(exc).strip()}). Give the "
-                              ".model file the tokenizer was saved as, not the .vocab or another file.") from None
+        raise RetokenizeError(
+            f"{flag} {path}: not a SentencePiece model ({str(exc).strip()}). Give the "
+            ".model file the tokenizer was saved as, not the .vocab or another file."
+        ) from None
     if sp.bos_id() < 0:
-        raise RetokenizeError(f"{flag} {path}: the model has no BOS token; shards mark every document "
-                              "with BOS. Train the tokenizer with a bos_id (data/build_shards.py does).")
-    return Tokenizer(path, sp.serialized_model_proto(), sp.vocab_size(), sp.bos_id(),
-                     build_shards.file_sha256(path))
+        raise RetokenizeError(
+            f"{flag} {path}: the model has no BOS token; shards mark every document "
+            "with BOS. Train the tokenizer with a bos_id (data/build_shards.py does)."
+        )
+    return Tokenizer(path, sp.serialized_model_proto(), sp.vocab_size(), sp.bos_id(), build_shards.file_sha256(path))
 
 
 def input_files(pattern: str) -> list[Path]:
@@ -86,24 +89,35 @@ def input_files(pattern: str) -> list[Path]:
         files = sorted(Path(p) for p in glob.glob(pattern) if Path(p).is_file())
         where = f"no file matches {pattern}"
     if not files:
-        raise RetokenizeError(f"--input {pattern}: {where}. Give a folder of shards or a pattern such as "
-                              "'data/datasets/fineweb10B_sp1024/fineweb_*.bin' (quoted).")
+        raise RetokenizeError(
+            f"--input {pattern}: {where}. Give a folder of shards or a pattern such as "
+            "'data/datasets/fineweb10B_sp1024/fineweb_*.bin' (quoted)."
+        )
     names = [f.name for f in files]
     if len(set(names)) != len(names):
-        raise RetokenizeError(f"--input {pattern}: two inputs share a file name, and outputs keep the input "
-                              "names. Re-tokenize one folder at a time.")
+        raise RetokenizeError(
+            f"--input {pattern}: two inputs share a file name, and outputs keep the input "
+            "names. Re-tokenize one folder at a time."
+        )
     return files
 
 
 def check_shard(path: Path, tokenizer: Tokenizer) -> int:
     """The shard's token count, after checking its header and that its ids fit --from-model."""
     num_tokens = train_gpt.read_shard_header(path)
-    tokens = np.memmap(path, dtype=train_gpt.SHARD_TOKEN_DTYPE, mode="r", offset=train_gpt.SHARD_HEADER_BYTES,
-                       shape=(num_tokens,)) if num_tokens else np.zeros(0, np.uint16)
+    tokens = (
+        np.memmap(
+            path, dtype=train_gpt.SHARD_TOKEN_DTYPE, mode="r", offset=train_gpt.SHARD_HEADER_BYTES, shape=(num_tokens,)
+        )
+        if num_tokens
+        else np.zeros(0, np.uint16)
+    )
     largest = int(tokens.max()) if num_tokens else 0
     if largest >= tokenizer.vocab_size:
-        raise RetokenizeError(f"{path}: holds token id {largest}, but --from-model {tokenizer.path} has only "
-                              f"{tokenizer.vocab_size} tokens. Give the tokenizer these shards were made with.")
+        raise RetokenizeError(
+            f"{path}: holds token id {largest}, but --from-model {tokenizer.path} has only "
+            f"{tokenizer.vocab_size} tokens. Give the tokenizer these shards were made with."
+        )
     return num_tokens
 
 
@@ -115,10 +129,12 @@ def check_manifest(folder: Path, tokenizer: Tokenizer) -> None:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return  # no manifest (or not one of ours): nothing to compare with
     if recorded and tokenizer.sha256 not in recorded:
-        raise RetokenizeError(f"{folder / 'manifest.json'}: these shards were made with tokenizer "
-                              f"{', '.join(sorted(recorded.values()))} (sha256 {', '.join(sorted(recorded))}), "
-                              f"not --from-model {tokenizer.path} (sha256 {tokenizer.sha256}). "
-                              "Give the tokenizer the manifest names.")
+        raise RetokenizeError(
+            f"{folder / 'manifest.json'}: these shards were made with tokenizer "
+            f"{', '.join(sorted(recorded.values()))} (sha256 {', '.join(sorted(recorded))}), "
+            f"not --from-model {tokenizer.path} (sha256 {tokenizer.sha256}). "
+            "Give the tokenizer the manifest names."
+        )
 
 
 @dataclass
@@ -138,23 +154,29 @@ def make_plan(args: argparse.Namespace) -> Plan:
     source = load_model(args.from_model, "--from-model")
     target = load_model(args.to_model, "--to-model")
     if target.vocab_size > MAX_VOCAB:
-        raise RetokenizeError(f"--to-model {target.path}: {target.vocab_size} tokens, but shards store uint16 "
-                              f"ids: at most {MAX_VOCAB}. Use a smaller tokenizer.")
+        raise RetokenizeError(
+            f"--to-model {target.path}: {target.vocab_size} tokens, but shards store uint16 "
+            f"ids: at most {MAX_VOCAB}. Use a smaller tokenizer."
+        )
     files = input_files(args.input)
     output = args.output.resolve()
     for folder in sorted({f.resolve().parent for f in files}):
         if folder == output:
-            raise RetokenizeError(f"--output {args.output} is the folder of the inputs: the outputs keep the "
-                                  "input names and would overwrite them. Choose another --output.")
+            raise RetokenizeError(
+                f"--output {args.output} is the folder of the inputs: the outputs keep the "
+                "input names and would overwrite them. Choose another --output."
+            )
         check_manifest(folder, source)
     if output.is_file():
         raise RetokenizeError(f"--output {args.output} is a file; give a folder.")
     taken = [output / f.name for f in files if (output / f.name).exists()]
     taken += [output / "manifest.json"] if (output / "manifest.json").exists() else []
     if taken and not args.overwrite:
-        raise RetokenizeError(f"--output {args.output} already holds {taken[0].name}"
-                              f"{f' and {len(taken) - 1} more' if len(taken) > 1 else ''}: pass --overwrite "
-                              "to replace them, or choose another --output.")
+        raise RetokenizeError(
+            f"--output {args.output} already holds {taken[0].name}"
+            f"{f' and {len(taken) - 1} more' if len(taken) > 1 else ''}: pass --overwrite "
+            "to replace them, or choose another --output."
+        )
     tokens = [check_shard(f, source) for f in files]
     check_round_trip(source, files, tokens)
     return Plan(source, target, files, tokens, output, args.workers)
@@ -167,10 +189,12 @@ def check_round_trip(source: Tokenizer, files: list[Path], tokens: list[int]) ->
     sample = [shard_tokens(f, 0, min(n, 1 << 22)) for f, n in zip(files[:4], tokens[:4])]
     same, tried = train_gpt.round_trip(spm.SentencePieceProcessor(model_proto=source.proto), sample)
     if same * 2 < tried:
-        raise RetokenizeError(f"--from-model {source.path} did not make the input shards: {same} of {tried} sampled "
-                              "documents decode and encode again to their own ids (with the tokenizer that made them, "
-                              "nearly all do). Give the tokenizer the shards were made with; are --from-model and "
-                              "--to-model swapped?")
+        raise RetokenizeError(
+            f"--from-model {source.path} did not make the input shards: {same} of {tried} sampled "
+            "documents decode and encode again to their own ids (with the tokenizer that made them, "
+            "nearly all do). Give the tokenizer the shards were made with; are --from-model and "
+            "--to-model swapped?"
+        )
 
 
 # =================================================================================================
@@ -181,8 +205,12 @@ def check_round_trip(source: Tokenizer, files: list[Path], tokens: list[int]) ->
 def shard_tokens(path: Path, start: int = 0, stop: int | None = None) -> np.ndarray:
     num_tokens = train_gpt.read_shard_header(path)
     stop = num_tokens if stop is None else stop
-    return np.fromfile(path, dtype=train_gpt.SHARD_TOKEN_DTYPE, count=stop - start,
-                       offset=train_gpt.SHARD_HEADER_BYTES + start * train_gpt.SHARD_TOKEN_DTYPE.itemsize)
+    return np.fromfile(
+        path,
+        dtype=train_gpt.SHARD_TOKEN_DTYPE,
+        count=stop - start,
+        offset=train_gpt.SHARD_HEADER_BYTES + start * train_gpt.SHARD_TOKEN_DTYPE.itemsize,
+    )
 
 
 def chunk_bounds(path: Path, bos_id: int, chunk_tokens: int | None = None) -> list[tuple[int, int]]:
@@ -234,8 +262,9 @@ def retokenize_chunk(task: tuple[Path, int, int]) -> Chunk:
         if i > 0 or not lead.size:
             out.append(bos)
         out.extend(ids)
-    return Chunk(np.asarray(out, dtype=np.uint16), len(docs), int(tokens.size),
-                 sum(len(t.encode("utf-8")) for t in texts))
+    return Chunk(
+        np.asarray(out, dtype=np.uint16), len(docs), int(tokens.size), sum(len(t.encode("utf-8")) for t in texts)
+    )
 
 
 class Progress:
@@ -252,9 +281,11 @@ class Progress:
         self.last = now
         rate = tokens_in / max(now - self.t0, 1e-9)
         eta = (self.total - tokens_in) / rate if rate > 0 else float("inf")
-        line = (f"retokenize: {100 * tokens_in / max(self.total, 1):5.1f}% docs:{docs} tokens_in:{tokens_in} "
-                f"tokens_out:{tokens_out} rate:{rate / 1e6:.2f}M tokens/s "
-                f"eta:{f'{eta:.0f}s' if eta < float('inf') else '?'}")
+        line = (
+            f"retokenize: {100 * tokens_in / max(self.total, 1):5.1f}% docs:{docs} tokens_in:{tokens_in} "
+            f"tokens_out:{tokens_out} rate:{rate / 1e6:.2f}M tokens/s "
+            f"eta:{f'{eta:.0f}s' if eta < float('inf') else '?'}"
+        )
         if self.tty:
             sys.stderr.write("\r" + line + ("\n" if final else ""))
         elif not final:
@@ -271,8 +302,9 @@ def run(plan: Plan, quiet: bool = False) -> dict:
     progress = None if quiet else Progress(sum(plan.tokens))
     entries, totals = [], dict(docs=0, tokens_in=0, tokens_out=0, text_bytes=0)
     pending: list[Chunk] = []
-    with multiprocessing.Pool(plan.workers, initializer=init_worker,
-                              initargs=(plan.source.proto, plan.target.proto)) as pool:
+    with multiprocessing.Pool(
+        plan.workers, initializer=init_worker, initargs=(plan.source.proto, plan.target.proto)
+    ) as pool:
         for (path, _, _), chunk in zip(tasks, pool.imap(retokenize_chunk, tasks)):  # in order: deterministic
             pending.append(chunk)
             for key in totals:
@@ -288,10 +320,13 @@ def run(plan: Plan, quiet: bool = False) -> dict:
     manifest = make_manifest(plan, entries, seconds)
     build_shards.write_json(plan.output / "manifest.json", manifest)
     if not quiet:
-        print(f"done: {plan.output} files:{len(entries)} docs:{totals['docs']} tokens_in:{totals['tokens_in']} "
-              f"tokens_out:{totals['tokens_out']} ratio:{totals['tokens_out'] / max(totals['tokens_in'], 1):.4f} "
-              f"seconds:{seconds:.1f} rate:{totals['tokens_in'] / max(seconds, 1e-9) / 1e6:.2f}M_tokens_in/s "
-              f"workers:{plan.workers}", flush=True)
+        print(
+            f"done: {plan.output} files:{len(entries)} docs:{totals['docs']} tokens_in:{totals['tokens_in']} "
+            f"tokens_out:{totals['tokens_out']} ratio:{totals['tokens_out'] / max(totals['tokens_in'], 1):.4f} "
+            f"seconds:{seconds:.1f} rate:{totals['tokens_in'] / max(seconds, 1e-9) / 1e6:.2f}M_tokens_in/s "
+            f"workers:{plan.workers}",
+            flush=True,
+        )
     return manifest
 
 
@@ -299,10 +334,17 @@ def write_shard(path: Path, chunks: list[Chunk], source: Path) -> dict:
     tokens = np.concatenate([c.tokens for c in chunks])
     build_shards.write_data_shard(path, tokens)
     m = SPLIT_PATTERN.match(path.name)
-    return {"name": path.name, "split": m.group(1) if m else "other", "tokens": int(tokens.size),
-            "bytes": path.stat().st_size, "sha256": build_shards.file_sha256(path), "source": str(source),
-            "docs": sum(c.docs for c in chunks), "tokens_in": sum(c.tokens_in for c in chunks),
-            "normalized_bytes": sum(c.text_bytes for c in chunks)}
+    return {
+        "name": path.name,
+        "split": m.group(1) if m else "other",
+        "tokens": int(tokens.size),
+        "bytes": path.stat().st_size,
+        "sha256": build_shards.file_sha256(path),
+        "source": str(source),
+        "docs": sum(c.docs for c in chunks),
+        "tokens_in": sum(c.tokens_in for c in chunks),
+        "normalized_bytes": sum(c.text_bytes for c in chunks),
+    }
 
 
 def make_manifest(plan: Plan, entries: list[dict], seconds: float) -> dict:
@@ -312,49 +354,77 @@ def make_manifest(plan: Plan, entries: list[dict], seconds: float) -> dict:
     for split in ("val", "train"):
         mine = [e for e in entries if e["split"] == split]
         tokens, normalized = sum(e["tokens"] for e in mine), sum(e["normalized_bytes"] for e in mine)
-        splits[split] = {"docs": sum(e["docs"] for e in mine), "tokens": tokens, "text_bytes": None,
-                         "normalized_bytes": normalized, "files": len(mine),
-                         "tokens_per_byte": round(tokens / max(normalized, 1), 6)}
+        splits[split] = {
+            "docs": sum(e["docs"] for e in mine),
+            "tokens": tokens,
+            "text_bytes": None,
+            "normalized_bytes": normalized,
+            "files": len(mine),
+            "tokens_per_byte": round(tokens / max(normalized, 1), 6),
+        }
     return {
-        "format": {"magic": train_gpt.SHARD_MAGIC, "version": train_gpt.SHARD_VERSION,
-                   "header_bytes": train_gpt.SHARD_HEADER_BYTES, "token_dtype": "uint16 little-endian",
-                   "bos_id": plan.target.bos_id, "eos": "none",
-                   "shard_tokens": None},  # each output shard holds its input shard's documents
-        "datasets": [{
-            "name": name,
-            "path": f"datasets/{name}",
-            "tokenizer_name": plan.target.path.stem,
-            "vocab_size": plan.target.vocab_size,
+        "format": {
+            "magic": train_gpt.SHARD_MAGIC,
+            "version": train_gpt.SHARD_VERSION,
+            "header_bytes": train_gpt.SHARD_HEADER_BYTES,
+            "token_dtype": "uint16 little-endian",
             "bos_id": plan.target.bos_id,
-            "stats": {"files_train": splits["train"]["files"], "files_val": splits["val"]["files"],
-                      "docs_train": splits["train"]["docs"], "docs_val": splits["val"]["docs"],
-                      "tokens_train": splits["train"]["tokens"], "tokens_val": splits["val"]["tokens"]},
-            "splits": splits,
-            "split_rule": "as the input shards (by file name)",
-            "files": entries,
-        }],
-        "tokenizers": [{
-            "name": plan.target.path.stem,
-            "kind": "sentencepiece_bpe",
-            "vocab_size": plan.target.vocab_size,
-            "model_path": f"tokenizers/{plan.target.path.name}",
-            "sha256": plan.target.sha256,
-            "trained_here": False,
-            "settings": None,
-        }],
-        "retokenized_from": {"name": plan.source.path.stem, "vocab_size": plan.source.vocab_size,
-                             "sha256": plan.source.sha256},
+            "eos": "none",
+            "shard_tokens": None,
+        },  # each output shard holds its input shard's documents
+        "datasets": [
+            {
+                "name": name,
+                "path": f"datasets/{name}",
+                "tokenizer_name": plan.target.path.stem,
+                "vocab_size": plan.target.vocab_size,
+                "bos_id": plan.target.bos_id,
+                "stats": {
+                    "files_train": splits["train"]["files"],
+                    "files_val": splits["val"]["files"],
+                    "docs_train": splits["train"]["docs"],
+                    "docs_val": splits["val"]["docs"],
+                    "tokens_train": splits["train"]["tokens"],
+                    "tokens_val": splits["val"]["tokens"],
+                },
+                "splits": splits,
+                "split_rule": "as the input shards (by file name)",
+                "files": entries,
+            }
+        ],
+        "tokenizers": [
+            {
+                "name": plan.target.path.stem,
+                "kind": "sentencepiece_bpe",
+                "vocab_size": plan.target.vocab_size,
+                "model_path": f"tokenizers/{plan.target.path.name}",
+                "sha256": plan.target.sha256,
+                "trained_here": False,
+                "settings": None,
+            }
+        ],
+        "retokenized_from": {
+            "name": plan.source.path.stem,
+            "vocab_size": plan.source.vocab_size,
+            "sha256": plan.source.sha256,
+        },
         "inputs": [str(p) for p in plan.files],
-        "built_with": {"script": "data/retokenize.py", "python": platform.python_version(),
-                       "sentencepiece": spm.__version__, "numpy": np.__version__, "workers": plan.workers},
+        "built_with": {
+            "script": "data/retokenize.py",
+            "python": platform.python_version(),
+            "sentencepiece": spm.__version__,
+            "numpy": np.__version__,
+            "workers": plan.workers,
+        },
         "encode_seconds": round(seconds, 3),
     }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     description, details = __doc__.split("\n\n", 1)  # the docstring's first line; the rest as written
-    p = argparse.ArgumentParser(description=description, epilog=details,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=description, epilog=details, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--from-model", required=True, type=Path, help="the SentencePiece .model the shards were made with")
     p.add_argument("--to-model", required=True, type=Path, help="the SentencePiece .model to re-tokenize with")
     p.add_argument("--input", required=True, help="a folder of fineweb_*.bin shards, or a (quoted) glob pattern")

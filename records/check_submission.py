@@ -33,6 +33,7 @@ class Verdict:
 @dataclass
 class Submission:
     """A folder as the rules see it: its files, parsed once."""
+
     folder: Path
     track: str
     track_note: str  # how the track was decided
@@ -70,8 +71,9 @@ def load(folder: Path) -> Submission:
     submission, submission_error = R.read_submission(folder)
     track, note = find_track(folder, submission)
     logs = [R.read_log(p) for p in R.log_paths(folder)]
-    return Submission(folder, track, note, script, code, packed, pack_error, code_files, logs, submission,
-                      submission_error)
+    return Submission(
+        folder, track, note, script, code, packed, pack_error, code_files, logs, submission, submission_error
+    )
 
 
 def find_track(folder: Path, submission: dict | None) -> tuple[str, str]:
@@ -111,6 +113,7 @@ def seconds(ms: float) -> str:
 # The rules, in the order a reviewer reads a folder
 # =================================================================================================
 
+
 def check_files(s: Submission) -> Verdict:
     missing = [n for n in ("README.md", "submission.json", "train_gpt.py") if not (s.folder / n).is_file()]
     problems = [f"missing {', '.join(missing)}"] if missing else []
@@ -145,17 +148,26 @@ def check_script_matches_logs(s: Submission) -> Verdict:
     problems = []
     for log in s.logs:
         if log.script is None:
-            problems.append((log.name, "the log does not hold the script it ran "
-                                       "(train_gpt.py logs its own source first)"))
+            problems.append(
+                (log.name, "the log does not hold the script it ran (train_gpt.py logs its own source first)")
+            )
             continue
         logged = log.script.encode("utf-8")
         if logged != s.script:
-            problems.append((log.name, f"the script in the log differs from train_gpt.py from line "
-                             f"{first_difference(logged, s.script)} ({len(logged):,} vs {len(s.script):,} bytes)"))
+            problems.append(
+                (
+                    log.name,
+                    f"the script in the log differs from train_gpt.py from line "
+                    f"{first_difference(logged, s.script)} ({len(logged):,} vs {len(s.script):,} bytes)",
+                )
+            )
     if problems or not s.logs:
         return Verdict("script_matches_logs", False, grouped(problems) or "no logs")
-    return Verdict("script_matches_logs", True, f"the script at the head of all {len(s.logs)} log(s) is train_gpt.py, "
-                   f"byte for byte ({len(s.script):,} bytes)")
+    return Verdict(
+        "script_matches_logs",
+        True,
+        f"the script at the head of all {len(s.logs)} log(s) is train_gpt.py, byte for byte ({len(s.script):,} bytes)",
+    )
 
 
 def check_packed_script(s: Submission) -> Verdict:
@@ -176,9 +188,13 @@ def check_packed_script(s: Submission) -> Verdict:
     if not human.is_file():
         return Verdict("packed_script", True, f"{evidence}; no {R.HUMAN_COPY} beside it")
     if (readable := human.read_bytes()) != unpacked:
-        return Verdict("packed_script", False, f"{evidence}, but {R.HUMAN_COPY} ({len(readable):,} bytes) is not "
-                       f"that code (they differ from line {first_difference(readable, unpacked)}): the readable "
-                       "copy is not the code that ran")
+        return Verdict(
+            "packed_script",
+            False,
+            f"{evidence}, but {R.HUMAN_COPY} ({len(readable):,} bytes) is not "
+            f"that code (they differ from line {first_difference(readable, unpacked)}): the readable "
+            "copy is not the code that ran",
+        )
     return Verdict("packed_script", True, f"{evidence}; {R.HUMAN_COPY} is that code, byte for byte")
 
 
@@ -196,12 +212,17 @@ def check_size(s: Submission) -> Verdict:
         if total > R.LIMIT_BYTES:
             problems.append(f"{log.name}: {s.code_bytes:,} + {log.model_bytes:,} = {total:,} bytes > {R.LIMIT_BYTES:,}")
         if log.code_bytes is not None and log.code_bytes != s.code_bytes:
-            problems.append(f"{log.name}: its size line counts {log.code_bytes:,} code bytes, the folder's code is "
-                            f"{s.code_bytes:,}")
+            problems.append(
+                f"{log.name}: its size line counts {log.code_bytes:,} code bytes, the folder's code is {s.code_bytes:,}"
+            )
     if problems or not totals:
         return Verdict("size", False, f"code: {code} bytes; " + ("; ".join(problems) or "no logs"))
-    return Verdict("size", True, f"code: {code} bytes (recomputed from the folder); code + model per log: "
-                   f"{', '.join(f'{t:,}' for t in totals)} bytes, the largest {max(totals):,} <= {R.LIMIT_BYTES:,}")
+    return Verdict(
+        "size",
+        True,
+        f"code: {code} bytes (recomputed from the folder); code + model per log: "
+        f"{', '.join(f'{t:,}' for t in totals)} bytes, the largest {max(totals):,} <= {R.LIMIT_BYTES:,}",
+    )
 
 
 def check_time(s: Submission, rule: str, limit_ms: float, what: str) -> Verdict:
@@ -263,8 +284,12 @@ def check_same_config(s: Submission) -> Verdict:
         return Verdict("same_config", False, "; ".join(problems))
     if len(s.logs) == 1:
         return Verdict("same_config", True, f"one log (seed {seeds[0]}): nothing to compare")
-    return Verdict("same_config", True, f"{len(s.logs)} logs, seeds {', '.join(map(str, seeds))}: the same "
-                   f"{len(keys)} settings apart from the seed, read from the {first.config_source}")
+    return Verdict(
+        "same_config",
+        True,
+        f"{len(s.logs)} logs, seeds {', '.join(map(str, seeds))}: the same "
+        f"{len(keys)} settings apart from the seed, read from the {first.config_source}",
+    )
 
 
 def check_hardware(s: Submission) -> Verdict:
@@ -274,8 +299,9 @@ def check_hardware(s: Submission) -> Verdict:
         gpus = sorted(set(log.gpus))
         found.append((log.name, f"world_size {log.world_size} on {', '.join(gpus) or 'a GPU the log does not name'}"))
         if log.world_size != 8:
-            problems.append((log.name, "no world_size logged" if log.world_size is None else
-                             f"world_size {log.world_size}, not 8"))
+            problems.append(
+                (log.name, "no world_size logged" if log.world_size is None else f"world_size {log.world_size}, not 8")
+            )
         if not gpus:
             problems.append((log.name, "the log names no GPU"))
         elif any("H100" not in g for g in gpus):
@@ -288,9 +314,23 @@ def check_hardware(s: Submission) -> Verdict:
 
 
 NUMBER = (int, Decimal)
-FIELDS = {"author": str, "github_id": str, "name": str, "blurb": str, "date": str, "track": str, "val_loss": NUMBER,
-          "val_bpb": NUMBER, "val_bpb_std": NUMBER + (type(None),), "seeds": list, "seed_results": dict,
-          "hardware": str, "pytorch_version": str, "bytes_total": int, "bytes_code": int}
+FIELDS = {
+    "author": str,
+    "github_id": str,
+    "name": str,
+    "blurb": str,
+    "date": str,
+    "track": str,
+    "val_loss": NUMBER,
+    "val_bpb": NUMBER,
+    "val_bpb_std": NUMBER + (type(None),),
+    "seeds": list,
+    "seed_results": dict,
+    "hardware": str,
+    "pytorch_version": str,
+    "bytes_total": int,
+    "bytes_code": int,
+}
 SEED_FIELDS = {"val_loss": NUMBER, "val_bpb": NUMBER, "artifact_bytes": int, "steps": int}
 
 
@@ -301,17 +341,24 @@ def check_submission_fields(s: Submission) -> Verdict:
     if not isinstance(j, dict):
         return Verdict("submission_fields", False, "submission.json is not a JSON object")
     missing = [k for k in FIELDS if k not in j]
-    wrong = [f"{k} is {type(j[k]).__name__}" for k, kind in FIELDS.items()
-             if k in j and (not isinstance(j[k], kind) or isinstance(j[k], bool))]
-    wrong += [f"{k} is empty" for k in ("author", "github_id", "name")
-              if isinstance(j.get(k), str) and not j[k].strip()]
+    wrong = [
+        f"{k} is {type(j[k]).__name__}"
+        for k, kind in FIELDS.items()
+        if k in j and (not isinstance(j[k], kind) or isinstance(j[k], bool))
+    ]
+    wrong += [
+        f"{k} is empty" for k in ("author", "github_id", "name") if isinstance(j.get(k), str) and not j[k].strip()
+    ]
     if isinstance(j.get("date"), str) and not re.match(r"\d{4}-\d{2}-\d{2}", j["date"]):
         wrong.append(f"date {j['date']!r} is not YYYY-MM-DD")
     if isinstance(j.get("track"), str) and j["track"].removeprefix("track_") not in R.TRACKS:
         wrong.append(f"track {j['track']!r} is not one of {', '.join(R.TRACKS)}")
     parent = s.folder.resolve().parent.name
-    if parent.startswith("track_") and isinstance(j.get("track"), str) and j["track"].removeprefix("track_") != \
-            parent.removeprefix("track_"):
+    if (
+        parent.startswith("track_")
+        and isinstance(j.get("track"), str)
+        and j["track"].removeprefix("track_") != parent.removeprefix("track_")
+    ):
         wrong.append(f"track {j['track']!r} but the folder is under {parent}/")
     if isinstance(j.get("seeds"), list) and not all(isinstance(x, int) and not isinstance(x, bool) for x in j["seeds"]):
         wrong.append("seeds are not all integers")
@@ -320,8 +367,11 @@ def check_submission_fields(s: Submission) -> Verdict:
             wrong.append(f"seed_results[{seed}] is not an object")
             continue
         wrong += [f"seed_results[{seed}] lacks {k}" for k in SEED_FIELDS if k not in result]
-        wrong += [f"seed_results[{seed}].{k} is {type(result[k]).__name__}" for k, kind in SEED_FIELDS.items()
-                  if k in result and (not isinstance(result[k], kind) or isinstance(result[k], bool))]
+        wrong += [
+            f"seed_results[{seed}].{k} is {type(result[k]).__name__}"
+            for k, kind in SEED_FIELDS.items()
+            if k in result and (not isinstance(result[k], kind) or isinstance(result[k], bool))
+        ]
     problems = ([f"missing {', '.join(missing)}"] if missing else []) + wrong
     if problems:
         return Verdict("submission_fields", False, "; ".join(problems))
@@ -338,7 +388,7 @@ def close(written, actual: float, units_in_last_place: float, places: int | None
     """A value agrees with `actual` to within this many units of its last place: its last written decimal, or
     the `places`-th where given (JSON drops trailing zeros: 1.08100 is written 1.081)."""
     places = R.decimals(written) if places is None else places
-    return abs(float(written) - actual) <= units_in_last_place * 10.0 ** -places + 1e-12
+    return abs(float(written) - actual) <= units_in_last_place * 10.0**-places + 1e-12
 
 
 def check_submission_matches_logs(s: Submission) -> Verdict:
@@ -370,17 +420,27 @@ def check_submission_matches_logs(s: Submission) -> Verdict:
         if close(written, actual, 0.5, places) or close(written, mean_of_rounded, 0.5, places):
             agreed.append(name)
             return
-        rule = (f"at least {SCORE_DECIMALS} decimals" if R.decimals(written) < SCORE_DECIMALS else
-                f"{places} decimals as written")
-        problems.append(f"{name} {written} but {what} {actual:.8f}: expected {actual:.{places}f} ({rule}, rounded "
-                        "from the logs)")
+        rule = (
+            f"at least {SCORE_DECIMALS} decimals"
+            if R.decimals(written) < SCORE_DECIMALS
+            else f"{places} decimals as written"
+        )
+        problems.append(
+            f"{name} {written} but {what} {actual:.8f}: expected {actual:.{places}f} ({rule}, rounded from the logs)"
+        )
 
     for key in ("val_loss", "val_bpb"):
-        compare_score(key, j.get(key), [getattr(log, key) for log in scored],
-                      f"the mean of the {len(scored)} log(s) is")
+        compare_score(
+            key, j.get(key), [getattr(log, key) for log in scored], f"the mean of the {len(scored)} log(s) is"
+        )
     if len(scored) >= 2:
-        compare("val_bpb_std", j.get("val_bpb_std"), R.mean_std([log.val_bpb for log in scored])[1], 1.0,
-                "the logs' sample standard deviation is")
+        compare(
+            "val_bpb_std",
+            j.get("val_bpb_std"),
+            R.mean_std([log.val_bpb for log in scored])[1],
+            1.0,
+            "the logs' sample standard deviation is",
+        )
     elif j.get("val_bpb_std") is not None:
         problems.append(f"val_bpb_std {j['val_bpb_std']} but one log has no standard deviation (write null)")
     logged_seeds = sorted(log.seed for log in scored if log.seed is not None)
@@ -400,11 +460,17 @@ def check_submission_matches_logs(s: Submission) -> Verdict:
             compare_score(f"seed_results[{log.seed}].{key}", result.get(key), [getattr(log, key)], f"{log.name} says")
         for key, actual in (("artifact_bytes", s.total_bytes(log)), ("steps", log.steps)):
             if key in result and actual is not None:
-                (agreed.append(f"seed_results[{log.seed}].{key}") if result[key] == actual else
-                 problems.append(f"seed_results[{log.seed}].{key} {result[key]} but {log.name} gives {actual}"))
+                (
+                    agreed.append(f"seed_results[{log.seed}].{key}")
+                    if result[key] == actual
+                    else problems.append(f"seed_results[{log.seed}].{key} {result[key]} but {log.name} gives {actual}")
+                )
     if isinstance(j.get("bytes_code"), int) and s.code_bytes is not None:
-        (agreed.append("bytes_code") if j["bytes_code"] == s.code_bytes else
-         problems.append(f"bytes_code {j['bytes_code']} but the folder's code is {s.code_bytes} bytes"))
+        (
+            agreed.append("bytes_code")
+            if j["bytes_code"] == s.code_bytes
+            else problems.append(f"bytes_code {j['bytes_code']} but the folder's code is {s.code_bytes} bytes")
+        )
     totals = [t for t in (s.total_bytes(log) for log in scored) if t is not None]
     if isinstance(j.get("bytes_total"), int) and totals:
         largest, mean = max(totals), round(sum(totals) / len(totals))
@@ -412,8 +478,10 @@ def check_submission_matches_logs(s: Submission) -> Verdict:
             which = "the largest" if j["bytes_total"] == largest else "the mean"
             agreed.append(f"bytes_total ({which} of the logs')")
         else:
-            problems.append(f"bytes_total {j['bytes_total']} but the logs' code + model totals are {totals} "
-                            f"(largest {largest}, mean {mean})")
+            problems.append(
+                f"bytes_total {j['bytes_total']} but the logs' code + model totals are {totals} "
+                f"(largest {largest}, mean {mean})"
+            )
     worlds = {log.world_size for log in scored}
     models = {m for log in scored for g in log.gpus for m in re.findall(r"\b[A-Z]+\d{2,4}\b", g)}
     if isinstance(j.get("hardware"), str) and worlds and models:
@@ -424,8 +492,11 @@ def check_submission_matches_logs(s: Submission) -> Verdict:
             problems.append(f"hardware {hw!r} but the logs ran world_size {sorted(worlds)} on {sorted(models)}")
     versions = {log.torch_version for log in scored if log.torch_version}
     if isinstance(j.get("pytorch_version"), str) and versions:
-        (agreed.append("pytorch_version") if versions == {j["pytorch_version"]} else
-         problems.append(f"pytorch_version {j['pytorch_version']!r} but the logs ran {sorted(versions)}"))
+        (
+            agreed.append("pytorch_version")
+            if versions == {j["pytorch_version"]}
+            else problems.append(f"pytorch_version {j['pytorch_version']!r} but the logs ran {sorted(versions)}")
+        )
     if problems:
         return Verdict("submission_matches_logs", False, "; ".join(problems))
     per_seed = [a for a in agreed if a.startswith("seed_results[")]
@@ -456,8 +527,12 @@ def check_significance(s: Submission, against: Path | None) -> tuple[Verdict, R.
     if against is None:
         if s.track != R.RECORD_TRACK:
             return Verdict("significance", True, f"track {s.track}: no record to beat"), None
-        return Verdict("significance", False, f"a record must beat the current one by {R.MARGIN_NATS} nats at "
-                       f"p < {R.P_MAX}: give --against RECORD_FOLDER"), None
+        return Verdict(
+            "significance",
+            False,
+            f"a record must beat the current one by {R.MARGIN_NATS} nats at "
+            f"p < {R.P_MAX}: give --against RECORD_FOLDER",
+        ), None
     try:
         ref_loss, ref_bpb, source, ref_vocab = reference_scores(against)
     except ValueError as exc:
@@ -468,23 +543,40 @@ def check_significance(s: Submission, against: Path | None) -> tuple[Verdict, R.
     bpb_note = f"val_bpb {bpb_mean:.5f} vs {R.mean_std(ref_bpb)[0]:.5f}"
     if ref_vocab and vocabs and vocabs != {ref_vocab}:
         ours = ", ".join(map(str, sorted(vocabs)))
-        return Verdict("significance", False, f"val_loss is nats per token and the vocabularies differ ({ours} here, "
-                       f"{ref_vocab} in {against.name}): the losses are not comparable; {bpb_note}"), None
+        return Verdict(
+            "significance",
+            False,
+            f"val_loss is nats per token and the vocabularies differ ({ours} here, "
+            f"{ref_vocab} in {against.name}): the losses are not comparable; {bpb_note}",
+        ), None
     try:
         r = R.improvement_test([log.val_loss for log in scored], ref_loss)
     except ValueError as exc:
         return Verdict("significance", False, str(exc)), None
     ref = f"{r.ref_mean:.5f}" + (f" ± {r.ref_std:.5f}" if r.ref_std is not None else "")
     verdict = "clears" if r.clears else "does not clear"
-    evidence = (f"val_loss {r.mean:.5f} ± {r.std:.5f} ({r.n} seeds) vs {against.name} {ref} ({r.ref_n} run(s), "
-                f"from the {source}): improvement {r.improvement:.5f} nats; {r.method} of improvement > {r.margin}: "
-                f"t={r.t:.3f} df={r.df:.2f} one-sided p={r.p:.4g}: {verdict} {r.margin} nats at p < {R.P_MAX}; "
-                f"{bpb_note}")
+    evidence = (
+        f"val_loss {r.mean:.5f} ± {r.std:.5f} ({r.n} seeds) vs {against.name} {ref} ({r.ref_n} run(s), "
+        f"from the {source}): improvement {r.improvement:.5f} nats; {r.method} of improvement > {r.margin}: "
+        f"t={r.t:.3f} df={r.df:.2f} one-sided p={r.p:.4g}: {verdict} {r.margin} nats at p < {R.P_MAX}; "
+        f"{bpb_note}"
+    )
     return Verdict("significance", r.clears, evidence), r
 
 
-RULES = [check_files, check_final_line, check_script_matches_logs, check_packed_script, check_size, check_train_time,
-         check_eval_time, check_same_config, check_hardware, check_submission_fields, check_submission_matches_logs]
+RULES = [
+    check_files,
+    check_final_line,
+    check_script_matches_logs,
+    check_packed_script,
+    check_size,
+    check_train_time,
+    check_eval_time,
+    check_same_config,
+    check_hardware,
+    check_submission_fields,
+    check_submission_matches_logs,
+]
 
 
 def check(folder: Path, against: Path | None = None) -> tuple[list[Verdict], dict]:
@@ -493,14 +585,33 @@ def check(folder: Path, against: Path | None = None) -> tuple[list[Verdict], dic
     verdicts = [rule(s) for rule in RULES]
     significance, test = check_significance(s, against)
     verdicts.append(significance)
-    runs = [dict(log=log.name, seed=log.seed, val_loss=log.val_loss, val_bpb=log.val_bpb, steps=log.steps,
-                 train_ms=log.train_ms, gptq_ms=log.gptq_ms, eval_ms=log.eval_ms, code_bytes=log.code_bytes,
-                 model_bytes=log.model_bytes, total_bytes=s.total_bytes(log), world_size=log.world_size,
-                 gpus=sorted(set(log.gpus))) for log in s.logs]
-    report = dict(folder=str(folder), track=s.track, track_note=s.track_note,
-                  verdict="pass" if all(v.ok for v in verdicts) else "fail",
-                  rules=[dict(rule=v.rule, status="pass" if v.ok else "fail", evidence=v.evidence) for v in verdicts],
-                  runs=runs, significance=None if test is None else finite(asdict(test) | {"clears": test.clears}))
+    runs = [
+        dict(
+            log=log.name,
+            seed=log.seed,
+            val_loss=log.val_loss,
+            val_bpb=log.val_bpb,
+            steps=log.steps,
+            train_ms=log.train_ms,
+            gptq_ms=log.gptq_ms,
+            eval_ms=log.eval_ms,
+            code_bytes=log.code_bytes,
+            model_bytes=log.model_bytes,
+            total_bytes=s.total_bytes(log),
+            world_size=log.world_size,
+            gpus=sorted(set(log.gpus)),
+        )
+        for log in s.logs
+    ]
+    report = dict(
+        folder=str(folder),
+        track=s.track,
+        track_note=s.track_note,
+        verdict="pass" if all(v.ok for v in verdicts) else "fail",
+        rules=[dict(rule=v.rule, status="pass" if v.ok else "fail", evidence=v.evidence) for v in verdicts],
+        runs=runs,
+        significance=None if test is None else finite(asdict(test) | {"clears": test.clears}),
+    )
     return verdicts, report
 
 
@@ -510,8 +621,9 @@ def finite(values: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("folder", type=Path, help="the submission folder")
     parser.add_argument("--against", type=Path, help="the current record's folder: run the significance test")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -528,8 +640,14 @@ def main(argv: list[str] | None = None) -> int:
         for v in verdicts:
             print(f"{v.rule:<24} {'pass' if v.ok else 'FAIL'}  {v.evidence}")
         failed = [v.rule for v in verdicts if not v.ok]
-        print(f"verdict: {'FAIL' if failed else 'pass'}: " + (f"{len(failed)} of {len(verdicts)} rules fail "
-              f"({', '.join(failed)})" if failed else f"all {len(verdicts)} rules pass"))
+        print(
+            f"verdict: {'FAIL' if failed else 'pass'}: "
+            + (
+                f"{len(failed)} of {len(verdicts)} rules fail ({', '.join(failed)})"
+                if failed
+                else f"all {len(verdicts)} rules pass"
+            )
+        )
     return 0 if report["verdict"] == "pass" else 1
 
 

@@ -46,29 +46,37 @@ def read_runs(paths: list[Path], allow_config_differences: bool = False) -> list
         if log.failure:
             raise MakeError(f"{log.path}: the run failed ({log.failure[:100]}); run that seed again")
         if log.config.get("eval_only") is True:
-            raise MakeError(f"{log.path} is an EVAL_ONLY run (its config has \"eval_only\": true): it scored an "
-                            "artifact without training, so it has no training steps or time to submit; give the log "
-                            f"of the run that trained seed {log.seed} and wrote that artifact instead")
+            raise MakeError(
+                f'{log.path} is an EVAL_ONLY run (its config has "eval_only": true): it scored an '
+                "artifact without training, so it has no training steps or time to submit; give the log "
+                f"of the run that trained seed {log.seed} and wrote that artifact instead"
+            )
         if log.val_bpb is None:
             raise MakeError(f"{log.path} has no final score line: did the run finish?")
         if log.seed is None or log.model_bytes is None:
             raise MakeError(f"{log.path} logs no seed or no artifact line: is it a train_gpt.py log?")
         if log.steps is None or log.train_ms is None:
-            raise MakeError(f"{log.path} has no training step lines (step:N/M ... train_time:...): a submission "
-                            "reports how every seed trained; give the log of the run that trained it")
+            raise MakeError(
+                f"{log.path} has no training step lines (step:N/M ... train_time:...): a submission "
+                "reports how every seed trained; give the log of the run that trained it"
+            )
         if log.script != logs[0].script:
             line = check_submission.first_difference(log.script.encode(), logs[0].script.encode())
-            raise MakeError(f"{log.path} ran another script than {logs[0].path} (they differ from line {line}): "
-                            "a submission ships one train_gpt.py, so run every seed with the same one")
+            raise MakeError(
+                f"{log.path} ran another script than {logs[0].path} (they differ from line {line}): "
+                "a submission ships one train_gpt.py, so run every seed with the same one"
+            )
     seeds = [log.seed for log in logs]
     if len(set(seeds)) < len(seeds):
         raise MakeError(f"seeds {seeds}: a seed ran twice; give one log per seed")
     logs = sorted(logs, key=lambda log: log.seed)
     differences = config_differences(logs)
     if differences and not allow_config_differences:
-        raise MakeError(f"the seeds ran different configs: {'; '.join(differences)}. A submission's seeds run one "
-                        "config (the checker's same_config rule fails the folder otherwise): run those seeds again "
-                        "with the others' settings, or give --allow-config-differences to make the folder anyway")
+        raise MakeError(
+            f"the seeds ran different configs: {'; '.join(differences)}. A submission's seeds run one "
+            "config (the checker's same_config rule fails the folder otherwise): run those seeds again "
+            "with the others' settings, or give --allow-config-differences to make the folder anyway"
+        )
     return logs
 
 
@@ -79,8 +87,10 @@ def config_differences(logs: list[R.RunLog]) -> list[str]:
     for log in logs[1:]:
         differ = check_submission.differing_settings(first, log)
         if differ:
-            shown = ", ".join(f"{key.upper()}={json.dumps(log.config.get(key))} "
-                              f"(not {json.dumps(first.config.get(key))})" for key in differ)
+            shown = ", ".join(
+                f"{key.upper()}={json.dumps(log.config.get(key))} (not {json.dumps(first.config.get(key))})"
+                for key in differ
+            )
             found.append(f"{log.path} differs from {first.path} in {shown}")
     return found
 
@@ -89,21 +99,33 @@ def hardware(log: R.RunLog) -> str:
     return f"{log.world_size}x{log.gpus[0] if log.gpus else 'unknown GPU'}"
 
 
-def build_submission(logs: list[R.RunLog], code_bytes: int, *, name: str, author: str, github_id: str, blurb: str,
-                     track: str, date: str) -> dict:
+def build_submission(
+    logs: list[R.RunLog], code_bytes: int, *, name: str, author: str, github_id: str, blurb: str, track: str, date: str
+) -> dict:
     loss_mean, _ = R.mean_std([log.val_loss for log in logs])
     bpb_mean, bpb_std = R.mean_std([log.val_bpb for log in logs])
     return dict(
-        author=author, github_id=github_id, name=name, blurb=blurb, date=date, track=track,
-        val_loss=round(loss_mean, 8), val_bpb=round(bpb_mean, 8),
+        author=author,
+        github_id=github_id,
+        name=name,
+        blurb=blurb,
+        date=date,
+        track=track,
+        val_loss=round(loss_mean, 8),
+        val_bpb=round(bpb_mean, 8),
         val_bpb_std=None if bpb_std is None else round(bpb_std, 8),
         seeds=[log.seed for log in logs],
-        seed_results={str(log.seed): dict(val_loss=log.val_loss, val_bpb=log.val_bpb,
-                                          artifact_bytes=code_bytes + log.model_bytes, steps=log.steps)
-                      for log in logs},
-        hardware=hardware(logs[0]), pytorch_version=logs[0].torch_version,
+        seed_results={
+            str(log.seed): dict(
+                val_loss=log.val_loss, val_bpb=log.val_bpb, artifact_bytes=code_bytes + log.model_bytes, steps=log.steps
+            )
+            for log in logs
+        },
+        hardware=hardware(logs[0]),
+        pytorch_version=logs[0].torch_version,
         bytes_total=max(code_bytes + log.model_bytes for log in logs),  # every seed's artifact must fit
-        bytes_code=code_bytes)
+        bytes_code=code_bytes,
+    )
 
 
 def script_defaults(code: str) -> tuple[dict, dict] | None:
@@ -127,13 +149,21 @@ def script_defaults(code: str) -> tuple[dict, dict] | None:
             for item in node.body:
                 if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value:
                     node_value = item.value
-                    if isinstance(node_value, ast.Call) and getattr(node_value.func, "id", "") == "setting" \
-                            and node_value.args:  # setting(default, rule, role): the default is its first argument
+                    if (
+                        isinstance(node_value, ast.Call)
+                        and getattr(node_value.func, "id", "") == "setting"
+                        and node_value.args
+                    ):  # setting(default, rule, role): the default is its first argument
                         node_value = node_value.args[0]
                     if (value := literal(node_value)) is not NOT_LITERAL:
                         defaults[item.target.id] = value
-        target = node.target if isinstance(node, ast.AnnAssign) else \
-            node.targets[0] if isinstance(node, ast.Assign) else None
+        target = (
+            node.target
+            if isinstance(node, ast.AnnAssign)
+            else node.targets[0]
+            if isinstance(node, ast.Assign)
+            else None
+        )
         if isinstance(target, ast.Name) and target.id == "RECIPES" and isinstance(node.value, ast.Dict):
             for key, value in zip(node.value.keys, node.value.values):
                 if key is not None and (recipe := recipe_literal(value, recipes, literal)) is not None:
@@ -174,66 +204,89 @@ def command_line(log: R.RunLog, code: str) -> str | None:
             continue
         text = ("1" if value else "0") if isinstance(value, bool) else str(value)
         env.append(f"{key.upper()}={shlex.quote(text)}")
-    launch = "python3 train_gpt.py" if log.world_size == 1 else \
-        f"torchrun --standalone --nproc_per_node={log.world_size} train_gpt.py"
+    launch = (
+        "python3 train_gpt.py"
+        if log.world_size == 1
+        else f"torchrun --standalone --nproc_per_node={log.world_size} train_gpt.py"
+    )
     return " ".join(env + [launch])
 
 
 def readme_text(submission: dict, logs: list[R.RunLog], code: str, packed: bool) -> str:
     n, std = len(logs), submission["val_bpb_std"]
     spread = f", std {std:.8f}" if std is not None else ""
-    rows = [f"| {log.seed} | {log.steps} | {(log.train_ms + log.gptq_ms) / 1000:.3f} s | "
-            f"{(log.eval_ms or 0) / 1000:.3f} s | {log.val_loss:.8f} | {log.val_bpb:.8f} | "
-            f"{submission['seed_results'][str(log.seed)]['artifact_bytes']:,} |" for log in logs]
+    rows = [
+        f"| {log.seed} | {log.steps} | {(log.train_ms + log.gptq_ms) / 1000:.3f} s | "
+        f"{(log.eval_ms or 0) / 1000:.3f} s | {log.val_loss:.8f} | {log.val_bpb:.8f} | "
+        f"{submission['seed_results'][str(log.seed)]['artifact_bytes']:,} |"
+        for log in logs
+    ]
     command = command_line(logs[0], code)
     seeds = ", ".join(str(log.seed) for log in logs)
-    packed_note = (", packed (lzma + base85, run as `__main__`); `train_gpt_human.py` is the same code unpacked"
-                   if packed else "")
-    files = ["- `train_gpt.py`: the script exactly as it ran (every log starts with it)" +
-             ("; packed: `python3 records/make_submission.py --pack` wrote it" if packed else ""),
-             *(["- `train_gpt_human.py`: the code inside the packed `train_gpt.py`, to read"] if packed else []),
-             *[f"- `train_seed{log.seed}.log`: seed {log.seed}'s log, as train_gpt.py wrote it" for log in logs],
-             "- `submission.json`: filled from the logs by `records/make_submission.py`"]
-    return "\n".join([
-        f"# {submission['name']}",
-        "",
-        f"**val_bpb {submission['val_bpb']:.8f}** ({f'mean of {n} seeds{spread}' if n > 1 else 'one seed'}), "
-        f"val_loss {submission['val_loss']:.8f}; track `{submission['track']}`; {submission['hardware']}, "
-        f"PyTorch {submission['pytorch_version']}.",
-        "",
-        submission["blurb"],
-        "",
-        "## Results",
-        "",
-        f"Read from the logs; the score is each log's last `{logs[0].score_label}` line. Train time includes GPTQ "
-        "where the log times it; eval time is the evaluation of the artifact.",
-        "",
-        "| seed | steps | train time | eval time | val_loss | val_bpb | code + model bytes |",
-        "|---|---|---|---|---|---|---|",
-        *rows,
-        f"| **mean** | | | | **{submission['val_loss']:.8f}** | **{submission['val_bpb']:.8f}** | |",
-        "",
-        f"Code: `train_gpt.py`, {submission['bytes_code']:,} bytes{packed_note}.",
-        "",
-        "## Command",
-        "",
-        f"One run per seed ({seeds}); the settings are those of the logged `config:` line that differ from the "
-        "script's defaults." if command else "The logged `config:` line of each log holds every setting.",
-        "",
-        *(["```bash", command, "```", ""] if command else []),
-        "## What changed, and why",
-        "",
-        R.README_PLACEHOLDER,
-        "",
-        "## Files",
-        "",
-        *files,
-        "",
-    ])
+    packed_note = (
+        ", packed (lzma + base85, run as `__main__`); `train_gpt_human.py` is the same code unpacked" if packed else ""
+    )
+    files = [
+        "- `train_gpt.py`: the script exactly as it ran (every log starts with it)"
+        + ("; packed: `python3 records/make_submission.py --pack` wrote it" if packed else ""),
+        *(["- `train_gpt_human.py`: the code inside the packed `train_gpt.py`, to read"] if packed else []),
+        *[f"- `train_seed{log.seed}.log`: seed {log.seed}'s log, as train_gpt.py wrote it" for log in logs],
+        "- `submission.json`: filled from the logs by `records/make_submission.py`",
+    ]
+    return "\n".join(
+        [
+            f"# {submission['name']}",
+            "",
+            f"**val_bpb {submission['val_bpb']:.8f}** ({f'mean of {n} seeds{spread}' if n > 1 else 'one seed'}), "
+            f"val_loss {submission['val_loss']:.8f}; track `{submission['track']}`; {submission['hardware']}, "
+            f"PyTorch {submission['pytorch_version']}.",
+            "",
+            submission["blurb"],
+            "",
+            "## Results",
+            "",
+            f"Read from the logs; the score is each log's last `{logs[0].score_label}` line. Train time includes GPTQ "
+            "where the log times it; eval time is the evaluation of the artifact.",
+            "",
+            "| seed | steps | train time | eval time | val_loss | val_bpb | code + model bytes |",
+            "|---|---|---|---|---|---|---|",
+            *rows,
+            f"| **mean** | | | | **{submission['val_loss']:.8f}** | **{submission['val_bpb']:.8f}** | |",
+            "",
+            f"Code: `train_gpt.py`, {submission['bytes_code']:,} bytes{packed_note}.",
+            "",
+            "## Command",
+            "",
+            f"One run per seed ({seeds}); the settings are those of the logged `config:` line that differ from the "
+            "script's defaults."
+            if command
+            else "The logged `config:` line of each log holds every setting.",
+            "",
+            *(["```bash", command, "```", ""] if command else []),
+            "## What changed, and why",
+            "",
+            R.README_PLACEHOLDER,
+            "",
+            "## Files",
+            "",
+            *files,
+            "",
+        ]
+    )
 
 
-def make_folder(log_paths: list[Path], output: Path | None, *, name: str, author: str, github_id: str, blurb: str,
-                track: str, date: str, allow_config_differences: bool = False) -> Path:
+def make_folder(
+    log_paths: list[Path],
+    output: Path | None,
+    *,
+    name: str,
+    author: str,
+    github_id: str,
+    blurb: str,
+    track: str,
+    date: str,
+    allow_config_differences: bool = False,
+) -> Path:
     if track not in R.TRACKS:
         raise MakeError(f"--track {track!r} is not one of {', '.join(R.TRACKS)}")
     logs = read_runs(log_paths, allow_config_differences)
@@ -244,8 +297,9 @@ def make_folder(log_paths: list[Path], output: Path | None, *, name: str, author
         raise MakeError(f"{output} already exists: give another --output or --name (a folder is never overwritten)")
     script = logs[0].script.encode("utf-8")
     code = R.unpack_script(logs[0].script)
-    submission = build_submission(logs, len(script), name=name, author=author, github_id=github_id, blurb=blurb,
-                                  track=track, date=date)
+    submission = build_submission(
+        logs, len(script), name=name, author=author, github_id=github_id, blurb=blurb, track=track, date=date
+    )
     readme = readme_text(submission, logs, code or logs[0].script, code is not None)
     files = {"train_gpt.py": script}
     if code is not None:
@@ -291,14 +345,19 @@ def pack_file(script: Path, output: Path) -> str:
         raise MakeError(f"{output} already exists: give another --output")
     output.write_text(packed, encoding="utf-8")
     size, packed_size = len(source.encode()), len(packed.encode())
-    return (f"wrote {output}: {size:,} -> {packed_size:,} bytes of code ({size - packed_size:,} more for weights). "
-            f"Run it for every seed (it logs and trains exactly as {script.name} does), then make the folder from "
-            "those logs: a folder ships the script its logs ran.")
+    return (
+        f"wrote {output}: {size:,} -> {packed_size:,} bytes of code ({size - packed_size:,} more for weights). "
+        f"Run it for every seed (it logs and trains exactly as {script.name} does), then make the folder from "
+        "those logs: a folder ships the script its logs ran."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("logs", nargs="*", type=Path, help="the log of every seed (train_gpt.py's logs/RUN_ID.txt)")
     parser.add_argument("--name", help="the submission's name, e.g. 'SP8192 + GPTQ embeddings'")
     parser.add_argument("--author", help="your name")
@@ -308,9 +367,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--date", default=datetime.date.today().isoformat(), help="default: today, %(default)s")
     parser.add_argument("--output", type=Path, help="the folder to make (or, with --pack, the packed script)")
     parser.add_argument("--pack", type=Path, metavar="SCRIPT", help="pack SCRIPT instead, before the runs")
-    parser.add_argument("--allow-config-differences", action="store_true",
-                        help="make the folder from seeds whose configs differ (refused without it; the checker's "
-                        "same_config rule still fails such a folder)")
+    parser.add_argument(
+        "--allow-config-differences",
+        action="store_true",
+        help="make the folder from seeds whose configs differ (refused without it; the checker's "
+        "same_config rule still fails such a folder)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.pack:
@@ -321,9 +383,17 @@ def main(argv: list[str] | None = None) -> int:
         missing = [f"--{k.replace('_', '-')}" for k in ("name", "author", "github_id", "blurb") if not getattr(args, k)]
         if missing:
             raise MakeError(f"give {', '.join(missing)}: submission.json needs them and the logs cannot say them")
-        folder = make_folder(args.logs, args.output, name=args.name, author=args.author, github_id=args.github_id,
-                             blurb=args.blurb, track=args.track, date=args.date,
-                             allow_config_differences=args.allow_config_differences)
+        folder = make_folder(
+            args.logs,
+            args.output,
+            name=args.name,
+            author=args.author,
+            github_id=args.github_id,
+            blurb=args.blurb,
+            track=args.track,
+            date=args.date,
+            allow_config_differences=args.allow_config_differences,
+        )
     except (MakeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

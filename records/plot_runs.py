@@ -93,8 +93,9 @@ def plot(logs: list[R.RunLog], output: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("runs", nargs="+", type=Path, help="logs, or submission folders (all their logs)")
     parser.add_argument("--output", "-o", type=Path, default=Path("runs.png"), help="the PNG (default: %(default)s)")
     args = parser.parse_args(argv)

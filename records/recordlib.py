@@ -122,18 +122,18 @@ def split_head(text: str) -> tuple[str | None, str]:
         return None, text
     marker = "\n" + SEPARATOR + "\n"
     for match in re.finditer(re.escape(marker), text):
-        rest = text[match.end():]
+        rest = text[match.end() :]
         if rest.startswith(("python:", "Running Python")):
-            return text[:match.start()], rest
+            return text[: match.start()], rest
     return None, text
 
 
 def read_config(lines: list[str]) -> tuple[dict, str]:
     for line in lines:
         if line.startswith("config:{"):
-            return json.loads(line[len("config:"):]), "config:{json} line"
+            return json.loads(line[len("config:") :]), "config:{json} line"
     if "Hyperparameters:" in lines:
-        block = lines[lines.index("Hyperparameters:") + 1:]
+        block = lines[lines.index("Hyperparameters:") + 1 :]
         config = {}
         for line in block:
             if not (match := re.fullmatch(r"  (\w+): (.*)", line)):
@@ -207,8 +207,11 @@ def read_log(path: str | Path) -> RunLog:
 def log_paths(folder: Path) -> list[Path]:
     """The logs in a submission folder: *.log (what make_submission.py writes) and *.txt (train_gpt.py's
     own name for them), but not requirements.txt."""
-    found = [p for p in folder.iterdir() if p.is_file() and (p.suffix == ".log" or
-             (p.suffix == ".txt" and not p.name.startswith("requirements")))]
+    found = [
+        p
+        for p in folder.iterdir()
+        if p.is_file() and (p.suffix == ".log" or (p.suffix == ".txt" and not p.name.startswith("requirements")))
+    ]
     return sorted(found, key=lambda p: [int(s) if s.isdigit() else s for s in re.split(r"(\d+)", p.name)])
 
 
@@ -279,8 +282,9 @@ def local_modules(code: str, folder: Path) -> list[Path]:
         tree = ast.parse(code)
     except SyntaxError:
         return []
-    names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-             for alias in node.names}
+    names = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    }
     names |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     found = []
     for name in sorted(names):
@@ -297,6 +301,7 @@ def local_modules(code: str, folder: Path) -> list[Path]:
 # t tail through the regularized incomplete beta function, by its continued fraction (Numerical
 # Recipes 6.4, modified Lentz), which converges fast for x < (a+1)/(a+b+2) and by symmetry otherwise.
 # =================================================================================================
+
 
 def betainc(a: float, b: float, x: float) -> float:
     """I_x(a, b), the regularized incomplete beta function, for a, b > 0 and 0 <= x <= 1."""
@@ -316,8 +321,10 @@ def beta_continued_fraction(a: float, b: float, x: float, eps: float = 1e-15, ma
     d = 1.0 / (d if abs(d) > tiny else tiny)
     result = d
     for m in range(1, max_terms + 1):
-        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),  # the even term, then the odd
-                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),  # the even term, then the odd
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
             d = 1.0 + numerator * d
             d = 1.0 / (d if abs(d) > tiny else tiny)
             c = 1.0 + numerator / c
@@ -373,11 +380,11 @@ def improvement_test(new: list[float], reference: list[float], margin: float = M
     ref_mean, ref_std = mean_std(reference)
     improvement = ref_mean - mean
     if ref_std is None:
-        se2, df, method = std ** 2 / len(new), len(new) - 1.0, "one-sample t-test (the record has one run)"
+        se2, df, method = std**2 / len(new), len(new) - 1.0, "one-sample t-test (the record has one run)"
     else:
-        a, b = std ** 2 / len(new), ref_std ** 2 / len(reference)
+        a, b = std**2 / len(new), ref_std**2 / len(reference)
         se2, method = a + b, "Welch's t-test"
-        df = se2 ** 2 / (a ** 2 / (len(new) - 1) + b ** 2 / (len(reference) - 1)) if se2 > 0 else math.nan
+        df = se2**2 / (a**2 / (len(new) - 1) + b**2 / (len(reference) - 1)) if se2 > 0 else math.nan
     if se2 > 0:
         t = (improvement - margin) / math.sqrt(se2)
         p = t_sf(t, df)

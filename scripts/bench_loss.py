@@ -29,14 +29,25 @@ SWEEP = {1024: [1, 2, 4, 8], 8192: [4, 8, 16, 32]}  # num_warps per vocabulary (
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trainer-dir", default=str(Path(__file__).resolve().parents[1]),
-                        help="folder holding the train_gpt.py to import")
-    parser.add_argument("--chunks", default="0,8192", help="tokens per chunk (0: the trainer's, "
-                        "LOSS_CHUNK_ELEMENTS // V); the first is used for the reference and the correctness "
-                        "check, the first two are also compiled")
+    parser.add_argument(
+        "--trainer-dir",
+        default=str(Path(__file__).resolve().parents[1]),
+        help="folder holding the train_gpt.py to import",
+    )
+    parser.add_argument(
+        "--chunks",
+        default="0,8192",
+        help="tokens per chunk (0: the trainer's, "
+        "LOSS_CHUNK_ELEMENTS // V); the first is used for the reference and the correctness "
+        "check, the first two are also compiled",
+    )
     parser.add_argument("--sweep", action="store_true", help="also time the kernel and GEMMs alone")
-    parser.add_argument("--budget-s", type=float, default=0.0,
-                        help="start no new size after this many seconds (0: no limit); the table still prints")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=0.0,
+        help="start no new size after this many seconds (0: no limit); the table still prints",
+    )
     return parser.parse_args()
 
 
@@ -108,8 +119,11 @@ def compiled(fn):
         try:
             return full(*args)
         except Exception as exc:  # a benchmark reports the failure and measures the fallback
-            print(f"  fullgraph=True failed ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}); "
-                  "using fullgraph=False", flush=True)
+            print(
+                f"  fullgraph=True failed ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}); "
+                "using fullgraph=False",
+                flush=True,
+            )
             full = torch.compile(fn)
             return full(*args)
 
@@ -130,8 +144,11 @@ def check(tg, vocab, n, chunk):
     for name, xin in (("naive_bf16", x), ("naive_fp32", x.float())):
         want = grads(lambda a, b, c: naive_loss(a, b, c, SOFTCAP), xin, weight, targets)
         errs = [((g - w).norm() / w.norm()).item() for g, w in zip(got, want)]
-        print(f"check V={vocab} N={n} chunk={chunk} vs {name}: loss_rel={errs[0]:.2e} "
-              f"grad_x_rel={errs[1]:.2e} grad_w_rel={errs[2]:.2e}", flush=True)
+        print(
+            f"check V={vocab} N={n} chunk={chunk} vs {name}: loss_rel={errs[0]:.2e} "
+            f"grad_x_rel={errs[1]:.2e} grad_w_rel={errs[2]:.2e}",
+            flush=True,
+        )
 
 
 def sweep(tg):
@@ -144,23 +161,35 @@ def sweep(tg):
         loss_rows = torch.empty(n, device="cuda")
         block_v = vocab
         for warps in configs:
+
             def kernel():
-                tg._softcap_ce_kernel[(n,)](buf, targets, loss_rows, SOFTCAP, 1.0 / n, V=vocab, BLOCK_V=block_v,
-                                            NEED_GRAD=True, num_warps=warps)
+                tg._softcap_ce_kernel[(n,)](
+                    buf, targets, loss_rows, SOFTCAP, 1.0 / n, V=vocab, BLOCK_V=block_v, NEED_GRAD=True, num_warps=warps
+                )
+
             ms = triton.testing.do_bench(kernel, warmup=25, rep=200, return_mode="median")
-            print(f"sweep kernel V={vocab} rows={n} block_v={block_v} num_warps={warps}: {ms * 1e3:.1f}us "
-                  f"{4 * n * vocab / ms / 1e6:.0f}GB/s (bf16 read + write)", flush=True)
+            print(
+                f"sweep kernel V={vocab} rows={n} block_v={block_v} num_warps={warps}: {ms * 1e3:.1f}us "
+                f"{4 * n * vocab / ms / 1e6:.0f}GB/s (bf16 read + write)",
+                flush=True,
+            )
         x = torch.randn(n, D_MODEL, device="cuda").bfloat16()
         w = torch.randn(vocab, D_MODEL, device="cuda").bfloat16()
         acc = torch.zeros(vocab, D_MODEL, device="cuda")
-        gemms = {"logits=x@w.t()": lambda: torch.mm(x, w.t()), "grad_x=g@w": lambda: torch.mm(buf, w),
-                 "grad_w=g.t()@x bf16": lambda: torch.mm(buf.t(), x)}
+        gemms = {
+            "logits=x@w.t()": lambda: torch.mm(x, w.t()),
+            "grad_x=g@w": lambda: torch.mm(buf, w),
+            "grad_w=g.t()@x bf16": lambda: torch.mm(buf.t(), x),
+        }
         if hasattr(torch.ops.aten.addmm, "dtype"):
             gemms["grad_w+=g.t()@x fp32"] = lambda: torch.addmm(acc, buf.t(), x, out_dtype=torch.float32, out=acc)
         for name, fn in gemms.items():
             ms = triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
-            print(f"sweep gemm V={vocab} rows={n} {name}: {ms * 1e3:.1f}us "
-                  f"{2 * n * vocab * D_MODEL / ms / 1e9:.0f}TFLOP/s", flush=True)
+            print(
+                f"sweep gemm V={vocab} rows={n} {name}: {ms * 1e3:.1f}us "
+                f"{2 * n * vocab * D_MODEL / ms / 1e9:.0f}TFLOP/s",
+                flush=True,
+            )
 
 
 def main():
@@ -173,8 +202,11 @@ def main():
     reason = tg.triton_unavailable_reason()
     if reason is not None:
         sys.exit(f"the Triton loss cannot run here: {reason}")
-    print(f"device:{torch.cuda.get_device_name()} torch:{torch.__version__} "
-          f"triton:{tg.triton.__version__} trainer:{Path(tg.__file__).resolve()}", flush=True)
+    print(
+        f"device:{torch.cuda.get_device_name()} torch:{torch.__version__} "
+        f"triton:{tg.triton.__version__} trainer:{Path(tg.__file__).resolve()}",
+        flush=True,
+    )
     chunks = [int(c) for c in args.chunks.split(",")]
     if args.sweep:
         sweep(tg)
@@ -207,13 +239,17 @@ def main():
             print(f"V={vocab} N={n} {name} {mode}: {ms:.3f}ms graph {graph:.3f}ms {mib:.0f}MiB", flush=True)
         del x, weight, targets
         torch.cuda.empty_cache()
-    print("\n| V | N | method | mode | fwd+bwd ms | / compiled naive | CUDA graph ms | / compiled naive "
-          "| extra peak MiB |")
+    print(
+        "\n| V | N | method | mode | fwd+bwd ms | / compiled naive | CUDA graph ms | / compiled naive "
+        "| extra peak MiB |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for vocab, n, name, mode, ms, graph, mib in rows:
         base = next(r for r in rows if r[:4] == (vocab, n, "naive", "compiled"))
-        print(f"| {vocab} | {n} | {name} | {mode} | {ms:.3f} | {ms / base[4]:.2f} | {graph:.3f} | "
-              f"{graph / base[5]:.2f} | {mib:.0f} |")
+        print(
+            f"| {vocab} | {n} | {name} | {mode} | {ms:.3f} | {ms / base[4]:.2f} | {graph:.3f} | "
+            f"{graph / base[5]:.2f} | {mib:.0f} |"
+        )
 
 
 if __name__ == "__main__":

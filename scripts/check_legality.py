@@ -32,9 +32,22 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import train_gpt as T  # noqa: E402
 
-TINY = dict(VOCAB_SIZE="64", MODEL_DIM="32", NUM_HEADS="2", NUM_KV_HEADS="1", ROPE_DIMS="0", TRAIN_SEQ_LEN="32",
-            EVAL_SEQ_LEN="0", EVAL_STRIDE="8", TRAIN_BATCH_TOKENS=str(8 * 32), VAL_BATCH_SIZE=str(8 * 32 * 4),
-            TTT_CHUNK_TOKENS="64", LOSS_IMPL="torch", COMPILE="0", RUN_ID="legality")
+TINY = dict(
+    VOCAB_SIZE="64",
+    MODEL_DIM="32",
+    NUM_HEADS="2",
+    NUM_KV_HEADS="1",
+    ROPE_DIMS="0",
+    TRAIN_SEQ_LEN="32",
+    EVAL_SEQ_LEN="0",
+    EVAL_STRIDE="8",
+    TRAIN_BATCH_TOKENS=str(8 * 32),
+    VAL_BATCH_SIZE=str(8 * 32 * 4),
+    TTT_CHUNK_TOKENS="64",
+    LOSS_IMPL="torch",
+    COMPILE="0",
+    RUN_ID="legality",
+)
 TOKENS = 488  # 7 chunks of 64 predictions and a last one of 39
 PATHS = ("roundtrip", "sliding_window", "ttt")
 
@@ -59,8 +72,11 @@ def tiny_model(args: T.Hyperparameters) -> T.GPT:
 def tiny_val(args: T.Hyperparameters, ctx: T.DistContext, tokens: torch.Tensor) -> T.ValData:
     """The validation split as train_gpt.py holds it: random byte counts, leading spaces and boundaries."""
     g = torch.Generator().manual_seed(1)
-    luts = (torch.randint(1, 4, (args.vocab_size,), generator=g, dtype=torch.int16),
-            torch.rand(args.vocab_size, generator=g) < 0.3, torch.rand(args.vocab_size, generator=g) < 0.1)
+    luts = (
+        torch.randint(1, 4, (args.vocab_size,), generator=g, dtype=torch.int16),
+        torch.rand(args.vocab_size, generator=g) < 0.3,
+        torch.rand(args.vocab_size, generator=g) < 0.1,
+    )
     batch_seqs = args.val_batch_size // (ctx.world_size * ctx.grad_accum_steps) // args.val_seq_len
     return T.ValData(tokens, *luts, args.val_seq_len, max(batch_seqs, 1))
 
@@ -121,8 +137,13 @@ def worker(out: Path, broken: bool) -> None:
         for probe in [None] + probes(args):
             changed = tokens.clone()
             if probe is not None:
-                changed[probe:] = (changed[probe:] + 1 + torch.randint(0, args.vocab_size - 1, (TOKENS - probe,),
-                                                                       generator=torch.Generator().manual_seed(3)))
+                changed[probe:] = (
+                    changed[probe:]
+                    + 1
+                    + torch.randint(
+                        0, args.vocab_size - 1, (TOKENS - probe,), generator=torch.Generator().manual_seed(3)
+                    )
+                )
                 changed[probe:] %= args.vocab_size
             run = T.Run(args, ctx, T.Logger(None), tiny_val(args, ctx, changed), [], "torch", "", "", None)
             record = {}
@@ -153,8 +174,9 @@ def run_workers(processes: int, broken: bool, environ: dict[str, str]) -> dict:
         if processes > 1:
             command[1:1] = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
         env = {k: v for k, v in environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-        result = subprocess.run(command, env=dict(env, OMP_NUM_THREADS="1"), capture_output=True, text=True,
-                                timeout=600)
+        result = subprocess.run(
+            command, env=dict(env, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=600
+        )
         if result.returncode != 0:
             raise RuntimeError(f"the legality worker ({processes} processes) failed:\n{result.stderr[-3000:]}")
         return torch.load(out, weights_only=False)
@@ -168,14 +190,19 @@ def conditions(observed: dict, path: str) -> dict[str, tuple[bool, str]]:
     once = sorted(record) == list(range(1, targets + 1)) and all(len(rows) == 1 for rows in record.values())
     plain = results[("roundtrip", None)][1]
     counted = sums[1] == plain[1] == targets and sums[2] == plain[2]
-    single = (once and counted, f"{len(record)} targets of {targets} scored, each once: {once}; tokens {sums[1]:.0f}, "
-              f"bytes {sums[2]:.0f} (plain evaluation: {plain[1]:.0f}, {plain[2]:.0f})")
+    single = (
+        once and counted,
+        f"{len(record)} targets of {targets} scored, each once: {once}; tokens {sums[1]:.0f}, "
+        f"bytes {sums[2]:.0f} (plain evaluation: {plain[1]:.0f}, {plain[2]:.0f})",
+    )
     logp = {position: rows[0] for position, rows in record.items()}
     worst = max(abs(float(torch.logsumexp(row, 0))) for row in logp.values())
     loss = -sum(float(logp[position][observed["tokens"][position]]) for position in logp)
-    normalized = (worst < 1e-5 and abs(loss - sums[0]) < 1e-6 * max(1.0, abs(sums[0])),
-                  f"max |log sum p| {worst:.1e}; minus the targets' log-probabilities {loss:.6f}, the score's loss sum "
-                  f"{sums[0]:.6f}")
+    normalized = (
+        worst < 1e-5 and abs(loss - sums[0]) < 1e-6 * max(1.0, abs(sums[0])),
+        f"max |log sum p| {worst:.1e}; minus the targets' log-probabilities {loss:.6f}, the score's loss sum "
+        f"{sums[0]:.6f}",
+    )
     compared, first_change = 0, None
     for probe in probes_at:
         changed = results[(path, probe)][0]
@@ -184,15 +211,24 @@ def conditions(observed: dict, path: str) -> dict[str, tuple[bool, str]]:
             same = position in changed and torch.equal(changed[position][0], logp[position])
             if not same and first_change is None:
                 first_change = (probe, position)
-    causal = (first_change is None, f"{compared} distributions at or before the changed position compared bit for bit"
-              + ("" if first_change is None else f"; tokens changed from {first_change[0]} changed the distribution "
-                 f"of target {first_change[1]}"))
+    causal = (
+        first_change is None,
+        f"{compared} distributions at or before the changed position compared bit for bit"
+        + (
+            ""
+            if first_change is None
+            else f"; tokens changed from {first_change[0]} changed the distribution of target {first_change[1]}"
+        ),
+    )
     return {"causal_score_before_update": causal, "single_pass": single, "normalized": normalized}
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--broken", action="store_true", help="check a TTT that trains on each chunk first: must fail")
     parser.add_argument("--processes", default="1,2", help="process counts to check (default: 1,2)")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
@@ -201,10 +237,12 @@ def main() -> int:
         worker(cli.worker, cli.broken)
         return 0
     args = tiny_args(dict(os.environ))
-    print(f"config: RECIPE={args.recipe or '(reference)'} TTT_LR={args.ttt_lr} TTT_EPOCHS={args.ttt_epochs} "
-          f"TTT_MOMENTUM={args.ttt_momentum}; tiny: {TOKENS} tokens, window {args.val_seq_len}, stride "
-          f"{args.eval_stride}, chunks of {args.ttt_chunk_tokens}; probes at {probes(args)}"
-          + ("; BROKEN TTT (trains before it scores)" if cli.broken else ""))
+    print(
+        f"config: RECIPE={args.recipe or '(reference)'} TTT_LR={args.ttt_lr} TTT_EPOCHS={args.ttt_epochs} "
+        f"TTT_MOMENTUM={args.ttt_momentum}; tiny: {TOKENS} tokens, window {args.val_seq_len}, stride "
+        f"{args.eval_stride}, chunks of {args.ttt_chunk_tokens}; probes at {probes(args)}"
+        + ("; BROKEN TTT (trains before it scores)" if cli.broken else "")
+    )
     failed = 0
     for processes in map(int, cli.processes.split(",")):
         observed = run_workers(processes, cli.broken, dict(os.environ))

@@ -28,22 +28,65 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "data"), str(ROOT / "tests")]
 
-TINY = dict(NUM_LAYERS="2", MODEL_DIM="64", NUM_HEADS="2", NUM_KV_HEADS="1", MLP_MULT="2", TRAIN_SEQ_LEN="64",
-            TRAIN_BATCH_TOKENS=str(8 * 2 * 64), VAL_BATCH_SIZE=str(8 * 8 * 64), ITERATIONS="10", WARMDOWN_ITERS="4",
-            WARMUP_STEPS="2", VAL_LOSS_EVERY="5", TRAIN_LOG_EVERY="1", MAX_WALLCLOCK_SECONDS="0", LOSS_IMPL="torch")
-RECORD_TINY = dict(TINY, NUM_LAYERS="6", ITERATIONS="12", GPTQ_CALIBRATION_BATCHES="4", EVAL_STRIDE="16",
-                   TRAIN_LOG_EVERY="1", VAL_LOSS_EVERY="6")
-GPTQ_BROTLI = dict(TINY, MATRIX_BITS="6", MATRIX_CLIP_SIGMAS="12.85", EMBED_CLIP_SIGMAS="20",
-                   GPTQ_CALIBRATION_BATCHES="4", COMPRESSOR="brotli", EVAL_STRIDE="16")
+TINY = dict(
+    NUM_LAYERS="2",
+    MODEL_DIM="64",
+    NUM_HEADS="2",
+    NUM_KV_HEADS="1",
+    MLP_MULT="2",
+    TRAIN_SEQ_LEN="64",
+    TRAIN_BATCH_TOKENS=str(8 * 2 * 64),
+    VAL_BATCH_SIZE=str(8 * 8 * 64),
+    ITERATIONS="10",
+    WARMDOWN_ITERS="4",
+    WARMUP_STEPS="2",
+    VAL_LOSS_EVERY="5",
+    TRAIN_LOG_EVERY="1",
+    MAX_WALLCLOCK_SECONDS="0",
+    LOSS_IMPL="torch",
+)
+RECORD_TINY = dict(
+    TINY,
+    NUM_LAYERS="6",
+    ITERATIONS="12",
+    GPTQ_CALIBRATION_BATCHES="4",
+    EVAL_STRIDE="16",
+    TRAIN_LOG_EVERY="1",
+    VAL_LOSS_EVERY="6",
+)
+GPTQ_BROTLI = dict(
+    TINY,
+    MATRIX_BITS="6",
+    MATRIX_CLIP_SIGMAS="12.85",
+    EMBED_CLIP_SIGMAS="20",
+    GPTQ_CALIBRATION_BATCHES="4",
+    COMPRESSOR="brotli",
+    EVAL_STRIDE="16",
+)
 # name -> (variables on top of the data's, processes)
 CONFIGS = {
     "defaults": (TINY, 1),
     "record": (dict(RECORD_TINY, RECIPE="record", PARALLEL_RESIDUAL_START="5"), 1),  # 2026-04-09: 7 of 11 layers
     "p180": (dict(RECORD_TINY, RECIPE="p180"), 1),
     "gptq_brotli_sliding": (GPTQ_BROTLI, 1),
-    "ema_loops": (dict(TINY, NUM_LAYERS="4", NUM_LOOPS="1", LOOP_START="1", LOOP_END="2", ENABLE_LOOPING_AT="0.5",
-                       EMA_DECAY="0.9", TRAIN_SHUFFLE="1", PARALLEL_RESIDUAL_START="2", GRAD_CLIP_NORM="0.5",
-                       MUON_WD="0.05", WARMDOWN_FRAC="0.5", VAL_LOSS_EVERY="4"), 1),
+    "ema_loops": (
+        dict(
+            TINY,
+            NUM_LAYERS="4",
+            NUM_LOOPS="1",
+            LOOP_START="1",
+            LOOP_END="2",
+            ENABLE_LOOPING_AT="0.5",
+            EMA_DECAY="0.9",
+            TRAIN_SHUFFLE="1",
+            PARALLEL_RESIDUAL_START="2",
+            GRAD_CLIP_NORM="0.5",
+            MUON_WD="0.05",
+            WARMDOWN_FRAC="0.5",
+            VAL_LOSS_EVERY="4",
+        ),
+        1,
+    ),
     "eval_only": (dict(GPTQ_BROTLI, EVAL_ONLY="1"), 1),
     "two_processes": (dict(TINY, TRAIN_SHUFFLE="1", GPTQ_CALIBRATION_BATCHES="4", WARMUP_STEPS="0"), 2),
 }
@@ -101,8 +144,10 @@ def compare(name: str, sides: list[Path], work: Path, data_env: dict[str, str]) 
     if sha_a != sha_b and (header_note := same_payload(artifact_a, artifact_b)) is not None:
         shown, sha_b = f"{sha_a[:12]}/{sha_b[:12]}, the same payload{header_note}", sha_a
         header_sized = re.compile(r"\b(sha256|model_bytes|compression_ratio):\S+")  # the header is in the file
-        log_a, log_b = ([header_sized.sub(r"\1:*", line) if line.startswith("artifact:") else line for line in log]
-                        for log in (log_a, log_b))
+        log_a, log_b = (
+            [header_sized.sub(r"\1:*", line) if line.startswith("artifact:") else line for line in log]
+            for log in (log_a, log_b)
+        )
     if log_a != log_b:
         first = next((i for i, (a, b) in enumerate(zip(log_a, log_b)) if a != b), min(len(log_a), len(log_b)))
         a, b = (log[first] if first < len(log) else "<end of log>" for log in (log_a, log_b))
@@ -146,8 +191,9 @@ def common_config(log_a: list[str], log_b: list[str]) -> tuple[list[str], list[s
     log_a[i] = "config:" + json.dumps({k: v for k, v in a.items() if k in b}, sort_keys=True)
     log_b[j] = "config:" + json.dumps({k: v for k, v in b.items() if k in a}, sort_keys=True)
     only_a, only_b = sorted(a.keys() - b.keys()), sorted(b.keys() - a.keys())
-    note = "".join(f"; settings only in {side}: {', '.join(keys)}" for side, keys in (("a", only_a), ("b", only_b))
-                   if keys)
+    note = "".join(
+        f"; settings only in {side}: {', '.join(keys)}" for side, keys in (("a", only_a), ("b", only_b)) if keys
+    )
     return log_a, log_b, note
 
 
@@ -155,14 +201,18 @@ def script_of(revision: str, work: Path) -> Path:
     if revision == "worktree":
         return ROOT / "train_gpt.py"
     path = work / f"train_gpt.{revision}.py"
-    path.write_bytes(subprocess.run(["git", "show", f"{revision}:train_gpt.py"], cwd=ROOT, check=True,
-                                    capture_output=True).stdout)
+    path.write_bytes(
+        subprocess.run(["git", "show", f"{revision}:train_gpt.py"], cwd=ROOT, check=True, capture_output=True).stdout
+    )
     return path
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("base", help="a git revision, e.g. a24b18c")
     parser.add_argument("other", nargs="?", default="worktree", help="another revision (default: the working tree)")
     parser.add_argument("--only", help=f"comma-separated names of {', '.join(CONFIGS)}")
@@ -180,8 +230,12 @@ def main() -> int:
         work = cli.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         data = helpers.make_tiny_data(Path(tempfile.mkdtemp(dir=work)))
-        data_env = dict(DATA_PATH=str(data.data_path), TOKENIZER_PATH=str(data.tokenizer_path),
-                        VOCAB_SIZE=str(data.vocab_size), DATA_DIR=str(data.data_path.parent))  # its default moved
+        data_env = dict(
+            DATA_PATH=str(data.data_path),
+            TOKENIZER_PATH=str(data.tokenizer_path),
+            VOCAB_SIZE=str(data.vocab_size),
+            DATA_DIR=str(data.data_path.parent),
+        )  # its default moved
         sides = [script_of(cli.base, work), script_of(cli.other, work)]
         print(f"a: {cli.base}  b: {cli.other}  data: {data.data_path}")
         ok = [compare(name, sides, work, data_env) for name in names]

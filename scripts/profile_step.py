@@ -20,9 +20,12 @@ from pathlib import Path
 import torch
 
 # kernel name (lower case) -> kind, first match wins; inductor's triton_* kernels are their own kind
-KINDS = [("loss_kernel", ("softcap_ce",)), ("nccl", ("nccl",)),
-         ("attention", ("fmha", "flash", "sdpa", "cudnn", "attn")),
-         ("gemm", ("gemm", "xmma", "nvjet", "cutlass", "cublas", "gemv", "sm90_"))]
+KINDS = [
+    ("loss_kernel", ("softcap_ce",)),
+    ("nccl", ("nccl",)),
+    ("attention", ("fmha", "flash", "sdpa", "cudnn", "attn")),
+    ("gemm", ("gemm", "xmma", "nvjet", "cutlass", "cublas", "gemv", "sm90_")),
+]
 
 
 def kernel_kind(name: str) -> str:
@@ -34,8 +37,11 @@ def kernel_kind(name: str) -> str:
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trainer-dir", default=str(Path(__file__).resolve().parents[1]),
-                        help="folder holding the train_gpt.py to import (another commit's of this API, to compare)")
+    parser.add_argument(
+        "--trainer-dir",
+        default=str(Path(__file__).resolve().parents[1]),
+        help="folder holding the train_gpt.py to import (another commit's of this API, to compare)",
+    )
     parser.add_argument("--warmup", type=int, default=6, help="steps run first (compilation)")
     parser.add_argument("--steps", type=int, default=20, help="steps timed")
     parser.add_argument("--profile", type=int, default=3, help="steps profiled")
@@ -94,9 +100,11 @@ def main() -> None:
             kinds[kernel_kind(event.name)] += us
             kernels[event.name[:100]] += us
     per_step = lambda us: us / cli.profile / 1000  # noqa: E731
-    print(f"gpu:{torch.cuda.get_device_name().replace(' ', '_')} compile_warmup:{compile_s:.1f}s "
-          f"step_avg:{step_ms:.1f}ms optimizers:{optimizer_ms:.1f}ms "
-          f"gpu_per_step:{per_step(sum(kinds.values())):.1f}ms")
+    print(
+        f"gpu:{torch.cuda.get_device_name().replace(' ', '_')} compile_warmup:{compile_s:.1f}s "
+        f"step_avg:{step_ms:.1f}ms optimizers:{optimizer_ms:.1f}ms "
+        f"gpu_per_step:{per_step(sum(kinds.values())):.1f}ms"
+    )
     for kind, us in kinds.most_common():
         print(f"kind:{kind} gpu_per_step:{per_step(us):.1f}ms")
     for name, us in kernels.most_common(cli.top):

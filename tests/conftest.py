@@ -18,3 +18,5 @@ try:
         os.environ.setdefault("TRITON_INTERPRET", "1")
 except ImportError:  # pragma: no cover - the suite needs torch; pytest reports the import error
     pass
+
+from helpers import tiny_data  # noqa: E402, F401  (the session fixture: every test file may ask for it)

@@ -97,10 +97,21 @@ def train_tokenizer(docs: list[str], path: Path, vocab_size: int = VOCAB_SIZE) -
     lines = [line for doc in docs for line in doc.splitlines() if line.strip()]
     with open(path, "wb") as f:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(lines), model_writer=f, model_type="bpe", vocab_size=vocab_size,
-            byte_fallback=True, split_digits=True, normalization_rule_name="nmt_nfkc",
-            add_dummy_prefix=False, remove_extra_whitespaces=True, pad_id=0, bos_id=1, eos_id=2, unk_id=3,
-            minloglevel=2)
+            sentence_iterator=iter(lines),
+            model_writer=f,
+            model_type="bpe",
+            vocab_size=vocab_size,
+            byte_fallback=True,
+            split_digits=True,
+            normalization_rule_name="nmt_nfkc",
+            add_dummy_prefix=False,
+            remove_extra_whitespaces=True,
+            pad_id=0,
+            bos_id=1,
+            eos_id=2,
+            unk_id=3,
+            minloglevel=2,
+        )
 
 
 def encode_documents(sp, docs: list[str]) -> np.ndarray:
@@ -145,24 +156,45 @@ def tiny_data(tmp_path_factory) -> TinyData:
 def tiny_env(data: TinyData, tmp_path: Path, **overrides) -> dict[str, str]:
     """Environment variables for a tiny run on `data` that writes only under tmp_path."""
     env = dict(
-        DATA_PATH=str(data.data_path), TOKENIZER_PATH=str(data.tokenizer_path), VOCAB_SIZE=str(data.vocab_size),
-        RUN_ID="test", LOG_DIR=str(tmp_path / "logs"), ARTIFACT_PATH=str(tmp_path / "model.int8.ptz"),
-        NUM_LAYERS="2", MODEL_DIM="64", NUM_HEADS="2", NUM_KV_HEADS="1", MLP_MULT="2",
-        TRAIN_SEQ_LEN="64", TRAIN_BATCH_TOKENS=str(8 * 2 * 64), VAL_BATCH_SIZE=str(8 * 8 * 64),
-        ITERATIONS="10", WARMDOWN_ITERS="0", WARMUP_STEPS="0", VAL_LOSS_EVERY="0", TRAIN_LOG_EVERY="1",
-        MAX_WALLCLOCK_SECONDS="0", LOSS_IMPL="torch", COMPILE="0",
+        DATA_PATH=str(data.data_path),
+        TOKENIZER_PATH=str(data.tokenizer_path),
+        VOCAB_SIZE=str(data.vocab_size),
+        RUN_ID="test",
+        LOG_DIR=str(tmp_path / "logs"),
+        ARTIFACT_PATH=str(tmp_path / "model.int8.ptz"),
+        NUM_LAYERS="2",
+        MODEL_DIM="64",
+        NUM_HEADS="2",
+        NUM_KV_HEADS="1",
+        MLP_MULT="2",
+        TRAIN_SEQ_LEN="64",
+        TRAIN_BATCH_TOKENS=str(8 * 2 * 64),
+        VAL_BATCH_SIZE=str(8 * 8 * 64),
+        ITERATIONS="10",
+        WARMDOWN_ITERS="0",
+        WARMUP_STEPS="0",
+        VAL_LOSS_EVERY="0",
+        TRAIN_LOG_EVERY="1",
+        MAX_WALLCLOCK_SECONDS="0",
+        LOSS_IMPL="torch",
+        COMPILE="0",
     )
     env.update({k: str(v) for k, v in overrides.items()})
     return env
 
 
-def cpu_run(args: train_gpt.Hyperparameters, val: train_gpt.ValData | None = None, train_files=(),
-            log: train_gpt.Logger | None = None) -> train_gpt.Run:
+def cpu_run(
+    args: train_gpt.Hyperparameters,
+    val: train_gpt.ValData | None = None,
+    train_files=(),
+    log: train_gpt.Logger | None = None,
+) -> train_gpt.Run:
     """A Run of one CPU process for a unit test of one phase, without the pre-flight (which needs a tokenizer and
     validation shards): the PyTorch loss, no manifest, no artifact; a silent logger unless one is given."""
     ctx = train_gpt.DistContext(0, 1, 0, torch.device("cpu"))
-    return train_gpt.Run(args, ctx, log or train_gpt.Logger(None), val, list(train_files), "torch", "test",
-                         "no_manifest", None)
+    return train_gpt.Run(
+        args, ctx, log or train_gpt.Logger(None), val, list(train_files), "torch", "test", "no_manifest", None
+    )
 
 
 # ---- Running train_gpt.py as a user would (tests/test_end_to_end.py, tests/test_export.py) ----
@@ -176,6 +208,7 @@ OUR_NAMES = {f.name.upper() for f in dataclasses.fields(train_gpt.Hyperparameter
 @dataclass
 class Run:
     """A finished subprocess run of train_gpt.py: what it printed, and the variables it was given."""
+
     result: subprocess.CompletedProcess
     env: dict[str, str]
 
@@ -205,8 +238,11 @@ class Run:
 def run_script(env_vars: dict[str, str], cwd: Path, nproc: int = 1, run_class: type = Run) -> Run:
     """train_gpt.py in a subprocess with env_vars on top of a clean environment (none of our variables, no
     torchrun ones), one thread; nproc > 1: under torchrun (gloo on CPU)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in OUR_NAMES and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in OUR_NAMES and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    }
     env.update(env_vars)
     env["OMP_NUM_THREADS"] = "1"
     command = [sys.executable, str(SCRIPT)]

@@ -23,20 +23,32 @@ import train_gpt  # noqa: E402
 SHARED = ROOT.parent / "shared" / "data"
 FINEWEB_DOCS = SHARED / "fineweb_docs"
 SP1024 = SHARED / "tokenizers" / "fineweb_1024_bpe.model"
-needs_fineweb = pytest.mark.skipif(not (FINEWEB_DOCS.is_dir() and SP1024.is_file()),
-                                   reason="needs ../shared/data/fineweb_docs and the sp1024 tokenizer")
+needs_fineweb = pytest.mark.skipif(
+    not (FINEWEB_DOCS.is_dir() and SP1024.is_file()),
+    reason="needs ../shared/data/fineweb_docs and the sp1024 tokenizer",
+)
 
 # Text that exercises normalization: NFKC (ligature, fraction, full-width), runs of whitespace, tabs,
 # newlines, leading/trailing space, digits, non-Latin scripts (byte fallback), emoji.
-ODD_TEXTS = ["  Leading and trailing  ", "tabs\tand\nnew\n\nlines", "ﬁnance ½ ＡＢＣ", "numbers 1234567 and 3.14",
-             "héllo wörld — “quotes” ‘and’ dashes", "日本語のテキスト", "emoji 🙂 here", "a\u00a0b\u3000c"]
+ODD_TEXTS = [
+    "  Leading and trailing  ",
+    "tabs\tand\nnew\n\nlines",
+    "ﬁnance ½ ＡＢＣ",
+    "numbers 1234567 and 3.14",
+    "héllo wörld — “quotes” ‘and’ dashes",
+    "日本語のテキスト",
+    "emoji 🙂 here",
+    "a\u00a0b\u3000c",
+]
 
 
 def english_docs(n: int, seed: int = 0) -> list[str]:
     rng = np.random.default_rng(seed)
-    words = ("the of and to in is that for it as was with be by on not he this are or his from at which but "
-             "have an they you were her she there one all we their been has more if will would about when "
-             "model token byte shard train data value 2024 1337").split()
+    words = (
+        "the of and to in is that for it as was with be by on not he this are or his from at which but "
+        "have an they you were her she there one all we their been has more if will would about when "
+        "model token byte shard train data value 2024 1337"
+    ).split()
     return [" ".join(rng.choice(words, rng.integers(20, 200))).capitalize() + "." for _ in range(n)]
 
 
@@ -80,15 +92,18 @@ def test_shard_write_and_read_agree(tmp_path):
     assert train_gpt.read_shard_header(path) == 0
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda b: b[:-1], "truncated or corrupt"),                 # half a token missing
-    (lambda b: b[:-200], "truncated or corrupt"),               # whole tokens missing
-    (lambda b: b + b"\0\0", "truncated or corrupt"),            # trailing bytes
-    (lambda b: b[:100], "shorter than the 1024-byte shard header"),
-    (lambda b: struct.pack("<i", 1234) + b[4:], "magic/version 1234/1"),
-    (lambda b: b[:4] + struct.pack("<i", 2) + b[8:], "magic/version 20240520/2"),
-    (lambda b: b[:8] + struct.pack("<i", -5) + b[12:], "header says -5 tokens"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda b: b[:-1], "truncated or corrupt"),  # half a token missing
+        (lambda b: b[:-200], "truncated or corrupt"),  # whole tokens missing
+        (lambda b: b + b"\0\0", "truncated or corrupt"),  # trailing bytes
+        (lambda b: b[:100], "shorter than the 1024-byte shard header"),
+        (lambda b: struct.pack("<i", 1234) + b[4:], "magic/version 1234/1"),
+        (lambda b: b[:4] + struct.pack("<i", 2) + b[8:], "magic/version 20240520/2"),
+        (lambda b: b[:8] + struct.pack("<i", -5) + b[12:], "header says -5 tokens"),
+    ],
+)
 def test_corrupt_or_truncated_shard_is_detected(tmp_path, damage, message):
     path = tmp_path / "shard.bin"
     build_shards.write_data_shard(path, np.arange(1000) % 1024)
@@ -113,13 +128,22 @@ def test_shards_decode_to_the_normalised_documents(tmp_path, small_tokenizer):
         (folder / f"{i:03d}.txt").write_text(text, encoding="utf-8")
     (folder / ".hidden.txt").write_text("not a document", encoding="utf-8")
     (folder / "blank.txt").write_text(" \n\t ", encoding="utf-8")  # blank: skipped
-    texts_in_order = docs[:200] + [(folder / f"{i:03d}.txt").read_text(encoding="utf-8")
-                                   for i in range(len(docs) - 200)]
+    texts_in_order = docs[:200] + [
+        (folder / f"{i:03d}.txt").read_text(encoding="utf-8") for i in range(len(docs) - 200)
+    ]
 
     out = tmp_path / "out"
-    manifest = build_shards.build(build_shards.BuildConfig(
-        inputs=[str(jsonl), str(folder)], output=out, tokenizer=small_tokenizer, val_fraction=0.2,
-        shard_tokens=3000, workers=2, quiet=True))
+    manifest = build_shards.build(
+        build_shards.BuildConfig(
+            inputs=[str(jsonl), str(folder)],
+            output=out,
+            tokenizer=small_tokenizer,
+            val_fraction=0.2,
+            shard_tokens=3000,
+            workers=2,
+            quiet=True,
+        )
+    )
 
     sp = spm.SentencePieceProcessor(model_file=str(small_tokenizer))
     is_val = [build_shards.is_validation(t, 0.2) for t in texts_in_order]
@@ -145,9 +169,17 @@ def test_shards_decode_to_the_normalised_documents(tmp_path, small_tokenizer):
 
     # The same shards with one worker: the output does not depend on the worker count.
     out1 = tmp_path / "out1"
-    build_shards.build(build_shards.BuildConfig(
-        inputs=[str(jsonl), str(folder)], output=out1, tokenizer=small_tokenizer, val_fraction=0.2,
-        shard_tokens=3000, workers=1, quiet=True))
+    build_shards.build(
+        build_shards.BuildConfig(
+            inputs=[str(jsonl), str(folder)],
+            output=out1,
+            tokenizer=small_tokenizer,
+            val_fraction=0.2,
+            shard_tokens=3000,
+            workers=1,
+            quiet=True,
+        )
+    )
     for entry in manifest["datasets"][0]["files"]:
         assert (out1 / entry["name"]).read_bytes() == (out / entry["name"]).read_bytes()
 
@@ -162,8 +194,9 @@ def test_trained_tokenizer_has_the_published_settings(tmp_path, small_tokenizer)
     assert 3 not in sp.encode("😀 Ω")
     if SP1024.is_file():  # the fields of the model proto that the settings set, against the published model
         ours, published = model_settings(small_tokenizer), model_settings(SP1024)
-        assert {k: v for k, v in ours.items() if k != "vocab_size"} == \
-            {k: v for k, v in published.items() if k != "vocab_size"}
+        assert {k: v for k, v in ours.items() if k != "vocab_size"} == {
+            k: v for k, v in published.items() if k != "vocab_size"
+        }
         ref = spm.SentencePieceProcessor(model_file=str(SP1024))
         for text in ODD_TEXTS:
             assert sp.normalize(text) == ref.normalize(text)
@@ -172,6 +205,7 @@ def test_trained_tokenizer_has_the_published_settings(tmp_path, small_tokenizer)
 def model_settings(path: Path) -> dict:
     """Trainer/normalizer fields of a SentencePiece model, read from its protobuf wire format
     (field numbers from sentencepiece_model.proto), so the test needs no protobuf package."""
+
     def fields(buf: bytes) -> dict[int, list]:
         out, i = {}, 0
         while i < len(buf):
@@ -202,11 +236,25 @@ def model_settings(path: Path) -> dict:
 
     model = fields(path.read_bytes())
     trainer, normalizer = fields(model[2][0]), fields(model[3][0])
-    names = {3: "model_type", 4: "vocab_size", 10: "character_coverage", 25: "split_digits",
-             33: "hard_vocab_limit", 35: "byte_fallback", 40: "unk_id", 41: "bos_id", 42: "eos_id", 43: "pad_id"}
+    names = {
+        3: "model_type",
+        4: "vocab_size",
+        10: "character_coverage",
+        25: "split_digits",
+        33: "hard_vocab_limit",
+        35: "byte_fallback",
+        40: "unk_id",
+        41: "bos_id",
+        42: "eos_id",
+        43: "pad_id",
+    }
     settings = {name: trainer.get(number) for number, name in names.items()}
-    settings.update(normalizer_name=normalizer.get(1), add_dummy_prefix=normalizer.get(3),
-                    remove_extra_whitespaces=normalizer.get(4, [1]), escape_whitespaces=normalizer.get(5, [1]))
+    settings.update(
+        normalizer_name=normalizer.get(1),
+        add_dummy_prefix=normalizer.get(3),
+        remove_extra_whitespaces=normalizer.get(4, [1]),
+        escape_whitespaces=normalizer.get(5, [1]),
+    )
     return settings
 
 
@@ -222,9 +270,23 @@ def test_builder_trains_a_tokenizer_and_uses_val_files(tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", english_docs(300, seed=4))
     val = write_jsonl(tmp_path / "val.jsonl", english_docs(30, seed=5))
     out, tok = tmp_path / "ds", tmp_path / "tokenizers" / "ds.model"
-    manifest = build_shards.build(build_shards.parse_args(
-        [str(train), "--val", str(val), "--output", str(out), "--tokenizer-out", str(tok),
-         "--vocab-size", "320", "--workers", "1"]))
+    manifest = build_shards.build(
+        build_shards.parse_args(
+            [
+                str(train),
+                "--val",
+                str(val),
+                "--output",
+                str(out),
+                "--tokenizer-out",
+                str(tok),
+                "--vocab-size",
+                "320",
+                "--workers",
+                "1",
+            ]
+        )
+    )
     entry = manifest["datasets"][0]
     assert entry["stats"]["docs_val"] == 30 and entry["stats"]["docs_train"] == 300
     assert manifest["tokenizers"][0]["model_path"] == "tokenizers/ds.model"
@@ -260,10 +322,16 @@ def test_builder_errors_say_what_to_change(tmp_path, small_tokenizer):
 def test_builder_on_real_fineweb_documents(tmp_path):
     """The published sp1024 tokenizer gives about 0.41-0.42 tokens per byte on FineWeb."""
     out = tmp_path / "fw"
-    manifest = build_shards.build(build_shards.BuildConfig(
-        inputs=[str(FINEWEB_DOCS / "fineweb_sample_train.jsonl.xz")],
-        val_inputs=[str(FINEWEB_DOCS / "fineweb_sample_val.jsonl.xz")],
-        output=out, tokenizer=SP1024, workers=2, quiet=True))
+    manifest = build_shards.build(
+        build_shards.BuildConfig(
+            inputs=[str(FINEWEB_DOCS / "fineweb_sample_train.jsonl.xz")],
+            val_inputs=[str(FINEWEB_DOCS / "fineweb_sample_val.jsonl.xz")],
+            output=out,
+            tokenizer=SP1024,
+            workers=2,
+            quiet=True,
+        )
+    )
     splits = manifest["datasets"][0]["splits"]
     assert splits["train"]["docs"] == 2544 and splits["val"]["docs"] == 256
     for split in ("train", "val"):
@@ -285,10 +353,12 @@ def test_builder_on_real_fineweb_documents(tmp_path):
 def test_bad_settings_are_rejected_before_any_folder_is_made(tmp_path, small_tokenizer):
     docs = write_jsonl(tmp_path / "docs.jsonl", english_docs(50))
     out = tmp_path / "new" / "out"
-    for flags, message in ((["--vocab-size", "100"], r"--vocab-size 100 must be in \(260, 65536\]"),
-                           (["--vocab-size", "70000"], r"--vocab-size 70000 must be in"),
-                           (["--workers", "0"], "--workers 0 must be at least 1"),
-                           (["--tokenizer", str(tmp_path / "nope.model")], "no such file")):
+    for flags, message in (
+        (["--vocab-size", "100"], r"--vocab-size 100 must be in \(260, 65536\]"),
+        (["--vocab-size", "70000"], r"--vocab-size 70000 must be in"),
+        (["--workers", "0"], "--workers 0 must be at least 1"),
+        (["--tokenizer", str(tmp_path / "nope.model")], "no such file"),
+    ):
         tokenizer_out = [] if "--tokenizer" in flags else ["--tokenizer-out", str(tmp_path / "t.model")]
         with pytest.raises(SystemExit, match=message):
             build_shards.main([str(docs), "--output", str(out), *tokenizer_out, *flags])

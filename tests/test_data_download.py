@@ -111,13 +111,23 @@ def published_export(tmp_path: Path, prefix: str = "datasets", train: int = 3) -
     files[f"{prefix}/tokenizers/fineweb_1024_bpe.model"] = b"model bytes " * 100
     files[f"{prefix}/tokenizers/fineweb_1024_bpe.vocab"] = b"vocab\t0\n" * 50
     manifest = {
-        "datasets": [{"name": name, "tokenizer_name": "sp_bpe_1024", "path": f"datasets/{name}",
-                      "stats": {"files_train": train, "files_val": 1}},
-                     {"name": "fineweb10B_sp4096", "tokenizer_name": "sp_bpe_4096",
-                      "stats": {"files_train": 0, "files_val": 1}}],
-        "tokenizers": [{"name": "sp_bpe_1024", "kind": "sentencepiece_bpe",
-                        "model_path": "tokenizers/fineweb_1024_bpe.model",
-                        "vocab_path": "tokenizers/fineweb_1024_bpe.vocab"}],
+        "datasets": [
+            {
+                "name": name,
+                "tokenizer_name": "sp_bpe_1024",
+                "path": f"datasets/{name}",
+                "stats": {"files_train": train, "files_val": 1},
+            },
+            {"name": "fineweb10B_sp4096", "tokenizer_name": "sp_bpe_4096", "stats": {"files_train": 0, "files_val": 1}},
+        ],
+        "tokenizers": [
+            {
+                "name": "sp_bpe_1024",
+                "kind": "sentencepiece_bpe",
+                "model_path": "tokenizers/fineweb_1024_bpe.model",
+                "vocab_path": "tokenizers/fineweb_1024_bpe.vocab",
+            }
+        ],
     }
     files[f"{prefix}/manifest.json"] = json.dumps(manifest).encode()
     return files
@@ -138,10 +148,13 @@ def test_download_fetches_the_manifest_val_first_train_shards_and_tokenizer(hub,
     data = tmp_path / "data"
     paths = run(hub, data, train_shards=2)
     names = sorted(p.relative_to(data).as_posix() for p in paths)
-    assert names == ["datasets/fineweb10B_sp1024/fineweb_train_000000.bin",
-                     "datasets/fineweb10B_sp1024/fineweb_train_000001.bin",
-                     "datasets/fineweb10B_sp1024/fineweb_val_000000.bin",
-                     "tokenizers/fineweb_1024_bpe.model", "tokenizers/fineweb_1024_bpe.vocab"]
+    assert names == [
+        "datasets/fineweb10B_sp1024/fineweb_train_000000.bin",
+        "datasets/fineweb10B_sp1024/fineweb_train_000001.bin",
+        "datasets/fineweb10B_sp1024/fineweb_val_000000.bin",
+        "tokenizers/fineweb_1024_bpe.model",
+        "tokenizers/fineweb_1024_bpe.vocab",
+    ]
     for p in paths:
         assert p.read_bytes() == hub.files["datasets/" + p.relative_to(data).as_posix()]
     assert (data / "datasets" / "manifest.json").is_file()
@@ -168,11 +181,13 @@ def test_resume_keeps_valid_files_and_refetches_truncated_corrupt_and_missing_on
 
     run(hub, data, train_shards=3)
     refetched = {k for k in hub.gets if hub.gets[k] > first_gets.get(k, 0)}
-    assert refetched == {"datasets/manifest.json",  # always refreshed (small)
-                         "datasets/datasets/fineweb10B_sp1024/fineweb_train_000000.bin",
-                         "datasets/datasets/fineweb10B_sp1024/fineweb_train_000001.bin",
-                         "datasets/datasets/fineweb10B_sp1024/fineweb_val_000000.bin",
-                         "datasets/tokenizers/fineweb_1024_bpe.vocab"}
+    assert refetched == {
+        "datasets/manifest.json",  # always refreshed (small)
+        "datasets/datasets/fineweb10B_sp1024/fineweb_train_000000.bin",
+        "datasets/datasets/fineweb10B_sp1024/fineweb_train_000001.bin",
+        "datasets/datasets/fineweb10B_sp1024/fineweb_val_000000.bin",
+        "datasets/tokenizers/fineweb_1024_bpe.vocab",
+    }
     for rel, data_bytes in hub.files.items():
         local = data / rel.removeprefix("datasets/")
         if rel != "datasets/manifest.json":
@@ -235,8 +250,7 @@ def test_command_line_exits_with_the_message(tmp_path, monkeypatch):
     endpoint = fake.endpoint
     fake.close()
     with pytest.raises(SystemExit) as exit_info:
-        dl.main(["--variant", "sp1024", "--train-shards", "1", "--endpoint", endpoint,
-                 "--data-dir", str(tmp_path)])
+        dl.main(["--variant", "sp1024", "--train-shards", "1", "--endpoint", endpoint, "--data-dir", str(tmp_path)])
     assert "error: datasets/manifest.json from dataset repo 'willdepueoai/parameter-golf'" in str(exit_info.value)
 
 
@@ -245,14 +259,28 @@ def test_an_export_made_by_build_shards_downloads_and_verifies(tmp_path):
     import build_shards
 
     docs = tmp_path / "docs.jsonl"
-    docs.write_text("".join(json.dumps({"text": f"Document number {i} says {'hello ' * (i % 7)}world."}) + "\n"
-                            for i in range(300)), encoding="utf-8")
+    docs.write_text(
+        "".join(
+            json.dumps({"text": f"Document number {i} says {'hello ' * (i % 7)}world."}) + "\n" for i in range(300)
+        ),
+        encoding="utf-8",
+    )
     out, tok = tmp_path / "build" / "mine_sp300", tmp_path / "build" / "mine_sp300.model"
-    manifest = build_shards.build(build_shards.BuildConfig(
-        inputs=[str(docs)], output=out, tokenizer_out=tok, vocab_size=300, val_fraction=0.1,
-        shard_tokens=1500, quiet=True))
-    files = {"my_export/manifest.json": (out / "manifest.json").read_bytes(),
-             "my_export/tokenizers/mine_sp300.model": tok.read_bytes()}
+    manifest = build_shards.build(
+        build_shards.BuildConfig(
+            inputs=[str(docs)],
+            output=out,
+            tokenizer_out=tok,
+            vocab_size=300,
+            val_fraction=0.1,
+            shard_tokens=1500,
+            quiet=True,
+        )
+    )
+    files = {
+        "my_export/manifest.json": (out / "manifest.json").read_bytes(),
+        "my_export/tokenizers/mine_sp300.model": tok.read_bytes(),
+    }
     for entry in manifest["datasets"][0]["files"]:
         files[f"my_export/datasets/mine_sp300/{entry['name']}"] = (out / entry["name"]).read_bytes()
     n_train = manifest["datasets"][0]["stats"]["files_train"]

@@ -11,7 +11,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pytest
 import sentencepiece as spm
 
@@ -104,23 +103,31 @@ def build_not_utf8(t: Trial):
 
 
 def build_vocab_range(t: Trial):
-    return build(t.tmp, str(write_jsonl(t.tmp / "d.jsonl", english_docs(5))), "--vocab-size", "100",
-                 "--tokenizer-out", str(t.tmp / "t.model"))
+    return build(
+        t.tmp,
+        str(write_jsonl(t.tmp / "d.jsonl", english_docs(5))),
+        "--vocab-size",
+        "100",
+        "--tokenizer-out",
+        str(t.tmp / "t.model"),
+    )
 
 
 def build_bad_tokenizer(t: Trial):
     bad = t.tmp / "bos2.model"
     with open(bad, "wb") as f:
-        spm.SentencePieceTrainer.train(sentence_iterator=iter(english_docs(50)), model_writer=f, vocab_size=100,
-                                       bos_id=2, eos_id=1, minloglevel=2)
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(english_docs(50)), model_writer=f, vocab_size=100, bos_id=2, eos_id=1, minloglevel=2
+        )
     return build(t.tmp, str(write_jsonl(t.tmp / "d.jsonl", english_docs(5))), "--tokenizer", str(bad))
 
 
 def build_output_taken(t: Trial):
     (t.tmp / "taken").mkdir()
     build_shards.write_data_shard(t.tmp / "taken" / "fineweb_train_000000.bin", [1, 2, 3])
-    message = build(t.tmp, str(write_jsonl(t.tmp / "d.jsonl", english_docs(5))), "--tokenizer", str(t.tokenizer),
-                    output="taken")
+    message = build(
+        t.tmp, str(write_jsonl(t.tmp / "d.jsonl", english_docs(5))), "--tokenizer", str(t.tokenizer), output="taken"
+    )
     assert train_gpt.read_shard_header(t.tmp / "taken" / "fineweb_train_000000.bin") == 3
     return message
 
@@ -136,8 +143,17 @@ def build_empty_split(t: Trial):
 
 def retok(t: Trial, *, source=None, target=None, inputs=None, output=None) -> str:
     out = output or t.tmp / "out"
-    argv = ["--from-model", str(source or t.tokenizer), "--to-model", str(target or t.tokenizer),
-            "--input", str(inputs or t.shards), "--output", str(out), "--quiet"]
+    argv = [
+        "--from-model",
+        str(source or t.tokenizer),
+        "--to-model",
+        str(target or t.tokenizer),
+        "--input",
+        str(inputs or t.shards),
+        "--output",
+        str(out),
+        "--quiet",
+    ]
     with pytest.raises(SystemExit) as exc:
         retokenize.main(argv)
     assert exc.value.code == 2
@@ -218,14 +234,31 @@ def download_unreachable(t: Trial):
     fake = FakeHub({})
     endpoint = fake.endpoint
     fake.close()  # nothing listens there now
-    return exit_message(lambda: dl.main(["--variant", "sp1024", "--train-shards", "1", "--endpoint", endpoint,
-                                         "--data-dir", str(t.tmp / "data"), "--repo-id", REPO]))
+    return exit_message(
+        lambda: dl.main(
+            [
+                "--variant",
+                "sp1024",
+                "--train-shards",
+                "1",
+                "--endpoint",
+                endpoint,
+                "--data-dir",
+                str(t.tmp / "data"),
+                "--repo-id",
+                REPO,
+            ]
+        )
+    )
 
 
 def download_unknown_variant(t: Trial):
     with FakeHub(published_export(t.tmp)) as fake:
-        return exit_message(lambda: dl.main(["--variant", "sp9", "--endpoint", fake.endpoint,
-                                             "--data-dir", str(t.tmp / "data"), "--repo-id", REPO]))
+        return exit_message(
+            lambda: dl.main(
+                ["--variant", "sp9", "--endpoint", fake.endpoint, "--data-dir", str(t.tmp / "data"), "--repo-id", REPO]
+            )
+        )
 
 
 def download_bad_file(t: Trial):
@@ -233,8 +266,22 @@ def download_bad_file(t: Trial):
     key = "datasets/datasets/fineweb10B_sp1024/fineweb_val_000000.bin"
     files[key] = files[key][:-2]
     with FakeHub(files) as fake:
-        message = exit_message(lambda: dl.main(["--variant", "sp1024", "--train-shards", "0", "--endpoint",
-                                                fake.endpoint, "--data-dir", str(t.tmp / "data"), "--repo-id", REPO]))
+        message = exit_message(
+            lambda: dl.main(
+                [
+                    "--variant",
+                    "sp1024",
+                    "--train-shards",
+                    "0",
+                    "--endpoint",
+                    fake.endpoint,
+                    "--data-dir",
+                    str(t.tmp / "data"),
+                    "--repo-id",
+                    REPO,
+                ]
+            )
+        )
     assert not (t.tmp / "data" / "datasets" / "fineweb10B_sp1024" / "fineweb_val_000000.bin").exists()
     return message
 
@@ -282,8 +329,11 @@ def quickstart_training_fails(t: Trial):
 
 def quickstart_slow_machine(t: Trial):
     repo = t.tmp / "repo"
-    fake_trainer(repo, "print('step:11/100000 train_loss:3.9 train_time:121000ms step_avg:11000.00ms')\n"
-                       "print('final_int8_zlib_roundtrip_exact val_loss:2.92 val_bpb:4.22')\n")
+    fake_trainer(
+        repo,
+        "print('step:11/100000 train_loss:3.9 train_time:121000ms step_avg:11000.00ms')\n"
+        "print('final_int8_zlib_roundtrip_exact val_loss:2.92 val_bpb:4.22')\n",
+    )
     t.monkeypatch.setattr(quickstart, "REPO_ROOT", repo)
     t.monkeypatch.setattr(quickstart.torch.cuda, "is_available", lambda: False)
     t.monkeypatch.setattr(quickstart, "stdlib_dataset", lambda *args: (t.tmp / "shards", t.tmp / "t.model", 512))

@@ -35,8 +35,10 @@ def fake_stdlib(root: Path) -> Path:
     (root / "site-packages" / "thirdparty").mkdir(parents=True)
     (root / "test").mkdir()
     (root / "pydoc_data").mkdir()
-    (root / "b.py").write_text('"""Module b."""\n\nclass C:\n    """Class C.\n\n      Indented."""\n'
-                               '    def m(self):\n        """Method m."""\n\ndef f():\n    """Function f."""\n')
+    (root / "b.py").write_text(
+        '"""Module b."""\n\nclass C:\n    """Class C.\n\n      Indented."""\n'
+        '    def m(self):\n        """Method m."""\n\ndef f():\n    """Function f."""\n'
+    )
     (root / "pkg" / "__init__.py").write_text('"""The package."""\n')
     (root / "pkg" / "copy.py").write_text('"""The package."""\n')  # a repeat: dropped
     (root / "a.py").write_text("x = 1  # no docstrings: no document\n")
@@ -50,8 +52,12 @@ def fake_stdlib(root: Path) -> Path:
 
 def test_stdlib_documents_are_the_docstrings_in_a_fixed_order(tmp_path):
     docs = quickstart.stdlib_documents(fake_stdlib(tmp_path / "lib"))
-    assert docs == ["Module b.\n\nClass C.\n\nIndented.\n\nMethod m.\n\nFunction f.",
-                    "The package.", "The if statement.", "The with statement."]
+    assert docs == [
+        "Module b.\n\nClass C.\n\nIndented.\n\nMethod m.\n\nFunction f.",
+        "The package.",
+        "The if statement.",
+        "The with statement.",
+    ]
 
 
 def test_stdlib_dataset_builds_once_and_is_reused(tmp_path, capsys):
@@ -133,9 +139,14 @@ def torch_index(kind: str):
         yield f"http://127.0.0.1:{sock.getsockname()[1]}/whl/cpu"
 
 
-def run_quickstart_sh(tmp_path: Path, *args: str, torch_installed: bool, gpu: bool = False,
-                      cpu_index: str = "answers",
-                      cpu_pip_fails: bool = False) -> tuple[subprocess.CompletedProcess, list[str]]:
+def run_quickstart_sh(
+    tmp_path: Path,
+    *args: str,
+    torch_installed: bool,
+    gpu: bool = False,
+    cpu_index: str = "answers",
+    cpu_pip_fails: bool = False,
+) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Run quickstart.sh with python3 (and nvidia-smi when gpu) replaced by stubs and QUICKSTART_TORCH_INDEX
     pointing at torch_index(cpu_index); returns the result and the python3 command lines it ran.
 
@@ -152,7 +163,8 @@ def run_quickstart_sh(tmp_path: Path, *args: str, torch_installed: bool, gpu: bo
         f'echo "$*" >> "{log}"\n'
         f'if [ "$1" = "-c" ]; then exit {0 if torch_installed else 1}; fi\n'
         f'case "$*" in *--index-url*) exit {1 if cpu_pip_fails else 0};; esac\n'
-        "exit 0\n")
+        "exit 0\n"
+    )
     (stubs / "python3").chmod(0o755)
     if gpu:
         (stubs / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")
@@ -160,10 +172,16 @@ def run_quickstart_sh(tmp_path: Path, *args: str, torch_installed: bool, gpu: bo
     elif shutil.which("nvidia-smi", path=SYSTEM_PATH):
         pytest.skip("this machine has nvidia-smi in /usr/bin or /bin")
     with torch_index(cpu_index) as url:
-        env = {**os.environ, "PATH": f"{stubs}:{SYSTEM_PATH}", "QUICKSTART_TORCH_INDEX": url,
-               "no_proxy": "*", "NO_PROXY": "*"}  # a proxy must not answer for 127.0.0.1
-        result = subprocess.run(["bash", str(ROOT / "quickstart.sh"), *args], capture_output=True, text=True,
-                                env=env, timeout=60)
+        env = {
+            **os.environ,
+            "PATH": f"{stubs}:{SYSTEM_PATH}",
+            "QUICKSTART_TORCH_INDEX": url,
+            "no_proxy": "*",
+            "NO_PROXY": "*",
+        }  # a proxy must not answer for 127.0.0.1
+        result = subprocess.run(
+            ["bash", str(ROOT / "quickstart.sh"), *args], capture_output=True, text=True, env=env, timeout=60
+        )
     calls = log.read_text().splitlines() if log.exists() else []
     return result, calls
 
@@ -213,7 +231,8 @@ def test_the_printed_command_reruns_exactly_what_ran(tmp_path, monkeypatch, caps
         "import json, os, sys\n"
         "with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'runs.jsonl'), 'a') as f:\n"
         "    f.write(json.dumps({'argv': sys.argv, 'cwd': os.getcwd(), 'env': dict(os.environ)}) + '\\n')\n"
-        "print('final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:1.5')\n")
+        "print('final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:1.5')\n"
+    )
     monkeypatch.setattr(quickstart, "REPO_ROOT", repo)
     data = tmp_path / "data with spaces" / "it's here"
     figures = quickstart.train(data / "shards", data / "tok.model", 512, 1.5, "quickstart_test")
@@ -240,7 +259,8 @@ def fake_trainer(repo: Path, body: str) -> None:
     (repo / "train_gpt.py").write_text(
         "import os, pathlib, sys, time\n"
         "pathlib.Path(__file__).with_name('threads.txt').write_text(os.environ.get('OMP_NUM_THREADS', 'unset'))\n"
-        + body)
+        + body
+    )
 
 
 def machine(monkeypatch, cores: int, load: float) -> None:
@@ -288,19 +308,24 @@ def test_silent_evaluations_get_a_progress_line(tmp_path, monkeypatch, capsys):
     """train_gpt.py prints nothing while it evaluates (a minute on a busy CPU): the quick start says what it
     is doing after HEARTBEAT_SECONDS of silence, judged by the last line it printed."""
     repo = tmp_path / "repo"
-    fake_trainer(repo, "print('step:450/100000 train_loss:2.5 train_time:2010ms step_avg:4.47ms tokens_per_s:9')\n"
-                       "time.sleep(1.5)\n"
-                       "print('artifact:logs/x.int8.ptz sha256:00 code_bytes:1 model_bytes:2 total_bytes:3')\n"
-                       "time.sleep(1.5)\n"
-                       "print('final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:1.5')\n")
+    fake_trainer(
+        repo,
+        "print('step:450/100000 train_loss:2.5 train_time:2010ms step_avg:4.47ms tokens_per_s:9')\n"
+        "time.sleep(1.5)\n"
+        "print('artifact:logs/x.int8.ptz sha256:00 code_bytes:1 model_bytes:2 total_bytes:3')\n"
+        "time.sleep(1.5)\n"
+        "print('final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:1.5')\n",
+    )
     monkeypatch.setattr(quickstart, "REPO_ROOT", repo)
     monkeypatch.setattr(quickstart, "HEARTBEAT_SECONDS", 0.4)
     quickstart.train(tmp_path / "shards", tmp_path / "tok.model", 512, 2.0, "heartbeat_test")
     out = capsys.readouterr().out.splitlines()
-    after_training = out[out.index("step:450/100000 train_loss:2.5 train_time:2010ms step_avg:4.47ms "
-                                   "tokens_per_s:9") + 1]
-    assert after_training.startswith("quickstart: training is over and train_gpt.py is evaluating the model on the "
-                                     "validation split (")
+    after_training = out[
+        out.index("step:450/100000 train_loss:2.5 train_time:2010ms step_avg:4.47ms tokens_per_s:9") + 1
+    ]
+    assert after_training.startswith(
+        "quickstart: training is over and train_gpt.py is evaluating the model on the validation split ("
+    )
     after_export = out[out.index("artifact:logs/x.int8.ptz sha256:00 code_bytes:1 model_bytes:2 total_bytes:3") + 1]
     assert after_export.startswith("quickstart: train_gpt.py is evaluating the artifact after the int8+zlib round")
     line = "step:50/100000 train_loss:2.5 train_time:1990ms step_avg:39.80ms tokens_per_s:9"
@@ -311,9 +336,12 @@ def test_the_summary_says_when_far_fewer_steps_ran_than_the_reference_run(tmp_pa
     """The issue's run: 11 steps in 120 s on a busy 2-core machine, val_bpb 4.22 where the README reports
     about 450 steps and 2.28. The summary says why, instead of leaving a bad number unexplained."""
     repo = tmp_path / "repo"
-    fake_trainer(repo, "print('step:11/100000 train_loss:3.9 train_time:121000ms step_avg:11000.00ms')\n"
-                       "print('step:11/100000 val_loss:2.9 val_bpb:4.2 weights:raw train_time:121000ms')\n"
-                       "print('final_int8_zlib_roundtrip_exact val_loss:2.92 val_bpb:4.22')\n")
+    fake_trainer(
+        repo,
+        "print('step:11/100000 train_loss:3.9 train_time:121000ms step_avg:11000.00ms')\n"
+        "print('step:11/100000 val_loss:2.9 val_bpb:4.2 weights:raw train_time:121000ms')\n"
+        "print('final_int8_zlib_roundtrip_exact val_loss:2.92 val_bpb:4.22')\n",
+    )
     monkeypatch.setattr(quickstart, "REPO_ROOT", repo)
     monkeypatch.setattr(quickstart.torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(quickstart, "stdlib_dataset", lambda *args: (tmp_path / "shards", tmp_path / "t.model", 512))
@@ -321,8 +349,10 @@ def test_the_summary_says_when_far_fewer_steps_ran_than_the_reference_run(tmp_pa
     quickstart.main(["--data", "stdlib", "--seconds", "120"])
     summary = capsys.readouterr().out.split("quickstart: done in ", 1)[1]
     assert "val_bpb:4.22 " in summary and "steps:11 " in summary
-    assert "quickstart: only 11 steps ran in 120s of training, where data/README.md's reference run (an idle " \
-           "2-core AMD EPYC) makes about 450" in summary
+    assert (
+        "quickstart: only 11 steps ran in 120s of training, where data/README.md's reference run (an idle "
+        "2-core AMD EPYC) makes about 450" in summary
+    )
     assert "this machine is slow or busy" in summary and "train_gpt.py ran with OMP_NUM_THREADS=2" in summary
 
 

@@ -21,7 +21,7 @@ import torch
 
 import train_gpt
 import helpers
-from helpers import EVENT_LINE, OUR_NAMES, SCRIPT, TinyData, tiny_data, tiny_env  # noqa: F401 (fixture, re-exports)
+from helpers import EVENT_LINE, SCRIPT, TinyData, tiny_env
 
 FINAL_LINE = re.compile(r"final_int8_zlib_roundtrip_exact val_loss:\d+\.\d{8} val_bpb:\d+\.\d{8}")
 # The run that the happy-path tests share, with 1 and with 2 processes. MODEL_DIM=144 puts the
@@ -89,12 +89,12 @@ def test_log_file_holds_the_source_the_config_and_every_printed_line(one_process
     text = run.log_path.read_text(encoding="utf-8")
     source = SCRIPT.read_text(encoding="utf-8")
     assert text.startswith(source)
-    lines = text[len(source):].splitlines()
-    lines = lines[lines.index("=" * 100) + 1:]
+    lines = text[len(source) :].splitlines()
+    lines = lines[lines.index("=" * 100) + 1 :]
     assert lines == run.lines  # the file has exactly what rank 0 printed, in order
     config_lines = [line for line in lines if line.startswith("config:")]
     assert len(config_lines) == 1
-    config = json.loads(config_lines[0][len("config:"):])
+    config = json.loads(config_lines[0][len("config:") :])
     assert set(config) == {f.name for f in dataclasses.fields(train_gpt.Hyperparameters)}
     assert (config["model_dim"], config["iterations"], config["run_id"]) == (144, ITERATIONS, "test")
     assert config["data_path"] == run.env["DATA_PATH"] and config["compile"] is False
@@ -105,7 +105,7 @@ def test_log_file_holds_the_source_the_config_and_every_printed_line(one_process
 
 def test_the_artifact_is_the_model_that_was_scored(one_process):
     run = one_process
-    config = json.loads(next(line for line in run.lines if line.startswith("config:"))[len("config:"):])
+    config = json.loads(next(line for line in run.lines if line.startswith("config:"))[len("config:") :])
     args = train_gpt.Hyperparameters(**config)
     model = train_gpt.GPT(args)
     header, weights = train_gpt.read_artifact(str(run.artifact_path), args)
@@ -161,9 +161,14 @@ def test_two_processes_train_the_same_model_as_one(one_process, two_processes):
 # =================================================================================================
 
 
-@pytest.mark.parametrize("name, value, named", [("NUM_LAYER", "3", ["NUM_LAYER", "NUM_LAYERS"]),
-                                                ("MODEL_DIM", "sixty", ["MODEL_DIM", "sixty"]),
-                                                ("NUM_HEADS", "3", ["NUM_HEADS=3", "MODEL_DIM=64"])])
+@pytest.mark.parametrize(
+    "name, value, named",
+    [
+        ("NUM_LAYER", "3", ["NUM_LAYER", "NUM_LAYERS"]),
+        ("MODEL_DIM", "sixty", ["MODEL_DIM", "sixty"]),
+        ("NUM_HEADS", "3", ["NUM_HEADS=3", "MODEL_DIM=64"]),
+    ],
+)
 def test_a_bad_setting_exits_2_naming_it_before_any_log(tiny_data, tmp_path, name, value, named):
     run = launch(tiny_data, tmp_path, **{name: value})
     assert run.result.returncode == 2
@@ -206,8 +211,9 @@ def test_weights_that_go_non_finite_in_the_last_step_are_an_error_not_a_score(ti
 
 
 def test_a_wallclock_cap_stops_training_and_still_scores(tiny_data, tmp_path):
-    run = launch(tiny_data, tmp_path, ITERATIONS=100_000, MAX_WALLCLOCK_SECONDS=1, WARMDOWN_ITERS=5,
-                 TRAIN_LOG_EVERY=100_000)
+    run = launch(
+        tiny_data, tmp_path, ITERATIONS=100_000, MAX_WALLCLOCK_SECONDS=1, WARMDOWN_ITERS=5, TRAIN_LOG_EVERY=100_000
+    )
     assert run.result.returncode == 0, run.result.stderr
     [stop] = run.events("stopping_early")
     assert stop["stopping_early"] == "wallclock_cap"

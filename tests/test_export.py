@@ -35,7 +35,7 @@ from torch import nn
 import build_shards
 import train_gpt
 import helpers
-from helpers import TinyData, cpu_run, randomize_matrices, tiny_data, tiny_env  # noqa: F401 (tiny_data: fixture)
+from helpers import TinyData, cpu_run, randomize_matrices, tiny_env
 from train_gpt import GRAD_ACCUM_TOTAL, ConfigError, DistContext, Hyperparameters
 
 CPU = torch.device("cpu")
@@ -180,8 +180,13 @@ def test_the_int8_default_is_the_baseline_quantization_unchanged(tiny_data, tmp_
     state["tok_emb.weight"][7, 3] = 25.0  # an outlier above the quantile clip
     state["blocks.0.mlp.fc.weight"][:50] *= 0.01  # rows on the 1/127 floor step
     ours, reference = train_gpt.quantize_state_dict(state, args), int8_reference(state)
-    assert set(ours["quantized"]) == {"tok_emb.weight", "blocks.0.mlp.fc.weight", "blocks.0.mlp.proj.weight",
-                                      "blocks.1.mlp.fc.weight", "blocks.1.mlp.proj.weight"}
+    assert set(ours["quantized"]) == {
+        "tok_emb.weight",
+        "blocks.0.mlp.fc.weight",
+        "blocks.0.mlp.proj.weight",
+        "blocks.1.mlp.fc.weight",
+        "blocks.1.mlp.proj.weight",
+    }
     for part in ("quantized", "scales", "kept"):
         assert set(ours[part]) == set(reference[part]), part
         for name, t in reference[part].items():
@@ -189,22 +194,36 @@ def test_the_int8_default_is_the_baseline_quantization_unchanged(tiny_data, tmp_
 
 
 def test_each_tensor_is_quantized_with_its_own_bits_clip_and_hessian(tiny_data, tmp_path):
-    args = tiny_args_on(tiny_data, tmp_path, MODEL_DIM=144, MLP_MULT=4, MATRIX_BITS=6, MATRIX_CLIP_SIGMAS=12.85,
-                        EMBED_BITS=7, EMBED_CLIP_SIGMAS=20)
+    args = tiny_args_on(
+        tiny_data,
+        tmp_path,
+        MODEL_DIM=144,
+        MLP_MULT=4,
+        MATRIX_BITS=6,
+        MATRIX_CLIP_SIGMAS=12.85,
+        EMBED_BITS=7,
+        EMBED_CLIP_SIGMAS=20,
+    )
     state = random_model(args).state_dict()
     X = correlated_inputs(144)
     hessians = {"blocks.1.mlp.fc.weight": X.T @ X}
     obj = train_gpt.quantize_state_dict(state, args, hessians)
-    expected = {"tok_emb.weight": (7, 20.0, None), "blocks.0.mlp.fc.weight": (6, 12.85, None),
-                "blocks.0.mlp.proj.weight": (6, 12.85, None), "blocks.1.mlp.proj.weight": (6, 12.85, None),
-                "blocks.1.mlp.fc.weight": (6, 12.85, hessians["blocks.1.mlp.fc.weight"])}
+    expected = {
+        "tok_emb.weight": (7, 20.0, None),
+        "blocks.0.mlp.fc.weight": (6, 12.85, None),
+        "blocks.0.mlp.proj.weight": (6, 12.85, None),
+        "blocks.1.mlp.proj.weight": (6, 12.85, None),
+        "blocks.1.mlp.fc.weight": (6, 12.85, hessians["blocks.1.mlp.fc.weight"]),
+    }
     assert set(obj["quantized"]) == set(expected)
     for name, (bits, sigmas, hessian) in expected.items():
         q, scale = train_gpt.quantize_rows(state[name].float(), bits, sigmas, hessian)
         assert torch.equal(obj["quantized"][name], q) and torch.equal(obj["scales"][name], scale), name
     # the Hessian made a difference where it was given (else the check above proves nothing about routing)
-    assert not torch.equal(obj["quantized"]["blocks.1.mlp.fc.weight"],
-                           train_gpt.quantize_rows(state["blocks.1.mlp.fc.weight"], 6, 12.85)[0])
+    assert not torch.equal(
+        obj["quantized"]["blocks.1.mlp.fc.weight"],
+        train_gpt.quantize_rows(state["blocks.1.mlp.fc.weight"], 6, 12.85)[0],
+    )
     assert obj["kept"]["blocks.0.attn.c_q.weight"].dtype == torch.float16  # 144 x 144: under the limit
 
 
@@ -262,8 +281,9 @@ def test_a_missing_brotli_is_a_config_error_that_says_how_to_install_it(tiny_dat
 
 
 def quantized_tiny_model(data: TinyData, tmp_path: Path, **overrides) -> tuple[Hyperparameters, dict]:
-    args = tiny_args_on(data, tmp_path, MODEL_DIM=144, MATRIX_BITS=6, MATRIX_CLIP_SIGMAS=12.85,
-                        EMBED_CLIP_SIGMAS=20, **overrides)
+    args = tiny_args_on(
+        data, tmp_path, MODEL_DIM=144, MATRIX_BITS=6, MATRIX_CLIP_SIGMAS=12.85, EMBED_CLIP_SIGMAS=20, **overrides
+    )
     return args, train_gpt.quantize_state_dict(random_model(args).state_dict(), args)
 
 
@@ -310,8 +330,12 @@ def test_an_artifact_of_another_model_shape_names_each_differing_variable(tiny_d
     with pytest.raises(ConfigError) as error:
         train_gpt.read_artifact(str(path), other)
     message = str(error.value)
-    for named in ("NUM_LAYERS=2 (config: 3)", "MLP_MULT=2.0 (config: 3.0)", "ROPE_DIMS=0 (config: 8)",
-                  f"ARTIFACT_PATH={path} holds another model"):
+    for named in (
+        "NUM_LAYERS=2 (config: 3)",
+        "MLP_MULT=2.0 (config: 3.0)",
+        "ROPE_DIMS=0 (config: 8)",
+        f"ARTIFACT_PATH={path} holds another model",
+    ):
         assert named in message, message
     assert "MODEL_DIM" not in message and "NUM_HEADS" not in message  # only the ones that differ
 
@@ -345,8 +369,14 @@ def synthetic_val(num_targets: int, seq_len: int, batch_seqs: int, seed: int = 0
     """Token ids 0..N, all distinct, so a target's id is its position + 1; random byte tables over them."""
     g = torch.Generator().manual_seed(seed)
     n = num_targets + 1
-    return train_gpt.ValData(torch.arange(n), torch.randint(0, 5, (n,), generator=g, dtype=torch.int16),
-                             torch.rand(n, generator=g) < 0.5, torch.rand(n, generator=g) < 0.2, seq_len, batch_seqs)
+    return train_gpt.ValData(
+        torch.arange(n),
+        torch.randint(0, 5, (n,), generator=g, dtype=torch.int16),
+        torch.rand(n, generator=g) < 0.5,
+        torch.rand(n, generator=g) < 0.2,
+        seq_len,
+        batch_seqs,
+    )
 
 
 def expected_context(num_targets: int, seq_len: int, stride: int) -> torch.Tensor:
@@ -363,8 +393,7 @@ def expected_context(num_targets: int, seq_len: int, stride: int) -> torch.Tenso
 def scored_by_ranks(model, val, stride, world_size, monkeypatch) -> torch.Tensor:
     """score_windows summed over `world_size` simulated ranks: all_reduce is the sum done here."""
     monkeypatch.setattr(train_gpt.dist, "all_reduce", lambda tensor, *a, **k: None)
-    return sum(train_gpt.score_windows(model, val, cpu_context(world_size, rank), stride)
-               for rank in range(world_size))
+    return sum(train_gpt.score_windows(model, val, cpu_context(world_size, rank), stride) for rank in range(world_size))
 
 
 @pytest.mark.parametrize("stride", [0, 1, 5, 7, 15, 16])
@@ -407,23 +436,26 @@ def test_on_the_tiny_split_sliding_windows_score_the_same_tokens_and_bytes_as_no
     plain = train_gpt.score_windows(model, val, cpu_context(), 0)
     sliding = train_gpt.score_windows(model, val, cpu_context(), stride)
     targets = val.tokens[1:]
-    assert plain.tolist() == [targets.double().sum().item(), targets.numel(),
-                              train_gpt.target_bytes(val.tokens[:-1], targets, val).sum().item()]
+    assert plain.tolist() == [
+        targets.double().sum().item(),
+        targets.numel(),
+        train_gpt.target_bytes(val.tokens[:-1], targets, val).sum().item(),
+    ]
     assert sliding.tolist() == plain.tolist()  # integer-valued fp64 sums: exact
 
 
 def first_windows(val: train_gpt.ValData, windows: int) -> train_gpt.ValData:
     n = windows * val.seq_len
-    return train_gpt.ValData(val.tokens[: n + 1], val.base_bytes, val.has_leading_space, val.is_boundary,
-                             val.seq_len, val.batch_seqs)
+    return train_gpt.ValData(
+        val.tokens[: n + 1], val.base_bytes, val.has_leading_space, val.is_boundary, val.seq_len, val.batch_seqs
+    )
 
 
 def test_with_a_real_model_context_changes_the_score_but_not_what_is_counted(tiny_val):
     args, full = tiny_val
     val = first_windows(full, 64)  # 4,096 targets
     model = random_model(args)
-    score = {stride: train_gpt.score_windows(model, val, cpu_context(), stride)
-             for stride in (0, 16, 64)}
+    score = {stride: train_gpt.score_windows(model, val, cpu_context(), stride) for stride in (0, 16, 64)}
     assert torch.equal(score[64], score[0])  # stride == seq_len is the same windows, computed the same way
     assert score[16][1:].tolist() == score[0][1:].tolist()
     per_token = {stride: (s[0] / s[1]).item() for stride, s in score.items()}
@@ -527,21 +559,29 @@ def test_two_ranks_calibrate_on_the_same_micro_batches_as_one_process(tiny_data,
 # =================================================================================================
 
 
-@pytest.mark.parametrize("settings, named", [
-    (dict(MATRIX_BITS=6), ["MATRIX_BITS=6", "MATRIX_CLIP_SIGMAS"]),
-    (dict(EMBED_BITS=7), ["EMBED_BITS=7", "EMBED_CLIP_SIGMAS"]),
-    (dict(MATRIX_BITS=9, MATRIX_CLIP_SIGMAS=3), ["MATRIX_BITS=9", "[2, 8]"]),
-    (dict(MATRIX_BITS=1, MATRIX_CLIP_SIGMAS=3), ["MATRIX_BITS=1", "[2, 8]"]),
-    (dict(MATRIX_CLIP_SIGMAS=-1), ["MATRIX_CLIP_SIGMAS=-1"]),
-    (dict(EVAL_STRIDE=65), ["EVAL_STRIDE=65", "TRAIN_SEQ_LEN=64"]),
-    (dict(EVAL_STRIDE=33, EVAL_SEQ_LEN=32), ["EVAL_STRIDE=33", "EVAL_SEQ_LEN=32"]),
-    (dict(EVAL_STRIDE=-1), ["EVAL_STRIDE=-1"]),
-    (dict(COMPRESSOR="gzip"), ["COMPRESSOR='gzip'", "zlib, lzma, brotli"]),
-    (dict(GPTQ_CALIBRATION_BATCHES=-2), ["GPTQ_CALIBRATION_BATCHES=-2"]),
-    (dict(MAX_WALLCLOCK_SECONDS=600, GPTQ_RESERVE_SECONDS=600),
-     ["GPTQ_RESERVE_SECONDS=600", "MAX_WALLCLOCK_SECONDS=600"]),
-    (dict(MAX_WALLCLOCK_SECONDS=10, GPTQ_RESERVE_SECONDS=12), ["GPTQ_RESERVE_SECONDS=12", "MAX_WALLCLOCK_SECONDS=10"]),
-])
+@pytest.mark.parametrize(
+    "settings, named",
+    [
+        (dict(MATRIX_BITS=6), ["MATRIX_BITS=6", "MATRIX_CLIP_SIGMAS"]),
+        (dict(EMBED_BITS=7), ["EMBED_BITS=7", "EMBED_CLIP_SIGMAS"]),
+        (dict(MATRIX_BITS=9, MATRIX_CLIP_SIGMAS=3), ["MATRIX_BITS=9", "[2, 8]"]),
+        (dict(MATRIX_BITS=1, MATRIX_CLIP_SIGMAS=3), ["MATRIX_BITS=1", "[2, 8]"]),
+        (dict(MATRIX_CLIP_SIGMAS=-1), ["MATRIX_CLIP_SIGMAS=-1"]),
+        (dict(EVAL_STRIDE=65), ["EVAL_STRIDE=65", "TRAIN_SEQ_LEN=64"]),
+        (dict(EVAL_STRIDE=33, EVAL_SEQ_LEN=32), ["EVAL_STRIDE=33", "EVAL_SEQ_LEN=32"]),
+        (dict(EVAL_STRIDE=-1), ["EVAL_STRIDE=-1"]),
+        (dict(COMPRESSOR="gzip"), ["COMPRESSOR='gzip'", "zlib, lzma, brotli"]),
+        (dict(GPTQ_CALIBRATION_BATCHES=-2), ["GPTQ_CALIBRATION_BATCHES=-2"]),
+        (
+            dict(MAX_WALLCLOCK_SECONDS=600, GPTQ_RESERVE_SECONDS=600),
+            ["GPTQ_RESERVE_SECONDS=600", "MAX_WALLCLOCK_SECONDS=600"],
+        ),
+        (
+            dict(MAX_WALLCLOCK_SECONDS=10, GPTQ_RESERVE_SECONDS=12),
+            ["GPTQ_RESERVE_SECONDS=12", "MAX_WALLCLOCK_SECONDS=10"],
+        ),
+    ],
+)
 def test_a_bad_export_or_scoring_setting_is_a_config_error_naming_it(tiny_data, tmp_path, settings, named):
     with pytest.raises(ConfigError) as error:
         tiny_args_on(tiny_data, tmp_path, **settings)
@@ -550,8 +590,16 @@ def test_a_bad_export_or_scoring_setting_is_a_config_error_naming_it(tiny_data, 
 
 
 def test_the_limits_themselves_are_allowed(tiny_data, tmp_path):
-    args = tiny_args_on(tiny_data, tmp_path, MATRIX_BITS=2, MATRIX_CLIP_SIGMAS=3, EMBED_BITS=8, EVAL_STRIDE=64,
-                        MAX_WALLCLOCK_SECONDS=10, GPTQ_RESERVE_SECONDS=9.5)
+    args = tiny_args_on(
+        tiny_data,
+        tmp_path,
+        MATRIX_BITS=2,
+        MATRIX_CLIP_SIGMAS=3,
+        EMBED_BITS=8,
+        EVAL_STRIDE=64,
+        MAX_WALLCLOCK_SECONDS=10,
+        GPTQ_RESERVE_SECONDS=9.5,
+    )
     assert (args.matrix_bits, args.eval_stride, args.val_seq_len) == (2, 64, 64)
     assert tiny_args_on(tiny_data, tmp_path, EVAL_SEQ_LEN=128, EVAL_STRIDE=100).val_seq_len == 128
 
@@ -575,8 +623,17 @@ FINAL_LINE = re.compile(r"final_int6_lzma_(roundtrip|sliding_window)_exact val_l
 VAL_TOKENS = 4097  # a 4,096-target validation split keeps the runs' scoring short
 # MODEL_DIM=144 MLP_MULT=4: the tied embedding (512 x 144) and the MLP matrices (576 x 144) are over the
 # 65,536-value keep-as-float limit: five matrices go through int6/int8 and GPTQ. EVAL_STRIDE=24 does not divide 64.
-RUN_SETTINGS = dict(MODEL_DIM=144, MLP_MULT=4, ITERATIONS=6, MATRIX_BITS=6, MATRIX_CLIP_SIGMAS=12.85,
-                    EMBED_CLIP_SIGMAS=20, GPTQ_CALIBRATION_BATCHES=4, COMPRESSOR="lzma", EVAL_STRIDE=24)
+RUN_SETTINGS = dict(
+    MODEL_DIM=144,
+    MLP_MULT=4,
+    ITERATIONS=6,
+    MATRIX_BITS=6,
+    MATRIX_CLIP_SIGMAS=12.85,
+    EMBED_CLIP_SIGMAS=20,
+    GPTQ_CALIBRATION_BATCHES=4,
+    COMPRESSOR="lzma",
+    EVAL_STRIDE=24,
+)
 QUANTIZED_MATRICES = 5
 
 
@@ -605,8 +662,11 @@ def data_folders(tiny_data, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("export_data")
     val = train_gpt.load_data_shard(tiny_data.data_path / "fineweb_val_000000.bin")
     folders = {}
-    for name, tokens, with_train in [("main", val[:VAL_TOKENS], True), ("other_val", val[-VAL_TOKENS:], True),
-                                     ("val_only", val[:VAL_TOKENS], False)]:
+    for name, tokens, with_train in [
+        ("main", val[:VAL_TOKENS], True),
+        ("other_val", val[-VAL_TOKENS:], True),
+        ("val_only", val[:VAL_TOKENS], False),
+    ]:
         folders[name] = root / name
         folders[name].mkdir()
         if with_train:
@@ -653,8 +713,9 @@ def eval_only_run(tiny_data, data_folders, gptq_run, tmp_path_factory) -> EvalOn
 
 @pytest.fixture(scope="module")
 def two_process_eval_only(tiny_data, data_folders, gptq_run, tmp_path_factory) -> EvalOnly:
-    result = eval_only(tiny_data, data_folders["main"], tmp_path_factory.mktemp("eval_only_2"), gptq_run.artifact_path,
-                       nproc=2)
+    result = eval_only(
+        tiny_data, data_folders["main"], tmp_path_factory.mktemp("eval_only_2"), gptq_run.artifact_path, nproc=2
+    )
     assert result.run.result.returncode == 0, result.run.result.stderr
     return result
 
@@ -694,10 +755,30 @@ def test_the_run_logs_gptq_and_the_payload_it_writes(gptq_run):
     assert start["compression_needed"] == f"{raw / (train_gpt.ARTIFACT_LIMIT_BYTES - code_bytes):.2f}x"
     header, _ = train_gpt.read_artifact(str(run.artifact_path), Hyperparameters.from_env(run.env))
     assert header["payload_bytes"] == raw
-    assert {k: header[k] for k in ("matrix_bits", "embed_bits", "matrix_clip_sigmas", "embed_clip_sigmas",
-                                   "gptq_calibration_batches", "compressor", "byte_shuffle", "weights", "looping")} == \
-        dict(matrix_bits=6, embed_bits=8, matrix_clip_sigmas=12.85, embed_clip_sigmas=20.0, gptq_calibration_batches=4,
-             compressor="lzma", byte_shuffle=1, weights="raw", looping=False)
+    assert {
+        k: header[k]
+        for k in (
+            "matrix_bits",
+            "embed_bits",
+            "matrix_clip_sigmas",
+            "embed_clip_sigmas",
+            "gptq_calibration_batches",
+            "compressor",
+            "byte_shuffle",
+            "weights",
+            "looping",
+        )
+    } == dict(
+        matrix_bits=6,
+        embed_bits=8,
+        matrix_clip_sigmas=12.85,
+        embed_clip_sigmas=20.0,
+        gptq_calibration_batches=4,
+        compressor="lzma",
+        byte_shuffle=1,
+        weights="raw",
+        looping=False,
+    )
     payload = run.artifact_path.read_bytes().split(b"\n", 2)[2]
     obj = torch.load(io.BytesIO(train_gpt.decompress(payload, "lzma", 1, raw)))
     assert len(obj["quantized"]) == QUANTIZED_MATRICES
@@ -732,12 +813,15 @@ def test_eval_only_with_two_processes_gives_the_same_scores(gptq_run, two_proces
         # losses may differ in their last bits between batch compositions (measured: identical to 8 decimals).
         # A window scored twice or lost moves the mean by ~1e-3.
         assert two[kind] == pytest.approx(one[kind], rel=1e-6), kind
-    assert (sha256(gptq_run.artifact_path), gptq_run.artifact_path.stat().st_mtime_ns) == \
-        two_process_eval_only.artifact_before
+    assert (
+        sha256(gptq_run.artifact_path),
+        gptq_run.artifact_path.stat().st_mtime_ns,
+    ) == two_process_eval_only.artifact_before
 
 
-def test_eval_only_on_an_artifact_of_another_shape_exits_2_naming_the_variable(tiny_data, data_folders, gptq_run,
-                                                                               tmp_path):
+def test_eval_only_on_an_artifact_of_another_shape_exits_2_naming_the_variable(
+    tiny_data, data_folders, gptq_run, tmp_path
+):
     result = eval_only(tiny_data, data_folders["main"], tmp_path, gptq_run.artifact_path, NUM_LAYERS=3)
     run = result.run
     assert run.result.returncode == 2

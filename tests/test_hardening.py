@@ -17,7 +17,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +24,8 @@ import pytest
 import sentencepiece as spm
 
 import train_gpt
-from helpers import ROOT, TinyData, cpu_run, tiny_data, tiny_env  # noqa: F401 (tiny_data: fixture)
-from test_end_to_end import FINAL_LINE, OUR_NAMES, SCRIPT, Run, launch, run_script
+from helpers import OUR_NAMES, ROOT, TinyData, cpu_run, tiny_env
+from test_end_to_end import FINAL_LINE, SCRIPT, Run, run_script
 
 sys.path.insert(0, str(ROOT / "data"))
 import build_shards  # noqa: E402
@@ -41,9 +40,20 @@ ONE_CPU = train_gpt.DistContext(0, 1, 0, train_gpt.torch.device("cpu"))  # one p
 def train_tokenizer(docs: list[str], path: Path, **settings) -> spm.SentencePieceProcessor:
     """The tests' tokenizer settings (tests/helpers.py), with overrides."""
     lines = [line for doc in docs for line in doc.splitlines() if line.strip()]
-    options = dict(model_type="bpe", vocab_size=512, byte_fallback=True, split_digits=True,
-                   normalization_rule_name="nmt_nfkc", add_dummy_prefix=False, remove_extra_whitespaces=True,
-                   pad_id=0, bos_id=1, eos_id=2, unk_id=3, minloglevel=2)
+    options = dict(
+        model_type="bpe",
+        vocab_size=512,
+        byte_fallback=True,
+        split_digits=True,
+        normalization_rule_name="nmt_nfkc",
+        add_dummy_prefix=False,
+        remove_extra_whitespaces=True,
+        pad_id=0,
+        bos_id=1,
+        eos_id=2,
+        unk_id=3,
+        minloglevel=2,
+    )
     with open(path, "wb") as f:
         spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=f, **{**options, **settings})
     return spm.SentencePieceProcessor(model_file=str(path))
@@ -88,8 +98,11 @@ def test_the_tests_tokenizer_and_the_published_ones_pass_the_byte_probe(tiny_dat
             check_tokenizer_bytes(spm.SentencePieceProcessor(model_file=str(path)))
 
 
-@pytest.mark.parametrize("settings", [dict(remove_extra_whitespaces=False), dict(user_defined_symbols=["of\u2581the"])],
-                         ids=["keeps_whitespace", "inner_space_piece"])
+@pytest.mark.parametrize(
+    "settings",
+    [dict(remove_extra_whitespaces=False), dict(user_defined_symbols=["of\u2581the"])],
+    ids=["keeps_whitespace", "inner_space_piece"],
+)
 def test_a_tokenizer_whose_pieces_miscount_bytes_is_refused(tiny_data, tmp_path, settings):
     path = tmp_path / "odd.model"
     sp = train_tokenizer(tiny_data.train_docs, path, **settings)
@@ -107,8 +120,21 @@ def build_with_manifest(data: TinyData, tmp_path: Path) -> Path:
     source = tmp_path / "docs.jsonl"
     source.write_text("".join(json.dumps({"text": d}) + "\n" for d in data.train_docs + data.val_docs))
     out = tmp_path / "built"
-    build_shards.build(build_shards.parse_args([str(source), "--output", str(out), "--tokenizer",
-                                                str(data.tokenizer_path), "--val-fraction", "0.2", "--workers", "1"]))
+    build_shards.build(
+        build_shards.parse_args(
+            [
+                str(source),
+                "--output",
+                str(out),
+                "--tokenizer",
+                str(data.tokenizer_path),
+                "--val-fraction",
+                "0.2",
+                "--workers",
+                "1",
+            ]
+        )
+    )
     return out
 
 
@@ -153,17 +179,28 @@ def test_sp1024_shards_with_the_sp8192_tokenizer_are_refused_naming_sp1024(tmp_p
     VOCAB_SIZE=8192 trained and scored 4.0585 bpb, meaningless. Now the pre-flight refuses it and names sp1024."""
     shutil.copy(SHARED / "fineweb_sample_sp1024" / "fineweb_val_000000.bin", tmp_path / "fineweb_val_000000.bin")
     sp8192 = SHARED / "tokenizers" / "fineweb_8192_bpe.model"
-    args = Hyperparameters.from_env(dict(DATA_PATH=str(tmp_path), TOKENIZER_PATH=str(sp8192), VOCAB_SIZE="8192",
-                                         EVAL_ONLY="0", TRAIN_SEQ_LEN="1024", TRAIN_BATCH_TOKENS=str(8 * 1024),
-                                         VAL_BATCH_SIZE=str(8 * 1024), LOG_DIR=str(tmp_path / "logs")))
+    args = Hyperparameters.from_env(
+        dict(
+            DATA_PATH=str(tmp_path),
+            TOKENIZER_PATH=str(sp8192),
+            VOCAB_SIZE="8192",
+            EVAL_ONLY="0",
+            TRAIN_SEQ_LEN="1024",
+            TRAIN_BATCH_TOKENS=str(8 * 1024),
+            VAL_BATCH_SIZE=str(8 * 1024),
+            LOG_DIR=str(tmp_path / "logs"),
+        )
+    )
     sp = spm.SentencePieceProcessor(model_file=str(sp8192))
     val = train_gpt.load_data_shard(tmp_path / "fineweb_val_000000.bin").numpy()
     with pytest.raises(ConfigError) as error:
         train_gpt.check_round_trip(sp, [val], args)
     assert f"Those that fit: {SHARED / 'tokenizers' / 'fineweb_1024_bpe.model'} (VOCAB_SIZE=1024)." in str(error.value)
     # issue 21: RECIPE=record on sp1024 shards is this case; the error gives the records' sp8192 download
-    assert ("use shards of this tokenizer: MATCHED_FINEWEB_REPO_ID=kevclark/parameter-golf python3 "
-            "data/cached_challenge_fineweb.py --variant sp8192") in str(error.value)
+    assert (
+        "use shards of this tokenizer: MATCHED_FINEWEB_REPO_ID=kevclark/parameter-golf python3 "
+        "data/cached_challenge_fineweb.py --variant sp8192"
+    ) in str(error.value)
     sp1024 = spm.SentencePieceProcessor(model_file=str(SHARED / "tokenizers" / "fineweb_1024_bpe.model"))
     assert train_gpt.check_round_trip(sp1024, [val], args) == "round_trip_32/32"
 
@@ -191,10 +228,18 @@ def test_a_shard_with_an_id_outside_the_vocabulary_is_refused_before_training(ti
 # =================================================================================================
 
 
-@pytest.mark.parametrize("typo, ours", [("iterations", "ITERATIONS"), ("Num_Layers", "NUM_LAYERS"),
-                                        ("ITERS", "ITERATIONS"), ("NUM_LAY", "NUM_LAYERS"),
-                                        ("WARMUP_STEP", "WARMUP_STEPS"), ("warmdown_iter", "WARMDOWN_ITERS"),
-                                        ("model_dim", "MODEL_DIM")])
+@pytest.mark.parametrize(
+    "typo, ours",
+    [
+        ("iterations", "ITERATIONS"),
+        ("Num_Layers", "NUM_LAYERS"),
+        ("ITERS", "ITERATIONS"),
+        ("NUM_LAY", "NUM_LAYERS"),
+        ("WARMUP_STEP", "WARMUP_STEPS"),
+        ("warmdown_iter", "WARMDOWN_ITERS"),
+        ("model_dim", "MODEL_DIM"),
+    ],
+)
 def test_ours_in_another_case_or_abbreviated_is_an_error_naming_ours(typo, ours):
     with pytest.raises(ConfigError) as error:
         Hyperparameters.from_env({typo: "5"})
@@ -202,10 +247,41 @@ def test_ours_in_another_case_or_abbreviated_is_an_error_naming_ours(typo, ours)
 
 
 def test_no_false_alarm_on_common_variables_or_on_this_machines_environment():
-    common = ["HOME", "PATH", "USER", "SHELL", "TERM", "PWD", "OLDPWD", "LANG", "LANGUAGE", "HOSTNAME", "LOGNAME",
-              "MAIL", "EDITOR", "PAGER", "DISPLAY", "TZ", "SHLVL", "COLUMNS", "LINES", "TMPDIR", "SSH_TTY",
-              "SSH_CLIENT", "LS_COLORS", "HF_HOME", "HF_TOKEN", "VIRTUAL_ENV", "CONDA_PREFIX", "DEBIAN_FRONTEND",
-              "COMP_WORDBREAKS", "TOKENIZERS_PARALLELISM", "http_proxy", "no_proxy", "_"]
+    common = [
+        "HOME",
+        "PATH",
+        "USER",
+        "SHELL",
+        "TERM",
+        "PWD",
+        "OLDPWD",
+        "LANG",
+        "LANGUAGE",
+        "HOSTNAME",
+        "LOGNAME",
+        "MAIL",
+        "EDITOR",
+        "PAGER",
+        "DISPLAY",
+        "TZ",
+        "SHLVL",
+        "COLUMNS",
+        "LINES",
+        "TMPDIR",
+        "SSH_TTY",
+        "SSH_CLIENT",
+        "LS_COLORS",
+        "HF_HOME",
+        "HF_TOKEN",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+        "DEBIAN_FRONTEND",
+        "COMP_WORDBREAKS",
+        "TOKENIZERS_PARALLELISM",
+        "http_proxy",
+        "no_proxy",
+        "_",
+    ]
     train_gpt.check_unknown_env({name: "x" for name in common}, KNOWN)
     train_gpt.check_unknown_env(dict(os.environ), KNOWN)
 
@@ -272,8 +348,9 @@ def interrupt_run(data: TinyData, directory: Path, signum: int) -> tuple[subproc
     """Start a long run, wait for a few steps, send the signal; (the finished process, its log lines, its folder)."""
     env_vars = tiny_env(data, directory, ITERATIONS=1_000_000)
     env = {k: v for k, v in os.environ.items() if k not in OUR_NAMES} | env_vars | {"OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, str(SCRIPT)], cwd=directory, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT)], cwd=directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     for line in proc.stdout:
         if line.startswith("step:3/"):
             break
@@ -285,8 +362,10 @@ def interrupt_run(data: TinyData, directory: Path, signum: int) -> tuple[subproc
 
 @pytest.fixture(scope="module")
 def interrupted(tiny_data, tmp_path_factory) -> dict[str, tuple]:
-    return {name: interrupt_run(tiny_data, tmp_path_factory.mktemp(name), getattr(signal, name))
-            for name in ("SIGTERM", "SIGINT")}
+    return {
+        name: interrupt_run(tiny_data, tmp_path_factory.mktemp(name), getattr(signal, name))
+        for name in ("SIGTERM", "SIGINT")
+    }
 
 
 @pytest.mark.parametrize("name, code", [("SIGTERM", 143), ("SIGINT", 130)])
@@ -322,8 +401,10 @@ def test_on_cpu_the_defaults_log_a_note_pointing_at_the_smoke_command(tiny_data,
     args = args_for(tiny_data, tmp_path, TRAIN_BATCH_TOKENS=393_216)
     train_gpt.log_header(cpu_run(args, log=train_gpt.Logger(tmp_path / "log.txt")))
     [note] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cpu_note:")]
-    assert note == ("cpu_note: these are GPU settings (minutes per step on a CPU). A CPU smoke run, in seconds: the "
-                    "first command of the docstring (head -n 10 train_gpt.py)")
+    assert note == (
+        "cpu_note: these are GPU settings (minutes per step on a CPU). A CPU smoke run, in seconds: the "
+        "first command of the docstring (head -n 10 train_gpt.py)"
+    )
     # and what the note points at is true: the docstring's first command is the smoke run, and the file's first 10
     # lines hold all of it, no more
     assert train_gpt.__doc__.split("\n  # ")[1].startswith("CPU smoke run")
@@ -343,8 +424,9 @@ def test_the_docstring_smoke_command_runs_from_the_repo_root_after_the_quick_sta
     (tmp_path / "data" / "tokenizers" / f"{name}.model").symlink_to(tiny_data.tokenizer_path)
     (tmp_path / "train_gpt.py").symlink_to(SCRIPT)
     env = {k: v for k, v in os.environ.items() if k not in OUR_NAMES} | {"OMP_NUM_THREADS": "1"}
-    result = subprocess.run(["bash", "-c", docstring_smoke_command()], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run(
+        ["bash", "-c", docstring_smoke_command()], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     assert FINAL_LINE.fullmatch(result.stdout.splitlines()[-1])
     assert "\nstep:20/20 " in result.stdout and "\nwarmup_step:" not in result.stdout
@@ -368,10 +450,16 @@ def test_no_shards_error_lists_the_datasets_under_data_datasets(tmp_path, monkey
 # =================================================================================================
 
 
-@pytest.mark.parametrize("name, candidates", [
-    ("WARMUP", "WARMUP_STEPS"), ("LR", "MIN_LR or MATRIX_LR or SCALAR_LR or TIED_EMBED_LR or TTT_LR"),
-    ("MATRIX_LEARNING_RATE", "MATRIX_LR"), ("WD", "MUON_WD or ADAM_WD or EMBED_WD"), ("embed_weight_decay", "EMBED_WD"),
-])
+@pytest.mark.parametrize(
+    "name, candidates",
+    [
+        ("WARMUP", "WARMUP_STEPS"),
+        ("LR", "MIN_LR or MATRIX_LR or SCALAR_LR or TIED_EMBED_LR or TTT_LR"),
+        ("MATRIX_LEARNING_RATE", "MATRIX_LR"),
+        ("WD", "MUON_WD or ADAM_WD or EMBED_WD"),
+        ("embed_weight_decay", "EMBED_WD"),
+    ],
+)
 def test_a_name_that_starts_or_ends_like_ours_is_an_error_naming_every_candidate(name, candidates):
     with pytest.raises(ConfigError) as error:
         Hyperparameters.from_env({name: "0.1"})
@@ -414,20 +502,33 @@ def test_a_log_dir_or_artifact_folder_through_a_file_is_an_error_naming_it(tiny_
     for name, value in ("LOG_DIR", tmp_path / "a_file" / "logs"), ("ARTIFACT_PATH", tmp_path / "a_file" / "m.ptz"):
         run = run_script(tiny_env(tiny_data, tmp_path, **{name: value}), tmp_path)
         assert run.result.returncode == 2 and "Traceback" not in run.result.stderr, run.result.stderr
-        assert f"error: {name}: cannot make the folder {value.parent if name == 'ARTIFACT_PATH' else value}" in \
-            run.result.stderr
+        assert (
+            f"error: {name}: cannot make the folder {value.parent if name == 'ARTIFACT_PATH' else value}"
+            in run.result.stderr
+        )
     assert (tmp_path / "a_file").read_text() == ""  # nothing already there is touched
 
 
 @pytest.mark.parametrize("recipe", ["record", "p180"])
 def test_a_recipe_without_its_sp8192_data_points_at_the_sp8192_download_and_retokenize(tiny_data, tmp_path, recipe):
-    args = args_for(tiny_data, tmp_path, RECIPE=recipe, DATA_PATH=tmp_path / "none", VOCAB_SIZE="8192", NUM_LOOPS="0",
-                    PARALLEL_RESIDUAL_START="-1")
+    args = args_for(
+        tiny_data,
+        tmp_path,
+        RECIPE=recipe,
+        DATA_PATH=tmp_path / "none",
+        VOCAB_SIZE="8192",
+        NUM_LOOPS="0",
+        PARALLEL_RESIDUAL_START="-1",
+    )
     with pytest.raises(FileNotFoundError) as error:
         train_gpt.preflight(args, ONE_CPU)
     message = str(error.value)
-    assert ("MATCHED_FINEWEB_REPO_ID=kevclark/parameter-golf python3 data/cached_challenge_fineweb.py --variant sp8192"
-            in message and "data/retokenize.py" in message and "sp1024" not in message.split("re-tokenize")[0])
+    assert (
+        "MATCHED_FINEWEB_REPO_ID=kevclark/parameter-golf python3 data/cached_challenge_fineweb.py --variant sp8192"
+        in message
+        and "data/retokenize.py" in message
+        and "sp1024" not in message.split("re-tokenize")[0]
+    )
 
 
 def test_the_docstring_smoke_run_warms_down_within_its_steps():
@@ -469,8 +570,10 @@ def trigger(key: str, data: TinyData, tmp_path: Path, request) -> str:
     if key == "parse":
         return error_text(lambda: Hyperparameters.from_env({"MODEL_DIM": "sixty"}))
     if key == "retired":
-        return "\n".join(error_text(lambda: Hyperparameters.from_env(env)) for env in
-                         ({"EMBEDDING_DIM": "256"}, {"TIE_EMBEDDINGS": "0"}))
+        return "\n".join(
+            error_text(lambda: Hyperparameters.from_env(env))
+            for env in ({"EMBEDDING_DIM": "256"}, {"TIE_EMBEDDINGS": "0"})
+        )
     if key == "no shards":
         return error_text(lambda: train_gpt.preflight(args(DATA_PATH=tmp_path / "nothing"), ONE_CPU))
     if key in ("truncated", "token id"):
@@ -515,9 +618,26 @@ def trigger(key: str, data: TinyData, tmp_path: Path, request) -> str:
     raise KeyError(key)
 
 
-ROW_KEYS = ["misspelt", "meant for ours", "parse", "retired", "no shards", "recipe's vocabulary", "truncated", "token id",
-            "another vocabulary", "did not make", "miscount", "exists", "cannot be made", "damaged", "artifact",
-            "not finite", "SIGTERM", "defaults"]
+ROW_KEYS = [
+    "misspelt",
+    "meant for ours",
+    "parse",
+    "retired",
+    "no shards",
+    "recipe's vocabulary",
+    "truncated",
+    "token id",
+    "another vocabulary",
+    "did not make",
+    "miscount",
+    "exists",
+    "cannot be made",
+    "damaged",
+    "artifact",
+    "not finite",
+    "SIGTERM",
+    "defaults",
+]
 
 
 def test_every_row_of_the_fault_table_has_a_trigger():

@@ -64,20 +64,28 @@ def test_ttt_changes_the_score_and_one_and_two_processes_agree(observed):
 def test_a_ttt_that_trains_on_a_chunk_before_scoring_it_fails_the_causality_check_and_only_it():
     """The command on the broken variant: exit 1, and of its nine lines only TTT's causality fails (it still scores
     every token once, normalized: those checks alone would pass it)."""
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_legality.py"), "--processes", "1",
-                             "--broken"], env=clean_env(TTT_LR=0.05), capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "check_legality.py"), "--processes", "1", "--broken"],
+        env=clean_env(TTT_LR=0.05),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     lines = result.stdout.splitlines()
     assert result.returncode == 1 and lines[-1] == "NOT LEGAL: 1 condition(s) failed", result.stderr
     [failed] = [line for line in lines if line.startswith("FAIL")]
-    assert failed.startswith("FAIL causal_score_before_update ttt processes:1: ") and \
-        "changed the distribution of target" in failed
+    assert (
+        failed.startswith("FAIL causal_score_before_update ttt processes:1: ")
+        and "changed the distribution of target" in failed
+    )
     assert sum(line.startswith("ok   ") for line in lines) == 3 * len(check_legality.PATHS) - 1
 
 
 def test_ttt_is_validated_and_needs_whole_sequences_in_a_chunk():
     with pytest.raises(train_gpt.ConfigError, match="TTT_CHUNK_TOKENS=16 must be at least TRAIN_SEQ_LEN=32"):
-        train_gpt.Hyperparameters.from_env({"TRAIN_SEQ_LEN": "32", "TRAIN_BATCH_TOKENS": "256", "VAL_BATCH_SIZE": "256",
-                                            "TTT_CHUNK_TOKENS": "16"})
+        train_gpt.Hyperparameters.from_env(
+            {"TRAIN_SEQ_LEN": "32", "TRAIN_BATCH_TOKENS": "256", "VAL_BATCH_SIZE": "256", "TTT_CHUNK_TOKENS": "16"}
+        )
     with pytest.raises(train_gpt.ConfigError, match="TTT_MOMENTUM=1.0 must be in"):
         train_gpt.Hyperparameters.from_env({"TTT_MOMENTUM": "1"})
     assert train_gpt.Hyperparameters.from_env({"RECIPE": "record"}).ttt_enabled
@@ -89,11 +97,13 @@ def test_the_last_chunk_is_scored_but_never_trained_on(monkeypatch):
     args = check_legality.tiny_args(clean_env(TTT_LR=0.05))
     ctx = train_gpt.DistContext(0, 1, 0, torch.device("cpu"))
     tokens = torch.randint(0, args.vocab_size, (check_legality.TOKENS,), generator=torch.Generator().manual_seed(2))
-    run = train_gpt.Run(args, ctx, train_gpt.Logger(None), check_legality.tiny_val(args, ctx, tokens), [], "torch", "",
-                        "", None)
+    run = train_gpt.Run(
+        args, ctx, train_gpt.Logger(None), check_legality.tiny_val(args, ctx, tokens), [], "torch", "", "", None
+    )
     trained = []
-    monkeypatch.setattr(train_gpt, "train_on_chunk", lambda run, model, sgd, begin, end, lr:
-                        trained.append((begin, end)))
+    monkeypatch.setattr(
+        train_gpt, "train_on_chunk", lambda run, model, sgd, begin, end, lr: trained.append((begin, end))
+    )
     train_gpt.score_with_ttt(run, check_legality.tiny_model(args))
     size = args.ttt_chunk_tokens
     assert trained == [(c * size, (c + 1) * size) for c in range((check_legality.TOKENS - 1) // size)]

@@ -24,8 +24,9 @@ FP32_TOL = 1e-5
 BF16_LOSS_TOL, BF16_GRAD_TOL = 1e-4, 1.5e-2
 BF16_STORE_TOL = 2.0**-7  # one bf16 store of fp32 values: each element within 2^-7, hence the norm too
 
-needs_triton = pytest.mark.skipif(tg.triton_unavailable_reason() is not None,
-                                  reason=f"Triton loss unavailable: {tg.triton_unavailable_reason()}")
+needs_triton = pytest.mark.skipif(
+    tg.triton_unavailable_reason() is not None, reason=f"Triton loss unavailable: {tg.triton_unavailable_reason()}"
+)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -129,8 +130,9 @@ def test_kernel_fixed_shift_at_its_extremes(sign):
 
 def test_the_loss_chunk_bounds_the_logits_buffer():
     def chunk(vocab):
-        return tg.GPT(tg.Hyperparameters(vocab_size=vocab, num_layers=1, model_dim=16, num_heads=2,
-                                         num_kv_heads=1)).loss_chunk_tokens
+        return tg.GPT(
+            tg.Hyperparameters(vocab_size=vocab, num_layers=1, model_dim=16, num_heads=2, num_kv_heads=1)
+        ).loss_chunk_tokens
 
     assert chunk(8192) == 16384 and chunk(1024) == 131072
     assert chunk(1000) * 1000 <= tg.LOSS_CHUNK_ELEMENTS < (chunk(1000) + 1) * 1000
@@ -195,10 +197,16 @@ def test_triton_loss_gradient_to_weight_only():
 def test_custom_op_registration():
     """Fake (meta) outputs match the real ones and autograd is registered: what torch.compile uses."""
     x, weight, targets = make_inputs(torch.float32, n=20, vocab=70, d=8)
-    torch.library.opcheck(tg.softcap_ce_op, (x, weight, targets, SOFTCAP, 8, True, "torch"),
-                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
-    torch.library.opcheck(tg.softcap_ce_op, (x, weight, targets, SOFTCAP, 8, True, "triton"),
-                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+    torch.library.opcheck(
+        tg.softcap_ce_op,
+        (x, weight, targets, SOFTCAP, 8, True, "torch"),
+        test_utils=("test_schema", "test_faketensor", "test_autograd_registration"),
+    )
+    torch.library.opcheck(
+        tg.softcap_ce_op,
+        (x, weight, targets, SOFTCAP, 8, True, "triton"),
+        test_utils=("test_schema", "test_faketensor", "test_autograd_registration"),
+    )
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: the trainer compiles only on GPU")

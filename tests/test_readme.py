@@ -29,8 +29,9 @@ def test_readme_lists_every_setting_with_its_default():
     assert sorted(rows) == sorted(fields), "README.md's configuration table and Hyperparameters differ"
     for name, default in fields.items():
         kind = type(default)
-        assert train_gpt.parse_env_value(name, rows[name], kind) == default if rows[name] else default == "", \
+        assert train_gpt.parse_env_value(name, rows[name], kind) == default if rows[name] else default == "", (
             f"README.md says {name} defaults to {rows[name]!r}, the code says {default!r}"
+        )
 
 
 def test_readme_test_command_is_what_ci_runs():
@@ -44,8 +45,11 @@ def test_ci_installs_into_a_new_environment_everything_the_tests_import():
     failed in a new virtual environment. CI now makes one every run, and requirements.txt names what tests import."""
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "python3 -m venv" in ci and ci.index("python3 -m venv") < ci.index("pip install -r requirements.txt")
-    names = {re.split(r"[<>=;\s]", line.strip())[0].lower() for line in
-             (ROOT / "requirements.txt").read_text(encoding="utf-8").splitlines() if line and not line.startswith("#")}
+    names = {
+        re.split(r"[<>=;\s]", line.strip())[0].lower()
+        for line in (ROOT / "requirements.txt").read_text(encoding="utf-8").splitlines()
+        if line and not line.startswith("#")
+    }
     imported = set()
     for path in (ROOT / "tests").glob("*.py"):
         pattern = r"^\s*(?:import|from) (brotli|sentencepiece|numpy|torch|triton|pytest|huggingface_hub)"

@@ -29,7 +29,7 @@ import pytest
 
 import build_shards
 import train_gpt
-from helpers import ROOT, TinyData, tiny_data, tiny_env  # noqa: F401 (tiny_data: fixture)
+from helpers import ROOT, TinyData, tiny_env
 
 sys.path.insert(0, str(ROOT / "records"))
 import check_submission  # noqa: E402
@@ -39,8 +39,10 @@ import recordlib as R  # noqa: E402
 
 SCRIPT = ROOT / "train_gpt.py"
 PUBLISHED = ROOT.parent / "shared" / "records_examples"
-needs_published = pytest.mark.skipif(not PUBLISHED.is_dir(), reason=f"{PUBLISHED} is absent: the published "
-                                     "record folders are test data beside the repository, not part of it")
+needs_published = pytest.mark.skipif(
+    not PUBLISHED.is_dir(),
+    reason=f"{PUBLISHED} is absent: the published record folders are test data beside the repository, not part of it",
+)
 BASELINE, SEQ4096 = PUBLISHED / "2026-03-17_NaiveBaseline", PUBLISHED / "2026-03-19_TrainingOptSeq4096"
 LOOP45 = PUBLISHED / "2026-04-05_SP8192_GPTQ-Embeddings_SDClip_Loop45x2"
 OUR_NAMES = {f.name.upper() for f in dataclasses.fields(train_gpt.Hyperparameters)}
@@ -50,8 +52,16 @@ SEEDS = (1337, 1338, 1339)
 RUN = dict(ITERATIONS=6, VAL_LOSS_EVERY=3, LOG_DIR="logs", ARTIFACT_PATH="model.int8.ptz")
 # The Triton interpreter runs a kernel program per row in Python: its pair trains 2 steps of 128 tokens
 # and validates on 256 tokens, not on the tiny data's 18,000.
-TRITON_RUN = dict(ITERATIONS=2, VAL_LOSS_EVERY=0, TRAIN_SEQ_LEN=16, TRAIN_BATCH_TOKENS=128, LOSS_IMPL="triton",
-                  TRITON_INTERPRET="1", LOG_DIR="logs", ARTIFACT_PATH="model.int8.ptz")
+TRITON_RUN = dict(
+    ITERATIONS=2,
+    VAL_LOSS_EVERY=0,
+    TRAIN_SEQ_LEN=16,
+    TRAIN_BATCH_TOKENS=128,
+    LOSS_IMPL="triton",
+    TRITON_INTERPRET="1",
+    LOG_DIR="logs",
+    ARTIFACT_PATH="model.int8.ptz",
+)
 # What differs between two runs of one config on CPU: the clock (every *_time, *_time_8gpu_est, *_avg, *_per_s), and
 # (packed vs not) the code's size.
 VARYING = re.compile(r"\b(\w+_time|\w+_time_8gpu_est|\w+_avg|\w+_per_s|code_bytes|total_bytes):\S+")
@@ -64,8 +74,9 @@ def train(script: Path, cwd: Path, settings: dict[str, str]) -> Path:
     env.update(settings)
     env["OMP_NUM_THREADS"] = "1"
     cwd.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run([sys.executable, str(script)], cwd=cwd, env=env, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(script)], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return cwd / settings["LOG_DIR"] / f"{settings['RUN_ID']}.txt"
 
@@ -114,11 +125,24 @@ def fill_readme(folder: Path) -> Path:
     return folder
 
 
-def make(logs: list[Path], folder: Path, track: str = "10min_16mb", filled: bool = True,
-         allow_config_differences: bool = False) -> Path:
-    made = make_submission.make_folder(logs, folder, name="Tiny CPU run", author="Test Author", github_id="tester",
-                                       blurb="Six steps of a 2-layer model on CPU.", track=track, date="2026-11-23",
-                                       allow_config_differences=allow_config_differences)
+def make(
+    logs: list[Path],
+    folder: Path,
+    track: str = "10min_16mb",
+    filled: bool = True,
+    allow_config_differences: bool = False,
+) -> Path:
+    made = make_submission.make_folder(
+        logs,
+        folder,
+        name="Tiny CPU run",
+        author="Test Author",
+        github_id="tester",
+        blurb="Six steps of a 2-layer model on CPU.",
+        track=track,
+        date="2026-11-23",
+        allow_config_differences=allow_config_differences,
+    )
     return fill_readme(made) if filled else made
 
 
@@ -143,6 +167,7 @@ def events(log: Path) -> list[str]:
 # Student's t tail and the significance test
 # =================================================================================================
 
+
 @pytest.mark.parametrize("t", [0.0, 0.3, 1.0, 2.5, 6.964556734, 40.0])
 def test_t_tail_equals_the_closed_forms_for_1_and_2_degrees_of_freedom(t):
     assert R.t_sf(t, 1) == pytest.approx(0.5 - math.atan(t) / math.pi, abs=1e-13)  # Cauchy
@@ -150,8 +175,17 @@ def test_t_tail_equals_the_closed_forms_for_1_and_2_degrees_of_freedom(t):
     assert R.t_sf(-t, 5) == pytest.approx(1 - R.t_sf(t, 5), abs=1e-13)
 
 
-@pytest.mark.parametrize("t, df, p", [(2.821437925, 9, 0.01), (3.746947388, 4, 0.01), (6.964556734, 2, 0.01),
-                                      (2.228138852, 10, 0.025), (1.812461123, 10, 0.05), (2.014103389, 45, 0.025)])
+@pytest.mark.parametrize(
+    "t, df, p",
+    [
+        (2.821437925, 9, 0.01),
+        (3.746947388, 4, 0.01),
+        (6.964556734, 2, 0.01),
+        (2.228138852, 10, 0.025),
+        (1.812461123, 10, 0.05),
+        (2.014103389, 45, 0.025),
+    ],
+)
 def test_t_tail_at_published_quantiles(t, df, p):
     # Quantiles to 9 decimals: their rounding moves p by under 1e-9.
     assert R.t_sf(t, df) == pytest.approx(p, abs=1e-8)
@@ -166,7 +200,7 @@ def test_t_tail_at_the_issues_rounded_quantiles():
 @pytest.mark.parametrize("x", [0.01, 0.3, 0.5, 0.77, 0.999])
 def test_incomplete_beta_equals_its_closed_forms(x):
     assert R.betainc(1, 1, x) == pytest.approx(x, abs=1e-14)
-    assert R.betainc(3.5, 1, x) == pytest.approx(x ** 3.5, abs=1e-14)
+    assert R.betainc(3.5, 1, x) == pytest.approx(x**3.5, abs=1e-14)
     assert R.betainc(1, 4, x) == pytest.approx(1 - (1 - x) ** 4, abs=1e-14)
     assert R.betainc(2.5, 7, x) == pytest.approx(1 - R.betainc(7, 2.5, 1 - x), abs=1e-14)
 
@@ -187,7 +221,7 @@ def test_one_sample_test_reproduces_the_2026_03_19_records_own_numbers():
     r = R.improvement_test([1.20143417, 1.19945102, 1.20319508], [1.21613611], margin=0.005)
     assert r.method.startswith("one-sample")
     assert (round(r.std, 5), round(r.t, 2), r.df, round(r.p, 3)) == (0.00187, 9.04, 2.0, 0.006)
-    assert r.p == pytest.approx(0.5 - r.t / (2 * math.sqrt(r.t ** 2 + 2)), abs=1e-13) and r.clears
+    assert r.p == pytest.approx(0.5 - r.t / (2 * math.sqrt(r.t**2 + 2)), abs=1e-13) and r.clears
 
 
 def test_an_improvement_under_the_margin_or_one_seed_does_not_clear():
@@ -201,6 +235,7 @@ def test_an_improvement_under_the_margin_or_one_seed_does_not_clear():
 # Packing
 # =================================================================================================
 
+
 def test_pack_and_unpack_give_back_the_script_byte_for_byte():
     source = SCRIPT.read_text(encoding="utf-8")
     packed = R.pack_script(source)
@@ -213,9 +248,11 @@ def test_pack_and_unpack_give_back_the_script_byte_for_byte():
 
 
 def test_the_wrapper_runs_the_code_as_main_with_its_docstring_and_inspectable_source(tmp_path):
-    source = ('"""doc of the packed module"""\nimport inspect, sys\n\ndef kernel(x):\n    return x + 1\n\n'
-              'if __name__ == "__main__":\n    print(__doc__)\n    print(__file__ == sys.argv[0])\n'
-              '    print(inspect.getsource(kernel).strip().splitlines()[-1].strip())\n')
+    source = (
+        '"""doc of the packed module"""\nimport inspect, sys\n\ndef kernel(x):\n    return x + 1\n\n'
+        'if __name__ == "__main__":\n    print(__doc__)\n    print(__file__ == sys.argv[0])\n'
+        "    print(inspect.getsource(kernel).strip().splitlines()[-1].strip())\n"
+    )
     wrapper = tmp_path / "train_gpt.py"
     wrapper.write_text(R.pack_script(source), encoding="utf-8")
     result = subprocess.run([sys.executable, str(wrapper)], capture_output=True, text=True, timeout=60)
@@ -234,8 +271,9 @@ def test_a_packed_run_logs_exactly_what_the_original_logs(runs):
     original, packed = events(runs["seed1337"]), events(runs["packed1337"])
     assert original == packed
     assert any(FINAL.match(line) for line in packed)
-    artifact = next(line for line in R.split_head(runs["packed1337"].read_text())[1].splitlines()
-                    if line.startswith("artifact:"))
+    artifact = next(
+        line for line in R.split_head(runs["packed1337"].read_text())[1].splitlines() if line.startswith("artifact:")
+    )
     assert re.search(rf" code_bytes:{runs['packed'].stat().st_size}\b", artifact)  # the packed size is what counts
     assert R.read_log(runs["packed1337"]).script == runs["packed"].read_text(encoding="utf-8")
 
@@ -250,14 +288,17 @@ def test_a_packed_run_through_the_triton_kernel_logs_exactly_what_the_original_l
 # The maker and the checker on tiny runs
 # =================================================================================================
 
+
 @pytest.fixture(scope="module")
 def made(runs, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("made")
     seeds = [runs[f"seed{s}"] for s in SEEDS]
-    return dict(non_record=make(seeds, root / "non_record", track="non_record_16mb"),
-                record=make(seeds, root / "record"),
-                unfilled=make(seeds, root / "unfilled", track="non_record_16mb", filled=False),
-                packed=make([runs["packed1337"]], root / "packed", track="non_record_16mb"))
+    return dict(
+        non_record=make(seeds, root / "non_record", track="non_record_16mb"),
+        record=make(seeds, root / "record"),
+        unfilled=make(seeds, root / "unfilled", track="non_record_16mb", filled=False),
+        packed=make([runs["packed1337"]], root / "packed", track="non_record_16mb"),
+    )
 
 
 def test_the_made_folder_holds_the_script_as_run_and_the_logs_unchanged(runs, made):
@@ -266,22 +307,38 @@ def test_the_made_folder_holds_the_script_as_run_and_the_logs_unchanged(runs, ma
     for seed in SEEDS:
         assert (folder / f"train_seed{seed}.log").read_bytes() == runs[f"seed{seed}"].read_bytes()
     assert sorted(p.name for p in folder.iterdir()) == sorted(
-        ["README.md", "submission.json", "train_gpt.py"] + [f"train_seed{s}.log" for s in SEEDS])
+        ["README.md", "submission.json", "train_gpt.py"] + [f"train_seed{s}.log" for s in SEEDS]
+    )
 
 
 def test_submission_json_is_filled_from_the_logs(runs, made):
     submission = json.loads((made["non_record"] / "submission.json").read_text())
     logs = [R.read_log(runs[f"seed{s}"]) for s in SEEDS]
     code_bytes = len(SCRIPT.read_bytes())
-    assert list(submission) == ["author", "github_id", "name", "blurb", "date", "track", "val_loss", "val_bpb",
-                                "val_bpb_std", "seeds", "seed_results", "hardware", "pytorch_version",
-                                "bytes_total", "bytes_code"]
+    assert list(submission) == [
+        "author",
+        "github_id",
+        "name",
+        "blurb",
+        "date",
+        "track",
+        "val_loss",
+        "val_bpb",
+        "val_bpb_std",
+        "seeds",
+        "seed_results",
+        "hardware",
+        "pytorch_version",
+        "bytes_total",
+        "bytes_code",
+    ]
     assert submission["seeds"] == list(SEEDS) and submission["track"] == "non_record_16mb"
     for log in logs:
         loss, bpb = FINAL.findall(log.path.read_text())[-1]  # a run's score is its last final line
         model_bytes = int(re.search(r" model_bytes:(\d+)\b", log.path.read_text()).group(1))
         assert submission["seed_results"][str(log.seed)] == dict(
-            val_loss=float(loss), val_bpb=float(bpb), artifact_bytes=code_bytes + model_bytes, steps=6)
+            val_loss=float(loss), val_bpb=float(bpb), artifact_bytes=code_bytes + model_bytes, steps=6
+        )
     assert submission["val_bpb"] == round(sum(log.val_bpb for log in logs) / 3, 8)
     assert submission["val_bpb_std"] == round(float(np.std([log.val_bpb for log in logs], ddof=1)), 8)
     assert submission["bytes_code"] == code_bytes
@@ -307,8 +364,10 @@ def test_the_command_leaves_out_what_the_defaults_and_the_recipe_already_set():
     assert recipes["record"] == train_gpt.RECIPES["record"]
     config = defaults | recipes["record"] | dict(recipe="record", seed=7, num_layers=12, run_id="x", log_dir="y")
     log = R.RunLog(Path("seed7.txt"), "", json.loads(json.dumps(config)), "config:{json} line", world_size=8)
-    assert make_submission.command_line(log, SCRIPT.read_text(encoding="utf-8")) == \
-        "SEED=7 NUM_LAYERS=12 RECIPE=record torchrun --standalone --nproc_per_node=8 train_gpt.py"
+    assert (
+        make_submission.command_line(log, SCRIPT.read_text(encoding="utf-8"))
+        == "SEED=7 NUM_LAYERS=12 RECIPE=record torchrun --standalone --nproc_per_node=8 train_gpt.py"
+    )
 
 
 def test_a_made_folder_passes_every_rule_once_its_readme_is_written(made, capsys):
@@ -328,7 +387,9 @@ def test_on_the_record_track_a_cpu_run_fails_hardware_and_needs_a_record_to_beat
     assert check_submission.main([str(made["record"]), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert report["verdict"] == "fail" and [r["rule"] for r in report["rules"] if r["status"] == "fail"] == [
-        "hardware", "significance"]
+        "hardware",
+        "significance",
+    ]
     assert [run["seed"] for run in report["runs"]] == list(SEEDS)
 
 
@@ -400,8 +461,10 @@ def test_gptq_time_counts_inside_the_training_limit(made, tmp_path):
     trained_ms = R.read_log(folder / "train_seed1337.log").train_ms  # > 0.1 s: over the limit with GPTQ
     edit_log(folder / "train_seed1337.log", r"^(artifact:)", "gptq_time:599900ms hessians:64\n\\1")
     assert failing(folder) == CPU_FAILS | {"train_time"}
-    assert (f"train_seed1337.log: {trained_ms / 1000:.3f} s + GPTQ 599.900 s = {(trained_ms + 599_900) / 1000:.3f} s "
-            "> 600 s") in evidence(folder, "train_time")
+    assert (
+        f"train_seed1337.log: {trained_ms / 1000:.3f} s + GPTQ 599.900 s = {(trained_ms + 599_900) / 1000:.3f} s "
+        "> 600 s"
+    ) in evidence(folder, "train_time")
 
 
 def test_evaluation_over_its_limit_fails_eval_time(made, tmp_path):
@@ -411,11 +474,15 @@ def test_evaluation_over_its_limit_fails_eval_time(made, tmp_path):
 
 
 def test_a_seed_with_another_config_fails_same_config(runs, tmp_path):
-    folder = make([runs["seed1337"], runs["seed1338"], runs["other_config"]], tmp_path / "other_config",
-                  allow_config_differences=True)
+    folder = make(
+        [runs["seed1337"], runs["seed1338"], runs["other_config"]],
+        tmp_path / "other_config",
+        allow_config_differences=True,
+    )
     assert failing(folder) == CPU_FAILS | {"same_config"}
-    assert "train_seed1340.log differs from train_seed1337.log in 1 setting(s): matrix_lr=0.03 (not 0.02)" in \
-        evidence(folder, "same_config")
+    assert "train_seed1340.log differs from train_seed1337.log in 1 setting(s): matrix_lr=0.03 (not 0.02)" in evidence(
+        folder, "same_config"
+    )
 
 
 def test_a_seed_run_twice_fails_same_config(made, tmp_path):
@@ -432,8 +499,11 @@ def test_a_script_edited_after_the_run_fails_script_matches_logs(made, tmp_path)
         f.write("# one more line after the runs\n")
     # The code is 31 bytes longer than the logs counted, so the sizes and submission.json disagree too.
     assert failing(folder) == CPU_FAILS | {"script_matches_logs", "size", "submission_matches_logs"}
-    assert re.search(r"train_seed1337\.log, train_seed1338\.log, train_seed1339\.log: the script in the log "
-                     r"differs from train_gpt\.py from line \d+", evidence(folder, "script_matches_logs"))
+    assert re.search(
+        r"train_seed1337\.log, train_seed1338\.log, train_seed1339\.log: the script in the log "
+        r"differs from train_gpt\.py from line \d+",
+        evidence(folder, "script_matches_logs"),
+    )
 
 
 def test_a_total_over_the_cap_fails_size(runs, tmp_path):
@@ -459,8 +529,11 @@ def test_a_module_the_script_imports_from_the_folder_counts_as_code(tmp_path):
     (tmp_path / "pkg" / "__init__.py").write_text("")
     (tmp_path / "pkg" / "inner.py").write_text("Y = 2\n")
     code = "import os\nimport golf_util\nfrom pkg.inner import Y\nfrom torch import nn\n"
-    assert R.local_modules(code, tmp_path) == [tmp_path / "golf_util.py", tmp_path / "pkg" / "__init__.py",
-                                               tmp_path / "pkg" / "inner.py"]
+    assert R.local_modules(code, tmp_path) == [
+        tmp_path / "golf_util.py",
+        tmp_path / "pkg" / "__init__.py",
+        tmp_path / "pkg" / "inner.py",
+    ]
 
 
 def test_a_missing_final_line_fails_final_line(made, tmp_path):
@@ -506,15 +579,20 @@ def test_a_score_written_with_fewer_than_5_decimals_or_rounded_wrong_fails(runs,
     # One decimal is within one unit of its last place of any mean (the old tolerance of a mean).
     short = with_submission(made, tmp_path, "short", lambda j: j.update(val_bpb=float(f"{mean:.1f}")))
     assert failing(short) == {"submission_matches_logs"}
-    assert (f"val_bpb {mean:.1f} but the mean of the 3 log(s) is {mean:.8f}: expected {mean:.5f} (at least 5 "
-            "decimals, rounded from the logs)") in evidence(short, "submission_matches_logs")
+    assert (
+        f"val_bpb {mean:.1f} but the mean of the 3 log(s) is {mean:.8f}: expected {mean:.5f} (at least 5 "
+        "decimals, rounded from the logs)"
+    ) in evidence(short, "submission_matches_logs")
     whole = with_submission(made, tmp_path, "whole", lambda j: j.update(val_bpb=round(mean)))
     assert failing(whole) == {"submission_matches_logs"}
     # Half a unit of one decimal covers any seed's score too (the old tolerance of a per-seed value).
-    seed = with_submission(made, tmp_path, "seed", lambda j: j["seed_results"]["1338"].update(
-        val_bpb=float(f"{bpb[1338]:.1f}")))
-    assert (f"seed_results[1338].val_bpb {bpb[1338]:.1f} but train_seed1338.log says {bpb[1338]:.8f}: expected "
-            f"{bpb[1338]:.5f} (at least 5 decimals") in evidence(seed, "submission_matches_logs")
+    seed = with_submission(
+        made, tmp_path, "seed", lambda j: j["seed_results"]["1338"].update(val_bpb=float(f"{bpb[1338]:.1f}"))
+    )
+    assert (
+        f"seed_results[1338].val_bpb {bpb[1338]:.1f} but train_seed1338.log says {bpb[1338]:.8f}: expected "
+        f"{bpb[1338]:.5f} (at least 5 decimals"
+    ) in evidence(seed, "submission_matches_logs")
     # Five decimals, rounded from the mean, pass; three units off in the fifth do not.
     five = with_submission(made, tmp_path, "five", lambda j: j.update(val_bpb=round(mean, 5)))
     assert failing(five) == set()
@@ -534,10 +612,12 @@ def test_the_maker_refuses_logs_it_cannot_make_a_folder_from(runs, tmp_path):
     edited.write_text(runs["seed1338"].read_text().replace("import ", "import  ", 1))
     unfinished = tmp_path / "unfinished.txt"
     unfinished.write_text("\n".join(runs["seed1338"].read_text().splitlines()[:-1]) + "\n")
-    for logs, message in [([runs["seed1337"], edited], "ran another script"),
-                          ([runs["seed1337"], unfinished], "no final score line"),
-                          ([runs["seed1337"], runs["seed1337"]], "a seed ran twice"),
-                          ([], "no logs given")]:
+    for logs, message in [
+        ([runs["seed1337"], edited], "ran another script"),
+        ([runs["seed1337"], unfinished], "no final score line"),
+        ([runs["seed1337"], runs["seed1337"]], "a seed ran twice"),
+        ([], "no logs given"),
+    ]:
         with pytest.raises(make_submission.MakeError, match=message):
             make(logs, tmp_path / "never")
     assert not (tmp_path / "never").exists()
@@ -547,8 +627,20 @@ def test_the_maker_refuses_logs_it_cannot_make_a_folder_from(runs, tmp_path):
 
 
 def maker_cli(logs: list[Path], output: Path, *flags: str) -> list[str]:
-    return [*map(str, logs), "--output", str(output), "--name", "Tiny CPU run", "--author", "Test Author",
-            "--github-id", "tester", "--blurb", "Six steps of a 2-layer model on CPU.", *flags]
+    return [
+        *map(str, logs),
+        "--output",
+        str(output),
+        "--name",
+        "Tiny CPU run",
+        "--author",
+        "Test Author",
+        "--github-id",
+        "tester",
+        "--blurb",
+        "Six steps of a 2-layer model on CPU.",
+        *flags,
+    ]
 
 
 def test_the_maker_refuses_an_eval_only_log_and_leaves_no_folder(runs, tmp_path, capsys):
@@ -565,8 +657,10 @@ def test_the_maker_refuses_seeds_of_different_configs_unless_told_to_allow_them(
     logs = [runs["seed1337"], runs["seed1338"], runs["other_config"]]
     assert make_submission.main(maker_cli(logs, tmp_path / "folder")) == 2
     err = capsys.readouterr().err
-    assert f"the seeds ran different configs: {runs['other_config']} differs from {runs['seed1337']} in " \
-           "MATRIX_LR=0.03 (not 0.02). " in err
+    assert (
+        f"the seeds ran different configs: {runs['other_config']} differs from {runs['seed1337']} in "
+        "MATRIX_LR=0.03 (not 0.02). " in err
+    )
     assert "give --allow-config-differences to make the folder anyway" in err
     assert list(tmp_path.iterdir()) == []
     assert make_submission.main(maker_cli(logs, tmp_path / "folder", "--allow-config-differences")) == 0
@@ -574,8 +668,7 @@ def test_the_maker_refuses_seeds_of_different_configs_unless_told_to_allow_them(
 
 
 @pytest.mark.parametrize("fault", [OSError("No space left on device"), KeyboardInterrupt()], ids=["error", "ctrl-c"])
-def test_a_fault_while_writing_the_folder_leaves_nothing_and_the_next_attempt_works(runs, tmp_path, monkeypatch,
-                                                                                   fault):
+def test_a_fault_while_writing_the_folder_leaves_nothing_and_the_next_attempt_works(runs, tmp_path, monkeypatch, fault):
     copyfile = shutil.copyfile
     copied = []
 
@@ -615,6 +708,7 @@ def test_the_maker_help_prints_the_examples_as_written(capsys):
 # The published folders: read as far as their formats allow, judged by the same rules
 # =================================================================================================
 
+
 @needs_published
 def test_the_published_logs_are_read_in_all_three_formats():
     baseline = R.read_log(BASELINE / "train.log")
@@ -635,19 +729,39 @@ def test_the_published_logs_are_read_in_all_three_formats():
 
 
 @needs_published
-@pytest.mark.parametrize("folder, fails, said", [
-    (BASELINE, {"script_matches_logs", "train_time", "hardware", "submission_fields", "significance"},
-     {"train_time": "train.log: 600.038 s > 600 s", "hardware": "train.log: the log names no GPU",
-      "script_matches_logs": "the log does not hold the script it ran"}),
-    (SEQ4096, {"script_matches_logs", "size", "submission_fields", "submission_matches_logs", "significance"},
-     {"script_matches_logs": "train.log: the script in the log differs from train_gpt.py from line 33",
-      "size": "train.log: its size line counts 47,642 code bytes, the folder's code is 47,759",
-      "submission_matches_logs": "val_bpb 1.20143417 but the mean of the 3 log(s) is 1.20136009"}),
-    (LOOP45, {"script_matches_logs", "packed_script", "significance"},
-     {"packed_script": "train_gpt_human.py (58,367 bytes) is not that code",
-      "size": "the largest 15,988,983 <= 16,000,000",
-      "train_time": "train_seed1.log: 588.138 s + GPTQ 11.300 s = 599.438 s"}),
-], ids=["2026-03-17", "2026-03-19", "2026-04-05"])
+@pytest.mark.parametrize(
+    "folder, fails, said",
+    [
+        (
+            BASELINE,
+            {"script_matches_logs", "train_time", "hardware", "submission_fields", "significance"},
+            {
+                "train_time": "train.log: 600.038 s > 600 s",
+                "hardware": "train.log: the log names no GPU",
+                "script_matches_logs": "the log does not hold the script it ran",
+            },
+        ),
+        (
+            SEQ4096,
+            {"script_matches_logs", "size", "submission_fields", "submission_matches_logs", "significance"},
+            {
+                "script_matches_logs": "train.log: the script in the log differs from train_gpt.py from line 33",
+                "size": "train.log: its size line counts 47,642 code bytes, the folder's code is 47,759",
+                "submission_matches_logs": "val_bpb 1.20143417 but the mean of the 3 log(s) is 1.20136009",
+            },
+        ),
+        (
+            LOOP45,
+            {"script_matches_logs", "packed_script", "significance"},
+            {
+                "packed_script": "train_gpt_human.py (58,367 bytes) is not that code",
+                "size": "the largest 15,988,983 <= 16,000,000",
+                "train_time": "train_seed1.log: 588.138 s + GPTQ 11.300 s = 599.438 s",
+            },
+        ),
+    ],
+    ids=["2026-03-17", "2026-03-19", "2026-04-05"],
+)
 def test_the_published_folders_verdicts(folder, fails, said):
     assert failing(folder) == fails
     for rule, text in said.items():
@@ -657,8 +771,10 @@ def test_the_published_folders_verdicts(folder, fails, said):
 @needs_published
 def test_significance_between_published_records():
     assert "significance" not in failing(SEQ4096, BASELINE)
-    assert re.search(r"improvement 0\.04425 nats; one-sample .* one-sided p=0\.001\d*: clears",
-                     evidence(SEQ4096, "significance", BASELINE))
+    assert re.search(
+        r"improvement 0\.04425 nats; one-sample .* one-sided p=0\.001\d*: clears",
+        evidence(SEQ4096, "significance", BASELINE),
+    )
     assert "the vocabularies differ (8192 here, 1024 in 2026-03-19" in evidence(LOOP45, "significance", SEQ4096)
     assert "improvement -0.00000 nats; Welch's" in evidence(LOOP45, "significance", LOOP45)
 
@@ -675,6 +791,7 @@ def test_the_checker_cli_on_a_published_folder(capsys):
 # The plot
 # =================================================================================================
 
+
 def test_the_plot_reads_the_curves_of_our_logs(runs):
     log = R.read_log(runs["seed1337"])
     assert [p.step for p in log.train_loss] == [1, 2, 3, 4, 5, 6]
@@ -684,11 +801,14 @@ def test_the_plot_reads_the_curves_of_our_logs(runs):
 
 def test_the_plot_without_matplotlib_says_how_to_install_it(runs):
     records = ROOT / "records"
-    block = ("import sys, runpy; sys.modules['matplotlib'] = None; sys.argv = ['plot_runs.py'] + sys.argv[1:]; "
-             f"sys.path.insert(0, {str(records)!r}); "
-             f"runpy.run_path({str(records / 'plot_runs.py')!r}, run_name='__main__')")
-    result = subprocess.run([sys.executable, "-c", block, str(runs["seed1337"]), "-o", "x.png"],
-                            capture_output=True, text=True, timeout=60)
+    block = (
+        "import sys, runpy; sys.modules['matplotlib'] = None; sys.argv = ['plot_runs.py'] + sys.argv[1:]; "
+        f"sys.path.insert(0, {str(records)!r}); "
+        f"runpy.run_path({str(records / 'plot_runs.py')!r}, run_name='__main__')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", block, str(runs["seed1337"]), "-o", "x.png"], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 2
     assert "pip install matplotlib" in result.stderr
 

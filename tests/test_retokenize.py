@@ -58,8 +58,20 @@ def shards(tmp_path, tokenizers) -> Path:
 
 
 def retok(old: Path, new: Path, inputs, output: Path, *extra: str) -> None:
-    retokenize.main(["--from-model", str(old), "--to-model", str(new), "--input", str(inputs),
-                     "--output", str(output), "--quiet", *extra])
+    retokenize.main(
+        [
+            "--from-model",
+            str(old),
+            "--to-model",
+            str(new),
+            "--input",
+            str(inputs),
+            "--output",
+            str(output),
+            "--quiet",
+            *extra,
+        ]
+    )
 
 
 def documents(tokens: np.ndarray, bos: int = 1) -> list[np.ndarray]:
@@ -148,8 +160,9 @@ def test_empty_shards_and_shards_without_bos(tmp_path, tokenizers):
     build_shards.write_data_shard(folder / "fineweb_train_000001.bin", middle)
     retok(tokenizers[0], tokenizers[1], folder, tmp_path / "out", "--workers", "2")
     assert train_gpt.read_shard_header(tmp_path / "out" / "fineweb_train_000000.bin") == 0
-    assert train_gpt.load_data_shard(tmp_path / "out" / "fineweb_train_000001.bin").tolist() == \
-        new.encode(old.decode(middle.tolist()))
+    assert train_gpt.load_data_shard(tmp_path / "out" / "fineweb_train_000001.bin").tolist() == new.encode(
+        old.decode(middle.tolist())
+    )
 
 
 def test_a_glob_selects_the_inputs(tmp_path, tokenizers, shards):
@@ -159,6 +172,7 @@ def test_a_glob_selects_the_inputs(tmp_path, tokenizers, shards):
 
 def huge_model(path: Path, base: Path) -> Path:
     """`base` with 65,300 more pieces appended to its proto (a repeated field: appending adds pieces)."""
+
     def varint(n: int) -> bytes:
         out = b""
         while n > 0x7F:
@@ -191,8 +205,13 @@ def test_errors_exit_2_naming_the_file_before_any_output(tmp_path, tokenizers, s
     wide = tmp_path / "wide"
     wide.mkdir()
     build_shards.write_data_shard(wide / "fineweb_val_000000.bin", [1, 5, 399, 7])
-    fails_with(capsys, lambda: retok(old, new, wide, out), str(wide / "fineweb_val_000000.bin"), "token id 399",
-               "only 300 tokens")
+    fails_with(
+        capsys,
+        lambda: retok(old, new, wide, out),
+        str(wide / "fineweb_val_000000.bin"),
+        "token id 399",
+        "only 300 tokens",
+    )
     # Not a shard: the trainer's own check (ShardError) says so.
     bad = tmp_path / "bad"
     bad.mkdir()
@@ -204,13 +223,18 @@ def test_errors_exit_2_naming_the_file_before_any_output(tmp_path, tokenizers, s
     assert not out.exists()  # every check runs before anything is written
 
 
-def test_swapped_models_on_shards_without_a_manifest_are_refused_before_any_output(tmp_path, tokenizers, shards,
-                                                                                  capsys):
+def test_swapped_models_on_shards_without_a_manifest_are_refused_before_any_output(
+    tmp_path, tokenizers, shards, capsys
+):
     """Issue 20: exit 0 and garbage shards (ratio 1.2251) whose new manifest then made the trainer say verified."""
     old, new = tokenizers
     assert not (shards / "manifest.json").exists()
-    fails_with(capsys, lambda: retok(new, old, shards, tmp_path / "out"), f"--from-model {new} did not make the "
-               "input shards", "swapped?")
+    fails_with(
+        capsys,
+        lambda: retok(new, old, shards, tmp_path / "out"),
+        f"--from-model {new} did not make the input shards",
+        "swapped?",
+    )
     assert not (tmp_path / "out").exists()
     retok(old, new, shards, tmp_path / "out")  # the right way round passes the same check
 
@@ -226,8 +250,20 @@ def test_an_output_that_holds_shards_needs_overwrite(tmp_path, tokenizers, shard
 
 
 def test_progress_and_summary(tmp_path, tokenizers, shards, capsys):
-    retokenize.main(["--from-model", str(tokenizers[0]), "--to-model", str(tokenizers[1]), "--input", str(shards),
-                     "--output", str(tmp_path / "out"), "--workers", "1"])
+    retokenize.main(
+        [
+            "--from-model",
+            str(tokenizers[0]),
+            "--to-model",
+            str(tokenizers[1]),
+            "--input",
+            str(shards),
+            "--output",
+            str(tmp_path / "out"),
+            "--workers",
+            "1",
+        ]
+    )
     captured = capsys.readouterr()
     assert "retokenize:" in captured.err and "tokens/s" in captured.err and "eta:" in captured.err
     assert f"docs:{len(DOCS)}" in captured.out and "ratio:" in captured.out and "seconds:" in captured.out

@@ -37,8 +37,9 @@ def test_profile_step_sorts_kernels_into_kinds(name, kind):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU error only")
 def test_profile_step_without_a_gpu_says_it_needs_one():
-    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "profile_step.py")], capture_output=True, text=True,
-                         timeout=120)
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "profile_step.py")], capture_output=True, text=True, timeout=120
+    )
     assert run.returncode != 0 and "needs a CUDA GPU" in run.stderr
 
 

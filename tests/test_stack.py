@@ -17,11 +17,19 @@ from torch import nn
 
 import build_shards
 import train_gpt
-from helpers import cpu_run, tiny_data  # noqa: F401 (fixture)
+from helpers import cpu_run
 from train_gpt import ConfigError, Hyperparameters
 
-TINY = dict(NUM_LAYERS="4", MODEL_DIM="64", NUM_HEADS="4", NUM_KV_HEADS="2", VOCAB_SIZE="64", TRAIN_SEQ_LEN="16",
-            TRAIN_BATCH_TOKENS=str(8 * 16), VAL_BATCH_SIZE=str(8 * 16))
+TINY = dict(
+    NUM_LAYERS="4",
+    MODEL_DIM="64",
+    NUM_HEADS="4",
+    NUM_KV_HEADS="2",
+    VOCAB_SIZE="64",
+    TRAIN_SEQ_LEN="16",
+    TRAIN_BATCH_TOKENS=str(8 * 16),
+    VAL_BATCH_SIZE=str(8 * 16),
+)
 
 
 def args_with(**overrides) -> Hyperparameters:
@@ -71,15 +79,22 @@ def test_data_dir_uses_the_records_layout_and_explicit_paths_still_win():
     assert (args.data_path, args.tokenizer_path) == ("/d/datasets/fineweb10B_sp1024", "/t.model")
 
 
-@pytest.mark.parametrize("env, named", [
-    ({"ROPE_DIMS": "7"}, "ROPE_DIMS=7"), ({"ROPE_DIMS": "32"}, "ROPE_DIMS=32"),
-({"PARALLEL_RESIDUAL_START": "4"}, "PARALLEL_RESIDUAL_START=4"),
-    ({"NUM_LOOPS": "1", "LOOP_START": "2", "LOOP_END": "4"}, "LOOP_END=4"),
-    ({"NUM_LOOPS": "1", "LOOP_START": "3", "LOOP_END": "2"}, "LOOP_START=3"),
-    ({"MLP_ACT": "gelu"}, "MLP_ACT='gelu'"), ({"TIE_EMBEDDINGS": "0"}, "TIE_EMBEDDINGS=0"),
-    ({"WARMDOWN_FRAC": "1.5"}, "WARMDOWN_FRAC=1.5"), ({"EMA_DECAY": "1"}, "EMA_DECAY=1"),
-    ({"MUON_WD": "-0.1"}, "MUON_WD=-0.1"), ({"ENABLE_LOOPING_AT": "2"}, "ENABLE_LOOPING_AT=2"),
-])
+@pytest.mark.parametrize(
+    "env, named",
+    [
+        ({"ROPE_DIMS": "7"}, "ROPE_DIMS=7"),
+        ({"ROPE_DIMS": "32"}, "ROPE_DIMS=32"),
+        ({"PARALLEL_RESIDUAL_START": "4"}, "PARALLEL_RESIDUAL_START=4"),
+        ({"NUM_LOOPS": "1", "LOOP_START": "2", "LOOP_END": "4"}, "LOOP_END=4"),
+        ({"NUM_LOOPS": "1", "LOOP_START": "3", "LOOP_END": "2"}, "LOOP_START=3"),
+        ({"MLP_ACT": "gelu"}, "MLP_ACT='gelu'"),
+        ({"TIE_EMBEDDINGS": "0"}, "TIE_EMBEDDINGS=0"),
+        ({"WARMDOWN_FRAC": "1.5"}, "WARMDOWN_FRAC=1.5"),
+        ({"EMA_DECAY": "1"}, "EMA_DECAY=1"),
+        ({"MUON_WD": "-0.1"}, "MUON_WD=-0.1"),
+        ({"ENABLE_LOOPING_AT": "2"}, "ENABLE_LOOPING_AT=2"),
+    ],
+)
 def test_switch_values_that_cannot_work_are_config_errors(env, named):
     with pytest.raises(ConfigError, match=named):
         args_with(**env)
@@ -142,8 +157,9 @@ def test_xsa_last_n_switches_on_exactly_the_last_n_layers():
 # ---- blocks ------------------------------------------------------------------------------------------
 
 
-def block_reference(block: train_gpt.Block, x: torch.Tensor, x0: torch.Tensor, layer: int, ln_scale: bool,
-                    parallel: bool) -> torch.Tensor:
+def block_reference(
+    block: train_gpt.Block, x: torch.Tensor, x0: torch.Tensor, layer: int, ln_scale: bool, parallel: bool
+) -> torch.Tensor:
     s = 1 / math.sqrt(layer + 1) if ln_scale else 1.0
     x = block.resid_mix[0] * x + block.resid_mix[1] * x0
     a = block.attn_scale * block.attn(train_gpt.rms_norm(x) * s)
@@ -232,6 +248,7 @@ def shuffled(seed: int = 5):
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_shuffled_global_batch_is_the_same_for_any_world_size(tmp_path, world_size):
     from test_train_gpt import global_batches, write_counting_shards
+
     write_counting_shards(tmp_path)
     files = train_gpt.find_shards(str(tmp_path), "train")
     assert global_batches(files, world_size, 6, shuffled()) == global_batches(files, 1, 6, shuffled())
@@ -240,6 +257,7 @@ def test_shuffled_global_batch_is_the_same_for_any_world_size(tmp_path, world_si
 
 def test_shuffled_sequences_are_whole_windows_of_one_shard_none_twice_per_epoch(tmp_path):
     from test_train_gpt import SEQ_LEN, SHARD_SIZES, global_batches, write_counting_shards
+
     stream = write_counting_shards(tmp_path)
     bounds = np.cumsum([0] + list(SHARD_SIZES))
     files = train_gpt.find_shards(str(tmp_path), "train")
@@ -271,8 +289,15 @@ def test_muon_row_normalize_and_decoupled_weight_decay():
 
     for row_normalize, wd in [(True, 0.0), (False, 0.5), (True, 0.5)]:
         p = nn.Parameter(p0.clone())
-        opt = train_gpt.Muon([p], lr=0.1, momentum=0.0, backend_steps=5, orthogonalize=record,
-                             row_normalize=row_normalize, weight_decay=wd)
+        opt = train_gpt.Muon(
+            [p],
+            lr=0.1,
+            momentum=0.0,
+            backend_steps=5,
+            orthogonalize=record,
+            row_normalize=row_normalize,
+            weight_decay=wd,
+        )
         p.grad = grad.clone()
         opt.step()
         update = grad / grad.norm(dim=1, keepdim=True) if row_normalize else grad
@@ -296,15 +321,18 @@ def test_adam_weight_decay_per_group_is_decoupled():
 # ---- schedule and EMA ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("env, step, elapsed_ms, expected", [
-    (dict(WARMDOWN_FRAC=0.5, ITERATIONS=100, MAX_WALLCLOCK_SECONDS=0), 40, 0, 1.0),
-    (dict(WARMDOWN_FRAC=0.5, ITERATIONS=100, MAX_WALLCLOCK_SECONDS=0), 75, 0, 0.5),
-    (dict(WARMDOWN_FRAC=0.5, ITERATIONS=100, MAX_WALLCLOCK_SECONDS=0, WARMDOWN_ITERS=10), 75, 0, 0.5),  # frac wins
-    (dict(WARMDOWN_FRAC=0.5, ITERATIONS=100, MAX_WALLCLOCK_SECONDS=0, MIN_LR=0.1), 99, 0, 0.1),
-    (dict(WARMDOWN_FRAC=0.25, MAX_WALLCLOCK_SECONDS=100), 7, 90_000, 0.4),  # of the wallclock, not steps
-    (dict(WARMDOWN_ITERS=10, ITERATIONS=100, MAX_WALLCLOCK_SECONDS=0, MIN_LR=0.3), 95, 0, 0.5),
-    (dict(WARMDOWN_ITERS=10, ITERATIONS=100, MAX_WALLCLOCK_SECONDS=0, MIN_LR=0.3), 99, 0, 0.3),
-])
+@pytest.mark.parametrize(
+    "env, step, elapsed_ms, expected",
+    [
+        (dict(WARMDOWN_FRAC=0.5, ITERATIONS=100, MAX_WALLCLOCK_SECONDS=0), 40, 0, 1.0),
+        (dict(WARMDOWN_FRAC=0.5, ITERATIONS=100, MAX_WALLCLOCK_SECONDS=0), 75, 0, 0.5),
+        (dict(WARMDOWN_FRAC=0.5, ITERATIONS=100, MAX_WALLCLOCK_SECONDS=0, WARMDOWN_ITERS=10), 75, 0, 0.5),  # frac wins
+        (dict(WARMDOWN_FRAC=0.5, ITERATIONS=100, MAX_WALLCLOCK_SECONDS=0, MIN_LR=0.1), 99, 0, 0.1),
+        (dict(WARMDOWN_FRAC=0.25, MAX_WALLCLOCK_SECONDS=100), 7, 90_000, 0.4),  # of the wallclock, not steps
+        (dict(WARMDOWN_ITERS=10, ITERATIONS=100, MAX_WALLCLOCK_SECONDS=0, MIN_LR=0.3), 95, 0, 0.5),
+        (dict(WARMDOWN_ITERS=10, ITERATIONS=100, MAX_WALLCLOCK_SECONDS=0, MIN_LR=0.3), 99, 0, 0.3),
+    ],
+)
 def test_warmdown_frac_and_min_lr(env, step, elapsed_ms, expected):
     assert train_gpt.lr_multiplier(step, elapsed_ms, args_with(**env)) == pytest.approx(expected)
 
@@ -338,8 +366,9 @@ def test_warmup_compiles_both_loop_graphs_and_restores_everything(tmp_path, monk
 
 def test_too_little_data_for_a_shuffled_step_is_a_shard_error_naming_the_fix(tmp_path):
     build_shards.write_data_shard(tmp_path / "fineweb_train_000000.bin", np.arange(100))
-    loader = train_gpt.ShuffledSequenceLoader([tmp_path / "fineweb_train_000000.bin"],
-                                              train_gpt.DistContext(0, 1, 0, torch.device("cpu")), 0)
+    loader = train_gpt.ShuffledSequenceLoader(
+        [tmp_path / "fineweb_train_000000.bin"], train_gpt.DistContext(0, 1, 0, torch.device("cpu")), 0
+    )
     with pytest.raises(train_gpt.ShardError, match="fewer than one step .*TRAIN_SHUFFLE=0"):
         loader.next_batch(32, 16)  # 8 micro-batches of 2 sequences: 16 needed, 5 there
 
@@ -351,9 +380,23 @@ def test_the_record_stack_runs_end_to_end_loops_on_time_and_scores_the_ema(tiny_
     """RECIPE=record's switches at a tiny size, 1 and 2 processes: the loops switch on at half the steps,
     the EMA is what is exported and scored, and both process counts train the same model."""
     from test_end_to_end import launch
-    settings = dict(RECIPE="record", NUM_LAYERS=4, LOOP_START=1, LOOP_END=2, PARALLEL_RESIDUAL_START=3,
-                    ROPE_DIMS=16, ITERATIONS=8, EMA_DECAY=0.5, WARMUP_STEPS=1, TRAIN_LOG_EVERY=1, VAL_LOSS_EVERY=0,
-                    TTT_CHUNK_TOKENS=1024, TTT_EPOCHS=1, ENABLE_LOOPING_AT=0.5)
+
+    settings = dict(
+        RECIPE="record",
+        NUM_LAYERS=4,
+        LOOP_START=1,
+        LOOP_END=2,
+        PARALLEL_RESIDUAL_START=3,
+        ROPE_DIMS=16,
+        ITERATIONS=8,
+        EMA_DECAY=0.5,
+        WARMUP_STEPS=1,
+        TRAIN_LOG_EVERY=1,
+        VAL_LOSS_EVERY=0,
+        TTT_CHUNK_TOKENS=1024,
+        TTT_EPOCHS=1,
+        ENABLE_LOOPING_AT=0.5,
+    )
     runs = []
     for n in (1, 2):
         (tmp_path / f"n{n}").mkdir()
@@ -371,8 +414,10 @@ def test_the_record_stack_runs_end_to_end_loops_on_time_and_scores_the_ema(tiny_
     # at most one unit of the log's 4th decimal: 2 ranks orthogonalise banks of 2 matrices where 1 process does banks
     # of 4, and CPU bf16 matmuls of other batch sizes round differently (a lost all-gather moves losses by > 0.01)
     assert one.keys() == two.keys() and max(abs(one[k] - two[k]) for k in one) < 1.5e-4
+
     def score(run, kind: str) -> float:  # the recipe's exact lines: int6 weights, brotli
         line = next(x for x in run.lines if x.startswith(f"final_int6_brotli_{kind}_exact "))
         return float(line.split("val_bpb:")[1])
+
     for kind in ("roundtrip", "sliding_window", "ttt"):  # TTT shares windows and sequences out and sums gradients
         assert abs(score(runs[0], kind) - score(runs[1], kind)) < 1e-4, kind

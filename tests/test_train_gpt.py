@@ -30,13 +30,21 @@ from torch import nn
 
 import build_shards
 import train_gpt
-from helpers import BOS_ID, PUBLISHED_TOKENIZER, ROOT, cpu_run, randomize_matrices, tiny_data, tiny_env  # noqa: F401
+from helpers import BOS_ID, PUBLISHED_TOKENIZER, ROOT, cpu_run, randomize_matrices, tiny_env
 from train_gpt import GRAD_ACCUM_TOTAL, ConfigError, DistContext, Hyperparameters, ShardError
 
 CPU = torch.device("cpu")
 TINY_VOCAB = 64
-TINY_MODEL = dict(NUM_LAYERS="2", MODEL_DIM="64", NUM_HEADS="2", NUM_KV_HEADS="1", VOCAB_SIZE=str(TINY_VOCAB),
-                  TRAIN_SEQ_LEN="32", TRAIN_BATCH_TOKENS=str(8 * 2 * 32), VAL_BATCH_SIZE=str(8 * 32))
+TINY_MODEL = dict(
+    NUM_LAYERS="2",
+    MODEL_DIM="64",
+    NUM_HEADS="2",
+    NUM_KV_HEADS="1",
+    VOCAB_SIZE=str(TINY_VOCAB),
+    TRAIN_SEQ_LEN="32",
+    TRAIN_BATCH_TOKENS=str(8 * 2 * 32),
+    VAL_BATCH_SIZE=str(8 * 32),
+)
 
 
 def tiny_args(**overrides) -> Hyperparameters:
@@ -66,50 +74,87 @@ def test_defaults_parse_from_an_empty_environment():
 
 
 def test_env_values_parse_to_the_declared_field_types():
-    args = Hyperparameters.from_env({"ITERATIONS": "1e3", "TRAIN_SEQ_LEN": "2048.0", "NUM_LAYERS": " 4 ",
-                                     "MATRIX_LR": "0.05", "MAX_WALLCLOCK_SECONDS": "0", "COMPILE": "0",
-                                     "RUN_ID": "my_run", "LOSS_IMPL": "torch"})
+    args = Hyperparameters.from_env(
+        {
+            "ITERATIONS": "1e3",
+            "TRAIN_SEQ_LEN": "2048.0",
+            "NUM_LAYERS": " 4 ",
+            "MATRIX_LR": "0.05",
+            "MAX_WALLCLOCK_SECONDS": "0",
+            "COMPILE": "0",
+            "RUN_ID": "my_run",
+            "LOSS_IMPL": "torch",
+        }
+    )
     assert (args.iterations, args.train_seq_len, args.num_layers) == (1000, 2048, 4)
     assert all(type(v) is int for v in (args.iterations, args.train_seq_len, args.num_layers))
     assert args.matrix_lr == 0.05 and args.max_wallclock_seconds == 0.0
     assert args.compile is False and (args.run_id, args.loss_impl) == ("my_run", "torch")
 
 
-@pytest.mark.parametrize("raw, value", [("0", False), ("1", True), ("false", False), ("true", True),
-                                        ("False", False), ("TRUE", True)])
+@pytest.mark.parametrize(
+    "raw, value", [("0", False), ("1", True), ("false", False), ("true", True), ("False", False), ("TRUE", True)]
+)
 def test_bool_values_parse(raw, value):
     assert Hyperparameters.from_env({"COMPILE": raw}).compile is value
 
 
-@pytest.mark.parametrize("name, raw", [("NUM_LAYERS", "2.5"), ("NUM_LAYERS", "four"), ("ITERATIONS", ""),
-                                       ("TIE_EMBEDDINGS", "2"), ("TIE_EMBEDDINGS", "maybe"), ("MATRIX_LR", "fast"),
-                                       ("MATRIX_LR", "nan"), ("MAX_WALLCLOCK_SECONDS", "inf")])
+@pytest.mark.parametrize(
+    "name, raw",
+    [
+        ("NUM_LAYERS", "2.5"),
+        ("NUM_LAYERS", "four"),
+        ("ITERATIONS", ""),
+        ("TIE_EMBEDDINGS", "2"),
+        ("TIE_EMBEDDINGS", "maybe"),
+        ("MATRIX_LR", "fast"),
+        ("MATRIX_LR", "nan"),
+        ("MAX_WALLCLOCK_SECONDS", "inf"),
+    ],
+)
 def test_unparsable_value_is_a_config_error_naming_variable_and_value(name, raw):
     with pytest.raises(ConfigError) as error:
         Hyperparameters.from_env({name: raw})
     assert f"{name}={raw!r}" in str(error.value)
 
 
-@pytest.mark.parametrize("name, raw", [("NUM_LAYERS", "0"), ("MODEL_DIM", "-64"), ("ITERATIONS", "-1"),
-                                       ("MATRIX_LR", "-0.01"), ("MAX_WALLCLOCK_SECONDS", "-5"), ("ADAM_EPS", "0"),
-                                       ("MUON_MOMENTUM", "1"), ("MUON_MOMENTUM", "1.2"), ("BETA2", "1.0"),
-                                       ("MUON_MOMENTUM_WARMUP_START", "-0.1"), ("VOCAB_SIZE", "70000"),
-                                       ("LOSS_IMPL", "cuda"), ("TIE_EMBEDDINGS", "0"), ("RUN_ID", "runs/a"),
-                                       ("RUN_ID", "  ")])
+@pytest.mark.parametrize(
+    "name, raw",
+    [
+        ("NUM_LAYERS", "0"),
+        ("MODEL_DIM", "-64"),
+        ("ITERATIONS", "-1"),
+        ("MATRIX_LR", "-0.01"),
+        ("MAX_WALLCLOCK_SECONDS", "-5"),
+        ("ADAM_EPS", "0"),
+        ("MUON_MOMENTUM", "1"),
+        ("MUON_MOMENTUM", "1.2"),
+        ("BETA2", "1.0"),
+        ("MUON_MOMENTUM_WARMUP_START", "-0.1"),
+        ("VOCAB_SIZE", "70000"),
+        ("LOSS_IMPL", "cuda"),
+        ("TIE_EMBEDDINGS", "0"),
+        ("RUN_ID", "runs/a"),
+        ("RUN_ID", "  "),
+    ],
+)
 def test_out_of_range_value_is_a_config_error_naming_the_variable(name, raw):
     with pytest.raises(ConfigError) as error:
         Hyperparameters.from_env({name: raw})
     assert f"{name}=" in str(error.value)
 
 
-@pytest.mark.parametrize("env, named", [
-    ({"MODEL_DIM": "512", "NUM_HEADS": "7"}, ["NUM_HEADS=7", "MODEL_DIM=512"]),
-    ({"NUM_HEADS": "8", "NUM_KV_HEADS": "3"}, ["NUM_KV_HEADS=3", "NUM_HEADS=8"]),
-    ({"MODEL_DIM": "96", "NUM_HEADS": "32", "NUM_KV_HEADS": "1"}, ["MODEL_DIM", "NUM_HEADS"]),  # head size 3: odd
-    ({"TRAIN_SEQ_LEN": "64", "TRAIN_BATCH_TOKENS": "1000"}, ["TRAIN_BATCH_TOKENS=1000", "TRAIN_SEQ_LEN"]),
-    ({"TRAIN_SEQ_LEN": "64", "TRAIN_BATCH_TOKENS": "768"}, ["TRAIN_BATCH_TOKENS=768", "TRAIN_SEQ_LEN"]),  # 12 seqs
-    ({"TRAIN_SEQ_LEN": "1024", "VAL_BATCH_SIZE": "4096"}, ["VAL_BATCH_SIZE=4096", "TRAIN_SEQ_LEN"]),
-])
+@pytest.mark.parametrize(
+    "env, named",
+    [
+        ({"MODEL_DIM": "512", "NUM_HEADS": "7"}, ["NUM_HEADS=7", "MODEL_DIM=512"]),
+        ({"NUM_HEADS": "8", "NUM_KV_HEADS": "3"}, ["NUM_KV_HEADS=3", "NUM_HEADS=8"]),
+        ({"MODEL_DIM": "96", "NUM_HEADS": "32", "NUM_KV_HEADS": "1"}, ["MODEL_DIM", "NUM_HEADS"]),  # head size 3: odd
+        ({"TRAIN_SEQ_LEN": "64", "TRAIN_BATCH_TOKENS": "1000"}, ["TRAIN_BATCH_TOKENS=1000", "TRAIN_SEQ_LEN"]),
+        ({"TRAIN_SEQ_LEN": "64", "TRAIN_BATCH_TOKENS": "768"}, ["TRAIN_BATCH_TOKENS=768", "TRAIN_SEQ_LEN"]),  # 12 seqs
+        ({"TRAIN_SEQ_LEN": "1024", "VAL_BATCH_SIZE": "4096"}, ["VAL_BATCH_SIZE=4096", "TRAIN_SEQ_LEN"]),
+    ],
+)
 def test_dims_that_do_not_divide_are_a_config_error_naming_both(env, named):
     with pytest.raises(ConfigError) as error:
         Hyperparameters.from_env(env)
@@ -117,8 +162,15 @@ def test_dims_that_do_not_divide_are_a_config_error_naming_both(env, named):
         assert text in str(error.value)
 
 
-@pytest.mark.parametrize("typo, near", [("NUM_LAYER", "NUM_LAYERS"), ("MATRIX_LRR", "MATRIX_LR"),
-                                        ("TRAIN_SEQLEN", "TRAIN_SEQ_LEN"), ("LOGDIR", "LOG_DIR")])
+@pytest.mark.parametrize(
+    "typo, near",
+    [
+        ("NUM_LAYER", "NUM_LAYERS"),
+        ("MATRIX_LRR", "MATRIX_LR"),
+        ("TRAIN_SEQLEN", "TRAIN_SEQ_LEN"),
+        ("LOGDIR", "LOG_DIR"),
+    ],
+)
 def test_unknown_variable_near_one_of_ours_is_an_error_suggesting_it(typo, near):
     with pytest.raises(ConfigError) as error:
         Hyperparameters.from_env({typo: "12"})
@@ -127,11 +179,24 @@ def test_unknown_variable_near_one_of_ours_is_an_error_suggesting_it(typo, near)
 
 
 def test_unrelated_environment_variables_are_accepted():
-    environ = {"HOME": "/root", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "4", "RANK": "1", "WORLD_SIZE": "8",
-               "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1", "CUDA_VISIBLE_DEVICES": "0,1",
-               # and what torchrun and common tools set:
-               "MASTER_PORT": "29500", "LOCAL_WORLD_SIZE": "8", "GROUP_RANK": "0", "ROLE_RANK": "1",
-               "TORCHELASTIC_RUN_ID": "none", "TOKENIZERS_PARALLELISM": "false", "PYTHONHASHSEED": "0"}
+    environ = {
+        "HOME": "/root",
+        "PATH": "/usr/bin:/bin",
+        "OMP_NUM_THREADS": "4",
+        "RANK": "1",
+        "WORLD_SIZE": "8",
+        "LOCAL_RANK": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        # and what torchrun and common tools set:
+        "MASTER_PORT": "29500",
+        "LOCAL_WORLD_SIZE": "8",
+        "GROUP_RANK": "0",
+        "ROLE_RANK": "1",
+        "TORCHELASTIC_RUN_ID": "none",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONHASHSEED": "0",
+    }
     assert dataclasses.replace(Hyperparameters.from_env(environ), run_id="") == Hyperparameters()
 
 
@@ -182,8 +247,9 @@ def test_write_data_shard_rejects_what_uint16_cannot_hold(tmp_path, tokens):
         build_shards.write_data_shard(tmp_path / "s.bin", np.array(tokens))
 
 
-@pytest.mark.parametrize("damage", ["bad_magic", "wrong_version", "negative_count", "truncated_tokens",
-                                    "truncated_header", "extra_bytes"])
+@pytest.mark.parametrize(
+    "damage", ["bad_magic", "wrong_version", "negative_count", "truncated_tokens", "truncated_header", "extra_bytes"]
+)
 def test_malformed_shard_is_a_shard_error_naming_the_file(tmp_path, damage):
     path = tmp_path / "fineweb_val_000000.bin"
     build_shards.write_data_shard(path, np.arange(100))
@@ -237,8 +303,9 @@ def write_counting_shards(directory: Path) -> np.ndarray:
     return np.concatenate(stream)
 
 
-def global_batches(files: list[Path], world_size: int, steps: int,
-                   make=train_gpt.DistributedTokenLoader) -> list[list[tuple[list, list]]]:
+def global_batches(
+    files: list[Path], world_size: int, steps: int, make=train_gpt.DistributedTokenLoader
+) -> list[list[tuple[list, list]]]:
     """Every (x, y) sequence of each step's global batch, micro-step by micro-step, rank by rank."""
     loaders = [make(files, cpu_context(world_size, r)) for r in range(world_size)]
     batches = []
@@ -279,6 +346,7 @@ def test_global_batch_is_the_same_for_any_world_size(tmp_path, world_size):
 def time_limit(seconds: float):
     """Raise TimeoutError in this (main) thread after `seconds`. A timer thread trips the Python-level
     handler directly (no real signal), so no system call is interrupted and no read comes back short."""
+
     def on_timeout(signum, frame):
         raise TimeoutError(f"still running after {seconds} s")
 
@@ -423,11 +491,13 @@ def test_muon_on_two_processes_matches_one(tmp_path):
     """Each rank orthogonalises its share of every bank (the bank of 3 splits 2 + 1, padded) and all-gathers."""
     script = tmp_path / "muon_two.py"
     path = [str(ROOT), str(ROOT / "data"), str(ROOT / "tests")]  # test_train_gpt imports build_shards from data/
-    script.write_text(f"import sys, torch, torch.distributed as dist\nsys.path[:0] = {path!r}\n"
-                      "import test_train_gpt as t\ndist.init_process_group('gloo')\n"
-                      "out = t.muon_on(t.MIXED_SHAPES, row_normalize=True, weight_decay=0.5)\n"
-                      f"torch.save(out, {str(tmp_path)!r} + f'/rank{{dist.get_rank()}}.pt')\n"
-                      "dist.destroy_process_group()\n")
+    script.write_text(
+        f"import sys, torch, torch.distributed as dist\nsys.path[:0] = {path!r}\n"
+        "import test_train_gpt as t\ndist.init_process_group('gloo')\n"
+        "out = t.muon_on(t.MIXED_SHAPES, row_normalize=True, weight_decay=0.5)\n"
+        f"torch.save(out, {str(tmp_path)!r} + f'/rank{{dist.get_rank()}}.pt')\n"
+        "dist.destroy_process_group()\n"
+    )
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
     run = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -511,8 +581,10 @@ def test_rotary_attention_scores_depend_only_on_the_offset():
 
 
 def test_rotary_tables_are_buffers_outside_the_artifact_and_cover_the_longest_sequence():
-    short, long = (train_gpt.CausalSelfAttention(tiny_args(TRAIN_SEQ_LEN=n, EVAL_SEQ_LEN=2 * n, VAL_BATCH_SIZE=512),
-                                                 xsa=False) for n in (8, 32))
+    short, long = (
+        train_gpt.CausalSelfAttention(tiny_args(TRAIN_SEQ_LEN=n, EVAL_SEQ_LEN=2 * n, VAL_BATCH_SIZE=512), xsa=False)
+        for n in (8, 32)
+    )
     cos, sin = train_gpt.rotary_cos_sin(16, 32, 10_000.0, CPU)  # the longer of TRAIN_SEQ_LEN and EVAL_SEQ_LEN
     assert torch.equal(short.rope_cos, cos) and torch.equal(short.rope_sin, sin)
     assert not any("rope" in name for name in short.state_dict())  # neither saved nor exported
@@ -591,8 +663,9 @@ class LossStub(nn.Module):
 def test_evaluate_gives_bits_per_byte_of_the_decoded_validation_text(tiny_data, tmp_path):
     val_tokens = train_gpt.load_data_shard(tiny_data.data_path / "fineweb_val_000000.bin")
     n = val_tokens.numel() - 1  # one sequence holding every target, so no token is trimmed off
-    args = Hyperparameters.from_env(tiny_env(tiny_data, tmp_path, TRAIN_SEQ_LEN=n, TRAIN_BATCH_TOKENS=8 * n,
-                                             VAL_BATCH_SIZE=8 * n))
+    args = Hyperparameters.from_env(
+        tiny_env(tiny_data, tmp_path, TRAIN_SEQ_LEN=n, TRAIN_BATCH_TOKENS=8 * n, VAL_BATCH_SIZE=8 * n)
+    )
     val = train_gpt.preflight(args, cpu_context()).val
     assert val.tokens.numel() == n + 1
     model = LossStub(lambda y: torch.full(y.shape, 2.5))
@@ -665,11 +738,16 @@ def test_quantization_error_is_at_most_half_the_stored_step():
 
 def test_small_tensors_stay_fp16_control_tensors_fp32_and_non_floats_pass_through():
     g = torch.Generator().manual_seed(0)
-    state = {"blocks.0.attn_scale": torch.randn(64, generator=g), "blocks.0.resid_mix": torch.randn(2, 64, generator=g),
-             "skip_weights": torch.randn(1, 64, generator=g),
-             "blocks.0.mlp.fc.weight": torch.randn(128, 64, generator=g),
-             "at_the_limit": torch.randn(256, 256, generator=g), "over_the_limit": torch.randn(257, 256, generator=g),
-             "counts": torch.tensor([3, 1, 4]), "mask": torch.tensor([True, False])}
+    state = {
+        "blocks.0.attn_scale": torch.randn(64, generator=g),
+        "blocks.0.resid_mix": torch.randn(2, 64, generator=g),
+        "skip_weights": torch.randn(1, 64, generator=g),
+        "blocks.0.mlp.fc.weight": torch.randn(128, 64, generator=g),
+        "at_the_limit": torch.randn(256, 256, generator=g),
+        "over_the_limit": torch.randn(257, 256, generator=g),
+        "counts": torch.tensor([3, 1, 4]),
+        "mask": torch.tensor([True, False]),
+    }
     obj = train_gpt.quantize_state_dict(state, Hyperparameters())
     assert set(obj["quantized"]) == {"over_the_limit"}  # QUANT_KEEP_FLOAT_MAX_NUMEL = 65,536 = 256 * 256
     restored = train_gpt.dequantize_state_dict(obj)
@@ -730,24 +808,43 @@ def test_artifact_round_trip_restores_a_model_with_nearly_the_same_loss(tmp_path
 # =================================================================================================
 
 
-@pytest.mark.parametrize("iterations, warmdown, step, expected", [
-    (100, 20, 0, 1.0), (100, 20, 79, 1.0), (100, 20, 80, 1.0), (100, 20, 90, 0.5), (100, 20, 99, 0.05),
-    (100, 20, 100, 0.0), (10, 20, 0, 0.5), (100, 0, 100, 1.0)])
+@pytest.mark.parametrize(
+    "iterations, warmdown, step, expected",
+    [
+        (100, 20, 0, 1.0),
+        (100, 20, 79, 1.0),
+        (100, 20, 80, 1.0),
+        (100, 20, 90, 0.5),
+        (100, 20, 99, 0.05),
+        (100, 20, 100, 0.0),
+        (10, 20, 0, 0.5),
+        (100, 0, 100, 1.0),
+    ],
+)
 def test_lr_multiplier_decays_linearly_over_the_last_warmdown_iters(iterations, warmdown, step, expected):
     args = tiny_args(ITERATIONS=iterations, WARMDOWN_ITERS=warmdown, MAX_WALLCLOCK_SECONDS=0)
     assert train_gpt.lr_multiplier(step, 1234.0, args) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("step, elapsed_ms, expected", [
-    (10, 500.0, 1.0),  # 50 ms/step: warm-down is the last 100 * 50 ms = 5 s of the 10 s cap
-    (100, 5000.0, 1.0), (150, 7500.0, 0.5), (190, 9500.0, 0.1), (200, 12_000.0, 0.0)])
+@pytest.mark.parametrize(
+    "step, elapsed_ms, expected",
+    [
+        (10, 500.0, 1.0),  # 50 ms/step: warm-down is the last 100 * 50 ms = 5 s of the 10 s cap
+        (100, 5000.0, 1.0),
+        (150, 7500.0, 0.5),
+        (190, 9500.0, 0.1),
+        (200, 12_000.0, 0.0),
+    ],
+)
 def test_lr_multiplier_with_a_wallclock_cap_decays_over_the_last_warmdown_iters_of_time(step, elapsed_ms, expected):
     args = tiny_args(ITERATIONS=20_000, WARMDOWN_ITERS=100, MAX_WALLCLOCK_SECONDS=10)
     assert train_gpt.lr_multiplier(step, elapsed_ms, args) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("warmup_steps, step, expected", [(100, 0, 0.92), (100, 50, 0.955), (100, 100, 0.99),
-                                                          (100, 5000, 0.99), (0, 0, 0.99)])
+@pytest.mark.parametrize(
+    "warmup_steps, step, expected",
+    [(100, 0, 0.92), (100, 50, 0.955), (100, 100, 0.99), (100, 5000, 0.99), (0, 0, 0.99)],
+)
 def test_muon_momentum_warms_up_linearly(warmup_steps, step, expected):
     args = tiny_args(MUON_MOMENTUM=0.99, MUON_MOMENTUM_WARMUP_START=0.92, MUON_MOMENTUM_WARMUP_STEPS=warmup_steps)
     assert train_gpt.muon_momentum(step, args) == pytest.approx(expected)
@@ -770,8 +867,10 @@ def test_train_step_averages_the_micro_batches_and_applies_the_schedules(tiny_da
     files = train_gpt.find_shards(args.data_path, "train")
     reference = train_gpt.DistributedTokenLoader(files, cpu_context())
     with torch.no_grad():
-        expected = sum(model(*reference.next_batch(args.train_batch_tokens // 8, args.train_seq_len)).item()
-                       for _ in range(8)) / 8
+        expected = (
+            sum(model(*reference.next_batch(args.train_batch_tokens // 8, args.train_seq_len)).item() for _ in range(8))
+            / 8
+        )
     loader = train_gpt.DistributedTokenLoader(files, cpu_context())
     state = train_gpt.TrainState(model, model, optimizers)
     loss = train_gpt.train_step(cpu_run(args, train_files=files), state, loader, 5, 0.25)
@@ -822,8 +921,9 @@ def test_tokenizer_with_another_vocabulary_is_a_config_error(tiny_data):
 
 
 @pytest.mark.parametrize("val_tokens, world_size", [(64, 1), (65, 2), (10, 1)])
-def test_validation_split_shorter_than_a_sequence_per_rank_is_a_config_error(tiny_data, tmp_path, val_tokens,
-                                                                              world_size):
+def test_validation_split_shorter_than_a_sequence_per_rank_is_a_config_error(
+    tiny_data, tmp_path, val_tokens, world_size
+):
     data_path = tmp_path / "data"
     data_path.mkdir()
     build_shards.write_data_shard(data_path / "fineweb_train_000000.bin", np.ones(1000, dtype=np.uint16))
