@@ -35,7 +35,7 @@ def test_readme_lists_every_setting_with_its_default():
 
 
 def test_readme_test_command_is_what_ci_runs():
-    command = "python3 -m pip install -r requirements.txt && python3 -m pytest -q -n 2 --dist loadfile tests"
+    command = "python3 -m pip install -r requirements.txt && ruff format --check . && ruff check . && python3 -m pytest -q -n 2 --dist loadfile tests"
     assert command in README.read_text(encoding="utf-8")
     assert command in (README.parent / ".ci" / "run").read_text(encoding="utf-8")
 
