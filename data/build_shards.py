@@ -14,6 +14,8 @@ documents run on across shard boundaries, so every shard but the last of a split
   # then train on it:
   DATA_PATH=data/datasets/mytext_sp1024 TOKENIZER_PATH=data/tokenizers/mytext_sp1024.model \
       VOCAB_SIZE=1024 python3 train_gpt.py
+  # which tokenizer made a folder of shards (the .model files in data/tokenizers and in the folders named):
+  python3 data/build_shards.py --which-tokenizer data/datasets/mytext_sp1024 --tokenizers ~/tokenizers
 
 The validation split is chosen per document by a hash of its UTF-8 text (below --val-fraction:
 validation), or given outright with --val FILE. So the same text lands in the same split whatever
@@ -43,18 +45,48 @@ import numpy as np
 import sentencepiece as spm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import train_gpt  # noqa: E402  (the shard format and its checks live in the trainer)
+import train_gpt  # noqa: E402  (the trainer defines the shard format: its constants, reader and ShardError)
+
+DATA_DIR = Path(__file__).resolve().parent
+
+
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """A temp file beside path, then a rename: no reader sees half a file, and an interrupt leaves none behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def write_data_shard(path: str | Path, tokens) -> None:
     """Write tokens (any int array-like, values < 65536) as a shard in train_gpt.py's format (its data section:
-    header, then uint16 ids), atomically: a temp file beside path, then a rename."""
+    header, then uint16 ids), atomically."""
     array = np.asarray(tokens)
     if array.ndim != 1 or (array.size and (array.min() < 0 or array.max() >= 2**16)):
         raise train_gpt.ShardError(f"{path}: tokens must be a 1-D array of ids in [0, 65536).")
     header = np.zeros(train_gpt.SHARD_HEADER_INTS, dtype="<i4")
     header[:3] = (train_gpt.SHARD_MAGIC, train_gpt.SHARD_VERSION, array.size)
-    train_gpt.write_atomic(path, header.tobytes() + array.astype(train_gpt.SHARD_TOKEN_DTYPE).tobytes())
+    write_atomic(path, header.tobytes() + array.astype(train_gpt.SHARD_TOKEN_DTYPE).tobytes())
+
+
+def round_trip(sp: spm.SentencePieceProcessor, samples: list[np.ndarray], docs: int = 32) -> tuple[int, int]:
+    """(documents that decode and encode again to their own ids, documents tried). A document is the ids between
+    two BOS ids; up to `docs` of them are tried from each sample, spread evenly over it. With the tokenizer that
+    made the shards nearly all come back unchanged, with another few do: train_gpt.py's pre-flight makes the same
+    test, and retokenize.py and --which-tokenizer use this one."""
+    same = tried = 0
+    for tokens in samples:
+        bos = np.flatnonzero(tokens == sp.bos_id())
+        picks = np.linspace(0, len(bos) - 2, min(docs, max(len(bos) - 1, 0))).astype(int)
+        for i in np.unique(picks):
+            ids = tokens[bos[i] + 1 : bos[i + 1]].tolist()
+            same += sp.encode(sp.decode(ids)) == ids
+            tried += 1
+    return same, tried
 
 
 # The published FineWeb tokenizers' trainer and normalizer settings, as stored in the model proto of
@@ -193,10 +225,8 @@ def vocab_size_error(vocab_size: int) -> str:
     )
 
 
-def train_tokenizer(
-    texts: Iterable[str], vocab_size: int, model_path: Path, num_threads: int = 1
-) -> spm.SentencePieceProcessor:
-    """Train a BPE tokenizer with TOKENIZER_SETTINGS; write it to model_path (atomically)."""
+def train_tokenizer_model(texts: Iterable[str], vocab_size: int, num_threads: int = 1) -> bytes:
+    """A BPE tokenizer trained with TOKENIZER_SETTINGS, as the bytes of its .model file."""
     if not MIN_VOCAB_SIZE <= vocab_size <= MAX_VOCAB_SIZE:
         raise BuildError(vocab_size_error(vocab_size))
     spm.set_random_generator_seed(TOKENIZER_SEED)
@@ -214,11 +244,15 @@ def train_tokenizer(
         )
     except RuntimeError as exc:  # SentencePiece's own message says what is wrong (e.g. vocab too small)
         raise BuildError(f"tokenizer training failed: {exc}") from None
-    model_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = model_path.with_name(model_path.name + f".tmp{os.getpid()}")
-    tmp.write_bytes(model.getvalue())
-    os.replace(tmp, model_path)
-    return load_tokenizer(model_path)
+    return model.getvalue()
+
+
+def train_tokenizer(
+    texts: Iterable[str], vocab_size: int, model_path: Path, num_threads: int = 1
+) -> spm.SentencePieceProcessor:
+    """Train a BPE tokenizer with TOKENIZER_SETTINGS; write it to model_path (atomically)."""
+    write_atomic(model_path, train_tokenizer_model(texts, vocab_size, num_threads))
+    return load_tokenizer(Path(model_path))
 
 
 def load_tokenizer(path: Path) -> spm.SentencePieceProcessor:
@@ -377,9 +411,7 @@ def clear_output(output: Path, overwrite: bool) -> None:
 
 
 def write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, (json.dumps(obj, indent=2) + "\n").encode("utf-8"))
 
 
 # =================================================================================================
@@ -421,16 +453,33 @@ def check_config(cfg: BuildConfig) -> None:
         raise BuildError("--text-field must name a field, e.g. --text-field text.")
     if Path(cfg.output).exists() and not Path(cfg.output).is_dir():
         raise BuildError(f"--output {cfg.output} is a file: give a folder.")
+    trained = trained_tokenizer_path(cfg)
+    if trained is not None and trained.exists() and not cfg.overwrite:
+        raise BuildError(
+            f"the tokenizer this build trains would replace {trained}, which shards made with it need: pass "
+            "--overwrite to replace it, or choose another --tokenizer-out (default: data/tokenizers/<output "
+            "name>.model)."
+        )
+
+
+def trained_tokenizer_path(cfg: BuildConfig) -> Path | None:
+    """Where the tokenizer this build trains goes; None when it tokenizes with an existing one (--tokenizer)."""
+    if cfg.tokenizer is not None:
+        return None
+    return Path(cfg.tokenizer_out or DATA_DIR / "tokenizers" / f"{Path(cfg.output).name}.model")
 
 
 def build(cfg: BuildConfig) -> dict:
     """Tokenize the inputs into shards in cfg.output; returns the manifest (also written there).
     Everything that can be checked is checked before the output folder is made; if the build fails
-    later, the shards it wrote (and the folder, if it made it) are removed again."""
+    later, the shards it wrote (and the folder, if it made it) are removed again. A tokenizer it trains
+    is written only once the shards are built, so a failed build leaves none."""
     check_config(cfg)
     files, val_files = list_input_files(cfg.inputs), list_input_files(cfg.val_inputs)
     if cfg.tokenizer is not None:
         load_tokenizer(Path(cfg.tokenizer))
+    trained = trained_tokenizer_path(cfg)
+    new_tokenizer = trained is not None and not trained.exists()
     made_folder = not Path(cfg.output).exists()
     clear_output(cfg.output, cfg.overwrite)
     try:
@@ -441,6 +490,8 @@ def build(cfg: BuildConfig) -> dict:
                 path.unlink()
         if made_folder and not any(cfg.output.iterdir()):
             cfg.output.rmdir()
+        if new_tokenizer:  # written just before the manifest, which then failed
+            trained.unlink(missing_ok=True)
         raise
 
 
@@ -452,10 +503,11 @@ def build_into(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> di
     def train_texts() -> Iterator[str]:
         return (t for t in iter_documents(files, cfg.text_field) if not is_validation(t, val_fraction))
 
+    model = None  # the .model bytes of a tokenizer trained here, written once the shards are built
     if cfg.tokenizer is not None:
-        tokenizer_path, sp, trained = Path(cfg.tokenizer), load_tokenizer(Path(cfg.tokenizer)), False
+        tokenizer_path, sp = Path(cfg.tokenizer), load_tokenizer(Path(cfg.tokenizer))
     else:
-        tokenizer_path = Path(cfg.tokenizer_out or default_tokenizer_path(cfg.output))
+        tokenizer_path = trained_tokenizer_path(cfg)
         total = sum(len(t.encode("utf-8")) for t in train_texts())
         rate = min(1.0, cfg.tokenizer_train_bytes / max(total, 1))
         say(
@@ -463,9 +515,9 @@ def build_into(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> di
             f"{total / 1e6:.1f}MB of training text"
         )
         sample = (t for t in train_texts() if unit_hash(t, b"tokenizer-pick") < rate)
-        sp = train_tokenizer(sample, cfg.vocab_size, tokenizer_path, cfg.workers)
-        trained = True
-        say(f"tokenizer: wrote {tokenizer_path} time:{time.perf_counter() - t0:.1f}s")
+        model = train_tokenizer_model(sample, cfg.vocab_size, cfg.workers)
+        sp = spm.SentencePieceProcessor(model_proto=model)
+        say(f"tokenizer: trained time:{time.perf_counter() - t0:.1f}s (written to {tokenizer_path} with the shards)")
 
     writers = {s: SplitWriter(cfg.output, s, cfg.shard_tokens) for s in ("val", "train")}
     sources = [(val_files, True), (files, False)]
@@ -493,6 +545,9 @@ def build_into(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> di
                 f"--val-fraction {val_fraction}): use more text, change --val-fraction, "
                 "or pass validation documents with --val."
             )
+    if model is not None:
+        write_atomic(tokenizer_path, model)
+        say(f"tokenizer: wrote {tokenizer_path}")
 
     name = cfg.name or cfg.output.name
     manifest = {
@@ -539,8 +594,8 @@ def build_into(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> di
                 "vocab_size": sp.vocab_size(),
                 "model_path": f"tokenizers/{tokenizer_path.name}",
                 "sha256": file_sha256(tokenizer_path),
-                "trained_here": trained,
-                "settings": {**TOKENIZER_SETTINGS, "vocab_size": sp.vocab_size()} if trained else None,
+                "trained_here": model is not None,
+                "settings": {**TOKENIZER_SETTINGS, "vocab_size": sp.vocab_size()} if model is not None else None,
             }
         ],
         "inputs": [str(p) for p in val_files + files],
@@ -564,17 +619,126 @@ def build_into(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> di
     return manifest
 
 
-def default_tokenizer_path(output: Path) -> Path:
-    return Path(__file__).resolve().parent / "tokenizers" / f"{output.name}.model"
+# =================================================================================================
+# Which tokenizer made a folder of shards (--which-tokenizer)
+# =================================================================================================
 
 
-def parse_args(argv: list[str] | None = None) -> BuildConfig:
+@dataclass
+class Candidate:
+    """A .model file judged against sampled shards."""
+
+    path: Path
+    vocab_size: int | None = None  # None: not a SentencePiece model
+    same: int = 0  # sampled documents that decode and encode again to their own ids
+    tried: int = 0
+    ids_fit: bool = False  # every sampled id is below vocab_size
+
+    @property
+    def fits(self) -> bool:
+        return self.ids_fit and 2 * self.same >= self.tried
+
+    def describe(self, largest_id: int) -> str:
+        if self.vocab_size is None:
+            return f"no    not a SentencePiece model  {self.path}"
+        if not self.ids_fit:
+            return f"no    vocab_size:{self.vocab_size} too small for id {largest_id}  {self.path}"
+        verdict = "fits" if self.fits else "no"
+        return f"{verdict:<5} vocab_size:{self.vocab_size} round_trip:{self.same}/{self.tried}  {self.path}"
+
+
+def sample_shards(data_path: Path) -> tuple[list[np.ndarray], list[Path]]:
+    """The tokens of the first validation shard and of the first training shard, as train_gpt.py's own check
+    samples them (it takes the whole validation split, which is one shard in the published data)."""
+    if not data_path.is_dir():
+        raise BuildError(f"--which-tokenizer {data_path}: no such folder. Give the folder of the shards (DATA_PATH).")
+    files = sorted(data_path.glob("fineweb_val_*.bin"))[:1] + sorted(data_path.glob("fineweb_train_*.bin"))[:1]
+    if not files:
+        raise BuildError(
+            f"--which-tokenizer {data_path}: the folder holds no fineweb_val_*.bin or fineweb_train_*.bin "
+            "shards. Give the folder of the shards (DATA_PATH)."
+        )
+    return [train_gpt.load_data_shard(f).numpy() for f in files], files
+
+
+def tokenizer_files(places: list[Path]) -> list[Path]:
+    """The .model files under data/tokenizers and under each of `places` (a folder, or a .model file itself)."""
+    found: dict[Path, Path] = {}
+    for place in [DATA_DIR / "tokenizers", *places]:
+        if place.is_file():
+            paths = [place]
+        elif place.is_dir():
+            paths = sorted(place.rglob("*.model"))
+        elif place in places:
+            raise BuildError(f"--tokenizers {place}: no such folder or file.")
+        else:
+            paths = []
+        for path in paths:
+            found.setdefault(path.resolve(), path)
+    return list(found.values())
+
+
+def judge_tokenizer(path: Path, samples: list[np.ndarray], largest_id: int) -> Candidate:
+    try:
+        sp = spm.SentencePieceProcessor(model_file=str(path))
+    except (RuntimeError, OSError):
+        return Candidate(path)
+    candidate = Candidate(path, sp.vocab_size(), ids_fit=sp.vocab_size() > largest_id)
+    if candidate.ids_fit:  # an id beyond the vocabulary cannot be decoded
+        candidate.same, candidate.tried = round_trip(sp, samples)
+    return candidate
+
+
+def which_tokenizer(data_path: Path, places: list[Path], say=print) -> list[Candidate]:
+    """Every candidate tokenizer, judged on a sample of the shards in data_path: it fits when every id is below
+    its vocabulary and at least half the sampled documents round-trip (nearly all do with the one that made them,
+    few with another). Prints a line per candidate and what to set; returns them."""
+    samples, files = sample_shards(data_path)
+    largest_id = max(int(tokens.max(initial=0)) for tokens in samples)
+    candidates = [judge_tokenizer(path, samples, largest_id) for path in tokenizer_files(places)]
+    tried = next((c.tried for c in candidates if c.ids_fit), None)
+    if tried == 0:
+        raise BuildError(
+            f"{', '.join(str(f) for f in files)}: no whole document (the ids between two BOS ids) to try: "
+            "the shards are too small to tell which tokenizer made them."
+        )
+    say(f"shards: {', '.join(f.name for f in files)} in {data_path}, largest id {largest_id}")
+    for candidate in candidates:
+        say(candidate.describe(largest_id))
+    fits = [c for c in candidates if c.fits]
+    for c in fits:
+        say(f"fits: TOKENIZER_PATH={c.path} VOCAB_SIZE={c.vocab_size}")
+    if not candidates:
+        searched = ", ".join(str(place) for place in [DATA_DIR / "tokenizers", *places])
+        say(f"no .model file under {searched}. Name the folder that holds your tokenizers with --tokenizers DIR.")
+    elif not fits:
+        say(
+            f"none of the {len(candidates)} tokenizers made these shards (a fit: every id below its vocabulary and "
+            "at least half the sampled documents decode and encode again to their own ids). Name the folder that "
+            "holds the right one with --tokenizers DIR, or get shards of your tokenizer: data/README.md, "
+            '"Which shards for which vocabulary".'
+        )
+    return candidates
+
+
+# =================================================================================================
+# The command line
+# =================================================================================================
+
+USAGE = """%(prog)s INPUT [INPUT ...] --output DIR [options]
+       %(prog)s --which-tokenizer DATA_PATH [--tokenizers DIR ...]"""
+
+
+def build_parser() -> argparse.ArgumentParser:
     description, details = __doc__.split("\n\n", 1)  # the docstring's first line; the rest as written
     p = argparse.ArgumentParser(
-        description=description, epilog=details, formatter_class=argparse.RawDescriptionHelpFormatter
+        usage=USAGE,
+        description=description,
+        epilog=details,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("inputs", nargs="+", help="JSONL or text files, or folders of them")
-    p.add_argument("--output", required=True, type=Path, help="folder for the shards and manifest.json")
+    p.add_argument("inputs", nargs="*", help="JSONL or text files, or folders of them")
+    p.add_argument("--output", type=Path, help="folder for the shards and manifest.json (required to build)")
     p.add_argument(
         "--val",
         nargs="+",
@@ -582,8 +746,12 @@ def parse_args(argv: list[str] | None = None) -> BuildConfig:
         dest="val_inputs",
         help="files whose documents are the validation split (then --val-fraction is not used)",
     )
-    p.add_argument("--tokenizer", type=Path, help="an existing SentencePiece .model to tokenize with")
-    p.add_argument("--vocab-size", type=int, default=1024, help="vocabulary of the tokenizer to train")
+    p.add_argument(
+        "--tokenizer", type=Path, help="an existing SentencePiece .model to tokenize with (default: train one)"
+    )
+    p.add_argument(
+        "--vocab-size", type=int, default=1024, help="vocabulary of the tokenizer to train (default: %(default)s)"
+    )
     p.add_argument(
         "--tokenizer-out",
         type=Path,
@@ -593,25 +761,75 @@ def parse_args(argv: list[str] | None = None) -> BuildConfig:
         "--tokenizer-train-bytes",
         type=int,
         default=DEFAULT_TOKENIZER_TRAIN_BYTES,
-        help="train the tokenizer on a hash-chosen sample of about this much training text",
+        help="train the tokenizer on a hash-chosen sample of about this much training text (default: %(default)s)",
     )
-    p.add_argument("--val-fraction", type=float, default=0.01, help="share of documents for validation")
-    p.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens per shard")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="encoding processes")
-    p.add_argument("--text-field", default="text", help="the JSONL field that holds the text")
-    p.add_argument("--name", default="", help="dataset name in the manifest (default: the output folder name)")
-    p.add_argument("--overwrite", action="store_true", help="replace shards already in --output")
-    args = p.parse_args(argv)
+    p.add_argument(
+        "--val-fraction", type=float, default=0.01, help="share of documents for validation (default: %(default)s)"
+    )
+    p.add_argument(
+        "--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens per shard (default: %(default)s)"
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="encoding processes (default: the number of cores, here %(default)s)",
+    )
+    p.add_argument("--text-field", default="text", help="the JSONL field that holds the text (default: %(default)s)")
+    p.add_argument("--name", default="", help="dataset name in the manifest (default: the output folder's name)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace shards already in --output, and the tokenizer at --tokenizer-out (default: refuse)",
+    )
+    p.add_argument(
+        "--which-tokenizer",
+        type=Path,
+        metavar="DATA_PATH",
+        help="instead of building: sample the shards in DATA_PATH and say which .model files (under data/tokenizers "
+        "and --tokenizers) made them; exit 0 if one fits, 1 if none",
+    )
+    p.add_argument(
+        "--tokenizers",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="with --which-tokenizer: more folders (or .model files) to try, beside data/tokenizers",
+    )
+    return p
+
+
+def config_from(p: argparse.ArgumentParser, args: argparse.Namespace) -> BuildConfig:
+    if args.tokenizers:
+        p.error("--tokenizers goes with --which-tokenizer DATA_PATH")
+    if not args.inputs or args.output is None:
+        p.error("a build needs its inputs and --output DIR (or give --which-tokenizer DATA_PATH alone)")
     if args.tokenizer is not None and args.tokenizer_out is not None:
         p.error("--tokenizer-out is for a trained tokenizer; with --tokenizer nothing is trained")
-    return BuildConfig(**vars(args))
+    return BuildConfig(**{k: v for k, v in vars(args).items() if k not in ("which_tokenizer", "tokenizers")})
+
+
+def parse_args(argv: list[str] | None = None) -> BuildConfig:
+    """The build's settings from the command line (argparse exits 2 on a wrong one)."""
+    p = build_parser()
+    return config_from(p, p.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> None:
+    p = build_parser()
+    args = p.parse_args(argv)
     try:
-        build(parse_args(argv))
+        if args.which_tokenizer is None:
+            build(config_from(p, args))
+            return
+        if args.inputs or args.output is not None:
+            p.error("--which-tokenizer DATA_PATH reads shards and builds nothing: give no inputs and no --output")
+        candidates = which_tokenizer(args.which_tokenizer, args.tokenizers)
+        sys.exit(0 if any(c.fits for c in candidates) else 1)
     except (BuildError, train_gpt.ShardError) as exc:
-        sys.exit(f"error: {exc}")
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

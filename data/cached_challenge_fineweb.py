@@ -45,7 +45,7 @@ from huggingface_hub.errors import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import train_gpt  # noqa: E402  (the shard format and its checks live in the trainer)
+import train_gpt  # noqa: E402  (the trainer defines the shard format: its reader and ShardError)
 from build_shards import file_sha256  # noqa: E402  (this script's folder is on sys.path)
 
 DEFAULT_REPO_ID = "willdepueoai/parameter-golf"
@@ -53,6 +53,7 @@ DEFAULT_REMOTE_ROOT = "datasets"
 DEFAULT_TRAIN_SHARDS = 80  # 8B tokens of the sp1024 export, as the published instructions
 DATA_DIR = Path(__file__).resolve().parent
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+VARIANT_DATASET = re.compile(r"fineweb10B_(\w+)")  # --variant V is the dataset fineweb10B_V
 METADATA_TIMEOUT_S = 30.0
 
 
@@ -148,10 +149,14 @@ def plan(manifest: dict, dataset_name: str, train_shards: int, data_dir: Path) -
     """Validation shards (all), the first train_shards training shards, then the tokenizer files."""
     datasets = {d.get("name"): d for d in manifest.get("datasets", [])}
     if dataset_name not in datasets:
+        names = sorted(map(str, datasets))
+        variants = [m.group(1) for m in map(VARIANT_DATASET.fullmatch, names) if m]
+        as_variants = f" (--variant {', '.join(variants)})" if variants else ""
         raise DownloadError(
-            f"the manifest has no dataset {dataset_name!r}; it has: "
-            f"{', '.join(sorted(map(str, datasets))) or 'none'}. Pick one with --variant "
-            "(fineweb10B_<variant>) or --dataset."
+            f"the manifest has no dataset {dataset_name!r}; it has: {', '.join(names) or 'none'}"
+            f"{as_variants}. Pick one with --variant "
+            "(fineweb10B_<variant>) or --dataset. Shards of another vocabulary come from another repo or "
+            'are made here: data/README.md, "Which shards for which vocabulary".'
         )
     entry = datasets[dataset_name]
     remote_dir = entry.get("path") or f"datasets/{dataset_name}"
@@ -299,7 +304,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         download(hub, args.dataset or f"fineweb10B_{args.variant}", args.train_shards, args.data_dir)
     except (DownloadError, train_gpt.ShardError) as exc:
-        sys.exit(f"error: {exc}")
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

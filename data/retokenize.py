@@ -35,8 +35,8 @@ import numpy as np
 import sentencepiece as spm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import build_shards  # noqa: E402  (file_sha256, write_json, and the manifest's shape)
-from build_shards import train_gpt  # noqa: E402  (the shard format and its checks live in the trainer)
+import build_shards  # noqa: E402  (round_trip, write_data_shard, file_sha256, write_json, the manifest's shape)
+from build_shards import train_gpt  # noqa: E402  (the trainer defines the shard format: constants, reader)
 
 CHUNK_TOKENS = 1 << 20  # input tokens handed to a worker at a time (cut at a BOS)
 MAX_VOCAB = 65_536  # shards store uint16 ids
@@ -184,10 +184,11 @@ def make_plan(args: argparse.Namespace) -> Plan:
 
 def check_round_trip(source: Tokenizer, files: list[Path], tokens: list[int]) -> None:
     """The inputs must be --from-model's: a sample of their documents decodes and encodes again to the same ids with the
-    tokenizer that made them (train_gpt.py's own check), and not with another. Swapped --from-model and --to-model,
-    on shards without a manifest, once wrote garbage shards whose new manifest then vouched for them."""
+    tokenizer that made them (train_gpt.py's pre-flight makes the same check), and not with another. Swapped
+    --from-model and --to-model, on shards without a manifest, once wrote garbage shards whose new manifest then
+    vouched for them."""
     sample = [shard_tokens(f, 0, min(n, 1 << 22)) for f, n in zip(files[:4], tokens[:4])]
-    same, tried = train_gpt.round_trip(spm.SentencePieceProcessor(model_proto=source.proto), sample)
+    same, tried = build_shards.round_trip(spm.SentencePieceProcessor(model_proto=source.proto), sample)
     if same * 2 < tried:
         raise RetokenizeError(
             f"--from-model {source.path} did not make the input shards: {same} of {tried} sampled "

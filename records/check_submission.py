@@ -504,23 +504,81 @@ def check_submission_matches_logs(s: Submission) -> Verdict:
     return Verdict("submission_matches_logs", True, f"{len(agreed)} values agree with the logs: " + ", ".join(shown))
 
 
-def reference_scores(folder: Path) -> tuple[list[float], list[float], str, int | None]:
+def reference_scores(folder: Path) -> tuple[list[float], list[float], str, list[R.RunLog]]:
     """A record's per-seed val_loss and val_bpb: its submission.json's seed_results, else its logs' score
-    lines, else its submission.json's one val_loss. Also its vocabulary size where its logs say it."""
+    lines, else its submission.json's one val_loss. Also its logs (for its vocabulary and validation set)."""
     j, _ = R.read_submission(folder)
     logs = [R.read_log(p) for p in R.log_paths(folder)] if folder.is_dir() else []
-    vocab = next((log.vocab_size for log in logs if log.vocab_size), None)
     results = j.get("seed_results") if isinstance(j, dict) and isinstance(j.get("seed_results"), dict) else {}
     if results:
         loss = [float(r["val_loss"]) for r in results.values()]
         bpb = [float(r["val_bpb"]) for r in results.values()]
-        return loss, bpb, "per-seed values of its submission.json", vocab
+        return loss, bpb, "per-seed values of its submission.json", logs
     scored = [log for log in logs if log.val_loss is not None]
     if scored:
-        return [log.val_loss for log in scored], [log.val_bpb for log in scored], "score lines of its logs", vocab
+        return [log.val_loss for log in scored], [log.val_bpb for log in scored], "score lines of its logs", logs
     if isinstance(j, dict) and "val_loss" in j:
-        return [float(j["val_loss"])], [float(j.get("val_bpb", "nan"))], "val_loss of its submission.json", vocab
+        return [float(j["val_loss"])], [float(j.get("val_bpb", "nan"))], "val_loss of its submission.json", logs
     raise ValueError(f"{folder} has no per-seed values, no scored logs and no submission.json val_loss")
+
+
+# Two submissions' scores compare only on the same validation text, tokenized alike. The logs say how many tokens
+# a run scored (the split cut to whole sequences: runs of one split with other sequence lengths differ by less
+# than the longer sequence) and, through each score, the tokens per byte of the scored text (val_bpb * ln 2 /
+# val_loss: set by the text and the tokenizer, the same for every seed). Another split, or another tokenizer of the
+# same size, moves both: the 2026-03-17 baseline scored 63,779,840 tokens at 0.409450 tokens per byte, the records
+# after it 62,021,632 at 0.410521 (0.26% more). Cutting a split to whole sequences of T tokens drops fewer than T
+# tokens, which moves tokens per byte by about T / tokens at most; TOKENS_PER_BYTE_TOLERANCE covers the rounding
+# of the scores (8 decimals in the logs, at least 5 in submission.json).
+TOKENS_PER_BYTE_TOLERANCE = 1e-4  # relative
+
+
+@dataclass
+class ScoredText:
+    """What one side's logs and scores say about the validation text it was scored on."""
+
+    tokens: list[int]  # val_tokens of each log that gives it
+    seq_len: int  # the longest sequence its logs cut the split to; 0 where none says
+    tokens_per_byte: float  # the mean over its scores
+    tokenizers: list[str]  # the tokenizer file names its logs give
+
+    @classmethod
+    def of(cls, logs: list[R.RunLog], losses: list[float], bpbs: list[float]) -> ScoredText:
+        ratios = [R.tokens_per_byte(loss, bpb) for loss, bpb in zip(losses, bpbs) if loss > 0 and math.isfinite(bpb)]
+        return cls(
+            tokens=sorted({log.val_tokens for log in logs if log.val_tokens is not None}),
+            seq_len=max((log.val_seq_len or 0 for log in logs), default=0),
+            tokens_per_byte=sum(ratios) / len(ratios) if ratios else math.nan,
+            tokenizers=sorted({log.tokenizer for log in logs if log.tokenizer}),
+        )
+
+
+def validation_differences(ours: ScoredText, ref: ScoredText, name: str) -> tuple[list[str], str]:
+    """(what differs between the validation sets of two submissions, what agrees): from what both logs give."""
+    differ, agree = [], []
+    longest = max(ours.seq_len, ref.seq_len)
+    if ours.tokens and ref.tokens:
+        gap = max(abs(a - b) for a in ours.tokens for b in ref.tokens)
+        shown = f"{'/'.join(f'{n:,}' for n in ours.tokens)} tokens here, {'/'.join(f'{n:,}' for n in ref.tokens)}"
+        if gap >= max(longest, 1):
+            limit = (
+                f"more than one {longest}-token sequence apart" if longest else "the sequence lengths are not logged"
+            )
+            differ.append(f"{shown} in {name} ({limit})")
+        else:
+            agree.append(f"{shown} in {name}")
+    if math.isfinite(ours.tokens_per_byte) and math.isfinite(ref.tokens_per_byte):
+        allowed = TOKENS_PER_BYTE_TOLERANCE
+        if longest and ours.tokens and ref.tokens:
+            allowed += 2 * longest / min(ours.tokens + ref.tokens)
+        shown = f"{ours.tokens_per_byte:.6f} tokens per byte here, {ref.tokens_per_byte:.6f} in {name}"
+        if abs(ours.tokens_per_byte / ref.tokens_per_byte - 1) > allowed:
+            differ.append(f"{shown} (val_bpb * ln 2 / val_loss, which the text and the tokenizer set)")
+        else:
+            agree.append(shown)
+    if differ and ours.tokenizers and ref.tokenizers and ours.tokenizers != ref.tokenizers:
+        differ.append(f"tokenizer {', '.join(ours.tokenizers)} here, {', '.join(ref.tokenizers)} in {name}")
+    return differ, "; ".join(agree)
 
 
 def check_significance(s: Submission, against: Path | None) -> tuple[Verdict, R.Improvement | None]:
@@ -534,11 +592,12 @@ def check_significance(s: Submission, against: Path | None) -> tuple[Verdict, R.
             f"p < {R.P_MAX}: give --against RECORD_FOLDER",
         ), None
     try:
-        ref_loss, ref_bpb, source, ref_vocab = reference_scores(against)
+        ref_loss, ref_bpb, source, ref_logs = reference_scores(against)
     except ValueError as exc:
         return Verdict("significance", False, str(exc)), None
     scored = [log for log in s.logs if log.val_loss is not None]
     vocabs = {log.vocab_size for log in scored} - {None}
+    ref_vocab = next((log.vocab_size for log in ref_logs if log.vocab_size), None)
     bpb_mean = R.mean_std([log.val_bpb for log in scored])[0] if scored else float("nan")
     bpb_note = f"val_bpb {bpb_mean:.5f} vs {R.mean_std(ref_bpb)[0]:.5f}"
     if ref_vocab and vocabs and vocabs != {ref_vocab}:
@@ -548,6 +607,18 @@ def check_significance(s: Submission, against: Path | None) -> tuple[Verdict, R.
             False,
             f"val_loss is nats per token and the vocabularies differ ({ours} here, "
             f"{ref_vocab} in {against.name}): the losses are not comparable; {bpb_note}",
+        ), None
+    differ, same_text = validation_differences(
+        ScoredText.of(scored, [log.val_loss for log in scored], [log.val_bpb for log in scored]),
+        ScoredText.of(ref_logs, ref_loss, ref_bpb),
+        against.name,
+    )
+    if differ:
+        return Verdict(
+            "significance",
+            False,
+            f"the two were scored on different validation sets: {'; '.join(differ)}. Scores compare only on the "
+            f"same validation text and tokenizer: score yours on the record's; {bpb_note}",
         ), None
     try:
         r = R.improvement_test([log.val_loss for log in scored], ref_loss)
@@ -559,7 +630,7 @@ def check_significance(s: Submission, against: Path | None) -> tuple[Verdict, R.
         f"val_loss {r.mean:.5f} ± {r.std:.5f} ({r.n} seeds) vs {against.name} {ref} ({r.ref_n} run(s), "
         f"from the {source}): improvement {r.improvement:.5f} nats; {r.method} of improvement > {r.margin}: "
         f"t={r.t:.3f} df={r.df:.2f} one-sided p={r.p:.4g}: {verdict} {r.margin} nats at p < {R.P_MAX}; "
-        f"{bpb_note}"
+        f"{bpb_note}; the same validation set: {same_text}"
     )
     return Verdict("significance", r.clears, evidence), r
 

@@ -57,6 +57,9 @@ MODEL_BYTES = re.compile(r"(?:^|\s)model_bytes:(\d+)|^Serialized model \S+: (\d+
 CODE_BYTES = re.compile(r"(?:^|\s)code_bytes:(\d+)|^Code size: (\d+) bytes")
 TOTAL_BYTES = re.compile(r"(?:^|\s)total_bytes:(\d+)|^Total submission size \S+: (\d+) bytes")
 WORLD_SIZE = re.compile(r"(?:^|\s)world_size:\s*(\d+)")
+# The validation tokens a run scores (the split cut to whole sequences): ours and the 2026-04 records log
+# val_tokens:N, the 2026-03 records "val_loader:shards pattern=... tokens:N".
+VAL_TOKENS = re.compile(r"(?:^|\s)val_tokens:\s*(\d+)|^val_loader:.*\stokens:(\d+)")
 TORCH_VERSION = re.compile(r"(?:^|\s)torch:(\S+)|^Running PyTorch (\S+)")
 GPU_TOKEN = re.compile(r"(?:^|\s)gpu:(\S+)")
 SMI_GPU = re.compile(r"^\|\s+\d+\s+(NVIDIA .*?|Tesla .*?)\s+(?:On|Off)\s+\|")  # a GPU row of nvidia-smi's table
@@ -91,6 +94,7 @@ class RunLog:
     total_bytes: int | None = None  # as logged
     gpus: list[str] = field(default_factory=list)
     world_size: int | None = None
+    val_tokens: int | None = None  # the validation tokens the score counts
     torch_version: str | None = None
     failure: str | None = None  # an error: or interrupted: line
     train_loss: list[Point] = field(default_factory=list)
@@ -104,6 +108,21 @@ class RunLog:
     def seed(self) -> int | None:
         value = self.config.get("seed")
         return int(value) if value is not None and str(value).lstrip("-").isdigit() else None
+
+    @property
+    def val_seq_len(self) -> int | None:
+        """The sequence length the validation split is cut to: EVAL_SEQ_LEN, else TRAIN_SEQ_LEN (0 or absent: unknown)."""
+        for key in ("eval_seq_len", "train_seq_len"):
+            value = str(self.config.get(key, ""))
+            if value.isdigit() and int(value) > 0:
+                return int(value)
+        return None
+
+    @property
+    def tokenizer(self) -> str | None:
+        """The file name of the tokenizer the run used (its folder differs from machine to machine)."""
+        path = self.config.get("tokenizer_path")
+        return Path(str(path)).name if path else None
 
     @property
     def vocab_size(self) -> int | None:
@@ -181,6 +200,8 @@ def read_log(path: str | Path) -> RunLog:
                 setattr(log, name, int(match.group(1) or match.group(2)))
         if match := WORLD_SIZE.search(line):
             log.world_size = int(match.group(1))
+        if log.val_tokens is None and (match := VAL_TOKENS.search(line)):
+            log.val_tokens = int(match.group(1) or match.group(2))
         if match := TORCH_VERSION.search(line):
             log.torch_version = match.group(1) or match.group(2)
         if match := GPU_TOKEN.search(line):  # ours: gpu:NAME (none on a CPU) beside world_size:N
@@ -341,6 +362,13 @@ def t_sf(t: float, df: float) -> float:
         return 0.0 if t > 0 else 1.0
     tail = 0.5 * betainc(df / 2, 0.5, df / (df + t * t))
     return tail if t >= 0 else 1.0 - tail
+
+
+def tokens_per_byte(val_loss: float, val_bpb: float) -> float:
+    """Tokens per byte of the scored validation text, from a score: val_bpb = val_loss / ln 2 * tokens / bytes.
+    The text and the tokenizer fix it, not the model: every seed of a record gives the same (0.2683389 for the
+    2026-04 records' sp8192 FineWeb split, 0.4105208 for the published sp1024 one)."""
+    return val_bpb * math.log(2) / val_loss
 
 
 def mean_std(values: list[float]) -> tuple[float, float | None]:

@@ -6,6 +6,9 @@ absent. Run: python3 -m pytest -q tests/test_data.py
 
 import gzip
 import json
+import os
+import re
+import shutil
 import struct
 import sys
 from pathlib import Path
@@ -350,7 +353,17 @@ def test_builder_on_real_fineweb_documents(tmp_path):
     assert counted == splits["val"]["normalized_bytes"]
 
 
-def test_bad_settings_are_rejected_before_any_folder_is_made(tmp_path, small_tokenizer):
+def fails(capsys, argv: list[str], message: str) -> str:
+    """build_shards.main(argv) exits 2 with `error: ...` on stderr, which holds `message` (a regex)."""
+    with pytest.raises(SystemExit) as exc:
+        build_shards.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and re.search(message, err), err
+    return err
+
+
+def test_bad_settings_are_rejected_before_any_folder_is_made(tmp_path, small_tokenizer, capsys):
     docs = write_jsonl(tmp_path / "docs.jsonl", english_docs(50))
     out = tmp_path / "new" / "out"
     for flags, message in (
@@ -360,19 +373,153 @@ def test_bad_settings_are_rejected_before_any_folder_is_made(tmp_path, small_tok
         (["--tokenizer", str(tmp_path / "nope.model")], "no such file"),
     ):
         tokenizer_out = [] if "--tokenizer" in flags else ["--tokenizer-out", str(tmp_path / "t.model")]
-        with pytest.raises(SystemExit, match=message):
-            build_shards.main([str(docs), "--output", str(out), *tokenizer_out, *flags])
+        fails(capsys, [str(docs), "--output", str(out), *tokenizer_out, *flags], message)
         assert not (tmp_path / "new").exists() and not (tmp_path / "t.model").exists()
 
 
-def test_a_failed_build_leaves_no_folder_and_no_shards(tmp_path, small_tokenizer):
+def test_a_failed_build_leaves_no_folder_and_no_shards(tmp_path, small_tokenizer, capsys):
     one = write_jsonl(tmp_path / "one.jsonl", ["a single document"])
     out = tmp_path / "out"
-    with pytest.raises(SystemExit, match="no document went to the"):
-        build_shards.main([str(one), "--output", str(out), "--tokenizer", str(small_tokenizer)])
+    fails(capsys, [str(one), "--output", str(out), "--tokenizer", str(small_tokenizer)], "no document went to the")
     assert not out.exists()
     out.mkdir()  # a folder that was there before stays, without the shards of the failed build
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(SystemExit, match="no document went to the"):
-        build_shards.main([str(one), "--output", str(out), "--tokenizer", str(small_tokenizer)])
+    fails(capsys, [str(one), "--output", str(out), "--tokenizer", str(small_tokenizer)], "no document went to the")
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+def test_a_failed_build_leaves_no_tokenizer_it_trained_and_keeps_one_that_was_there(tmp_path, capsys):
+    """Issue 24, row 8: a build on too little text (here: no validation document) failed after training its
+    tokenizer, and left that tokenizer in data/tokenizers/. It is now written only with the shards."""
+    docs = write_jsonl(tmp_path / "docs.jsonl", english_docs(100))
+    out, tokenizer = tmp_path / "out", tmp_path / "tokenizers" / "out.model"
+    argv = [str(docs), "--output", str(out), "--tokenizer-out", str(tokenizer), "--vocab-size", "300"]
+    fails(capsys, [*argv, "--val-fraction", "0"], "no document went to the val split")
+    assert not out.exists() and not tokenizer.exists()
+    tokenizer.parent.mkdir()
+    tokenizer.write_bytes(b"a tokenizer that other shards were made with")
+    fails(capsys, argv, "would replace .*out.model, which shards made with it need: pass --overwrite")
+    fails(capsys, [*argv, "--val-fraction", "0", "--overwrite"], "no document went to the val split")
+    assert tokenizer.read_bytes() == b"a tokenizer that other shards were made with" and not out.exists()
+    build_shards.main([*argv, "--overwrite", "--val-fraction", "0.2", "--workers", "1"])  # a build that succeeds
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["tokenizers"][0]["sha256"] == build_shards.file_sha256(tokenizer)
+    assert spm.SentencePieceProcessor(model_file=str(tokenizer)).vocab_size() == 300
+
+
+def test_help_shows_every_default(capsys):
+    """Issue 24: build_shards.py --help did not show its defaults."""
+    with pytest.raises(SystemExit) as exc:
+        build_shards.main(["--help"])
+    assert exc.value.code == 0
+    options = " ".join(capsys.readouterr().out.split("\n\nInput:")[0].split())  # the options, lines joined
+    for option, default in (
+        ("--vocab-size VOCAB_SIZE", "1024"),
+        ("--tokenizer-train-bytes TOKENIZER_TRAIN_BYTES", "500000000"),
+        ("--val-fraction VAL_FRACTION", "0.01"),
+        ("--shard-tokens SHARD_TOKENS", "100000000"),
+        ("--workers WORKERS", f"the number of cores, here {os.cpu_count()}"),
+        ("--text-field TEXT_FIELD", "text"),
+        ("--tokenizer-out TOKENIZER_OUT", "data/tokenizers/<output name>.model"),
+        ("--tokenizer TOKENIZER", "train one"),
+        ("--name NAME", "the output folder's name"),
+    ):
+        within = r"(?:(?! --[a-z]).)*?"  # this option's help: up to the next option
+        assert re.search(re.escape(option) + within + re.escape(f"(default: {default})"), options), option
+
+
+# ------------------------------------------------------------------------------------------------
+# The data tools' own helpers: write_atomic, round_trip
+# ------------------------------------------------------------------------------------------------
+
+
+def test_write_atomic_replaces_the_file_whole_and_leaves_no_temp_file(tmp_path, monkeypatch):
+    path = tmp_path / "new" / "file.bin"
+    build_shards.write_atomic(path, b"first")
+    build_shards.write_atomic(path, b"second")
+    assert path.read_bytes() == b"second" and sorted(p.name for p in path.parent.iterdir()) == ["file.bin"]
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(build_shards.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build_shards.write_atomic(path, b"third")
+    assert path.read_bytes() == b"second" and sorted(p.name for p in path.parent.iterdir()) == ["file.bin"]
+
+
+def test_round_trip_tells_the_tokenizer_that_made_the_shards_from_another(tmp_path, small_tokenizer):
+    sp = spm.SentencePieceProcessor(model_file=str(small_tokenizer))
+    other = build_shards.train_tokenizer(english_docs(300, seed=9) + ODD_TEXTS, 400, tmp_path / "other.model")
+    docs = english_docs(80, seed=10)
+    tokens = np.array([t for d in docs for t in [build_shards.BOS_ID] + sp.encode(d)], dtype=np.uint16)
+    assert build_shards.round_trip(sp, [tokens]) == (32, 32)  # 32 of the 79 documents between two BOS ids
+    assert build_shards.round_trip(sp, [tokens, tokens[:40]], docs=5) == (5, 5)  # the second holds no whole one
+    same, tried = build_shards.round_trip(other, [tokens])
+    assert tried == 32 and same * 2 < tried
+    edited = tokens.copy()
+    edited[1] = sp.piece_to_id("<0x41>")  # the byte "A" where the text had a piece: decodes, encodes otherwise
+    assert build_shards.round_trip(sp, [edited], docs=79) == (78, 79)
+
+
+# ------------------------------------------------------------------------------------------------
+# --which-tokenizer: the tokenizer that made a folder of shards
+# ------------------------------------------------------------------------------------------------
+
+
+def which(capsys, *argv: str) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exc:
+        build_shards.main(["--which-tokenizer", *argv])
+    captured = capsys.readouterr()
+    return exc.value.code, captured.out + captured.err
+
+
+def test_which_tokenizer_names_the_tokenizer_that_made_the_shards(tmp_path, tiny_data, monkeypatch, capsys):
+    """The trainer's diagnosis of a TOKENIZER_PATH that did not make the shards moved here: candidates are the
+    .model files of data/tokenizers and of the folders given; one fits when every id is below its vocabulary and at
+    least half the sampled documents round-trip."""
+    monkeypatch.setattr(build_shards, "DATA_DIR", tmp_path / "data")  # data/tokenizers: one that did not make them
+    (tmp_path / "data" / "tokenizers").mkdir(parents=True)
+    other = build_shards.train_tokenizer(
+        english_docs(300, seed=2) + ODD_TEXTS, 600, tmp_path / "data" / "tokenizers" / "other.model"
+    )
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    shutil.copyfile(tiny_data.tokenizer_path, mine / "tiny.model")
+    (mine / "notes.model").write_text("not a model")
+    small = build_shards.train_tokenizer(english_docs(300, seed=3), 300, mine / "sub" / "small.model")
+    code, out = which(capsys, str(tiny_data.data_path), "--tokenizers", str(mine))
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0].startswith("shards: fineweb_val_000000.bin, fineweb_train_000000.bin in ")
+    assert re.fullmatch(
+        rf"no +vocab_size:{other.vocab_size()} round_trip:\d+/\d+  {re.escape(str(tmp_path))}/data/tokenizers/other.model",
+        lines[1],
+    )
+    assert f"not a SentencePiece model  {mine / 'notes.model'}" in out
+    assert f"vocab_size:{small.vocab_size()} too small for id" in out
+    fits = re.search(rf"fits  vocab_size:512 round_trip:(\d+)/(\d+)  {re.escape(str(mine / 'tiny.model'))}\n", out)
+    assert fits and fits.group(1) == fits.group(2) and int(fits.group(2)) >= 8, out
+    assert lines[-1] == f"fits: TOKENIZER_PATH={mine / 'tiny.model'} VOCAB_SIZE=512"
+
+    code, out = which(capsys, str(tiny_data.data_path))  # only data/tokenizers: none fits
+    assert code == 1 and "none of the 1 tokenizers made these shards" in out
+    assert '--tokenizers DIR, or get shards of your tokenizer: data/README.md, "Which shards for' in out
+
+    monkeypatch.setattr(build_shards, "DATA_DIR", tmp_path / "empty")  # no tokenizer anywhere
+    code, out = which(capsys, str(tiny_data.data_path))
+    assert code == 1 and f"no .model file under {tmp_path / 'empty' / 'tokenizers'}. Name the folder" in out
+
+
+def test_which_tokenizer_errors_exit_2(tmp_path, capsys):
+    for argv, message in (
+        ([str(tmp_path / "missing")], "no such folder. Give the folder of the shards"),
+        ([str(tmp_path)], "holds no fineweb_val_\\*.bin or fineweb_train_\\*.bin shards"),
+        ([str(tmp_path), "--tokenizers", str(tmp_path / "nope")], "--tokenizers .*nope: no such folder or file"),
+    ):
+        if argv == [str(tmp_path), "--tokenizers", str(tmp_path / "nope")]:
+            build_shards.write_data_shard(tmp_path / "fineweb_val_000000.bin", [1, 5, 6, 1, 7, 1])
+        fails(capsys, ["--which-tokenizer", *argv], message)
+    with pytest.raises(SystemExit) as exc:  # a build's arguments with --which-tokenizer: argparse's usage error
+        build_shards.main(["--which-tokenizer", str(tmp_path), "docs.jsonl"])
+    assert exc.value.code == 2 and "builds nothing" in capsys.readouterr().err

@@ -244,14 +244,32 @@ def test_unreachable_hub_fails_fast_with_a_clear_message(tmp_path):
         dl.download(hub, "fineweb10B_sp1024", 1, tmp_path / "data", say=lambda *a: None)
 
 
-def test_command_line_exits_with_the_message(tmp_path, monkeypatch):
+def test_command_line_exits_2_with_the_message_on_stderr(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("MATCHED_FINEWEB_REPO_ID", raising=False)
     fake = FakeHub({})
     endpoint = fake.endpoint
     fake.close()
     with pytest.raises(SystemExit) as exit_info:
         dl.main(["--variant", "sp1024", "--train-shards", "1", "--endpoint", endpoint, "--data-dir", str(tmp_path)])
-    assert "error: datasets/manifest.json from dataset repo 'willdepueoai/parameter-golf'" in str(exit_info.value)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: datasets/manifest.json from dataset repo 'willdepueoai/parameter-golf'")
+
+
+def test_a_vocabulary_the_repo_does_not_have_names_the_variants_it_has(hub, tmp_path, capsys):
+    """Issue 24, row 12: --variant sp512 from a repo without it. The message lists the variants (not only the
+    datasets' names) and points to data/README.md's section on where shards of a vocabulary come from."""
+    with pytest.raises(SystemExit) as exit_info:
+        dl.main(["--variant", "sp512", "--endpoint", hub.endpoint, "--data-dir", str(tmp_path), "--repo-id", REPO])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert (
+        "no dataset 'fineweb10B_sp512'; it has: fineweb10B_sp1024, fineweb10B_sp4096 (--variant sp1024, sp4096)" in err
+    )
+    assert '"Which shards for which vocabulary"' in err
+    readme = (Path(dl.__file__).parent / "README.md").read_text(encoding="utf-8")
+    assert "\n## Which shards for which vocabulary\n" in readme
+    assert not (tmp_path / "datasets" / "fineweb10B_sp512").exists()
 
 
 def test_an_export_made_by_build_shards_downloads_and_verifies(tmp_path):

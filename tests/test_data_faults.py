@@ -69,42 +69,55 @@ class Trial:
 
 
 def exit_message(call) -> str:
+    """The message of a tool that exits with sys.exit(message) (the quick start)."""
     with pytest.raises(SystemExit) as exc:
         call()
     assert exc.value.code not in (0, None)
     return str(exc.value.code)
 
 
+def error_message(t: Trial, call, code: int = 2) -> str:
+    """What a tool said that exits with `code`: `error: ...` on stderr and 2 (build_shards.py, the download), or
+    its report on stdout and 1 (--which-tokenizer when no tokenizer fits)."""
+    with pytest.raises(SystemExit) as exc:
+        call()
+    assert exc.value.code == code
+    captured = t.capsys.readouterr()
+    if code == 2:
+        assert captured.err.startswith("error: "), captured.err
+    return captured.err + captured.out
+
+
 # ------------------------------------------------------------------------------------------------
-# build_shards.py: the user sees sys.exit's message
+# build_shards.py
 # ------------------------------------------------------------------------------------------------
 
 
-def build(root: Path, *argv: str, output: str = "out") -> str:
-    out = root / output
-    message = exit_message(lambda: build_shards.main([*argv, "--output", str(out)]))
+def build(t: Trial, *argv: str, output: str = "out") -> str:
+    out = t.tmp / output
+    message = error_message(t, lambda: build_shards.main([*argv, "--output", str(out)]))
     if output == "out":
         assert not out.exists(), "a failed build must leave no output folder"
     return message
 
 
 def build_missing_input(t: Trial):
-    return build(t.tmp, str(t.tmp / "missing.jsonl"), "--tokenizer", str(t.tokenizer))
+    return build(t, str(t.tmp / "missing.jsonl"), "--tokenizer", str(t.tokenizer))
 
 
 def build_no_text_field(t: Trial):
     (t.tmp / "bad.jsonl").write_text('{"text": "fine"}\n{"body": "no text field"}\n', encoding="utf-8")
-    return build(t.tmp, str(t.tmp / "bad.jsonl"), "--tokenizer", str(t.tokenizer))
+    return build(t, str(t.tmp / "bad.jsonl"), "--tokenizer", str(t.tokenizer))
 
 
 def build_not_utf8(t: Trial):
     (t.tmp / "blob.txt").write_bytes(b"\xff\xfe\x00binary")
-    return build(t.tmp, str(t.tmp / "blob.txt"), "--tokenizer", str(t.tokenizer))
+    return build(t, str(t.tmp / "blob.txt"), "--tokenizer", str(t.tokenizer))
 
 
 def build_vocab_range(t: Trial):
     return build(
-        t.tmp,
+        t,
         str(write_jsonl(t.tmp / "d.jsonl", english_docs(5))),
         "--vocab-size",
         "100",
@@ -119,21 +132,52 @@ def build_bad_tokenizer(t: Trial):
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(english_docs(50)), model_writer=f, vocab_size=100, bos_id=2, eos_id=1, minloglevel=2
         )
-    return build(t.tmp, str(write_jsonl(t.tmp / "d.jsonl", english_docs(5))), "--tokenizer", str(bad))
+    return build(t, str(write_jsonl(t.tmp / "d.jsonl", english_docs(5))), "--tokenizer", str(bad))
 
 
 def build_output_taken(t: Trial):
     (t.tmp / "taken").mkdir()
     build_shards.write_data_shard(t.tmp / "taken" / "fineweb_train_000000.bin", [1, 2, 3])
     message = build(
-        t.tmp, str(write_jsonl(t.tmp / "d.jsonl", english_docs(5))), "--tokenizer", str(t.tokenizer), output="taken"
+        t, str(write_jsonl(t.tmp / "d.jsonl", english_docs(5))), "--tokenizer", str(t.tokenizer), output="taken"
     )
     assert train_gpt.read_shard_header(t.tmp / "taken" / "fineweb_train_000000.bin") == 3
     return message
 
 
 def build_empty_split(t: Trial):
-    return build(t.tmp, str(write_jsonl(t.tmp / "one.jsonl", ["a single document"])), "--tokenizer", str(t.tokenizer))
+    docs = write_jsonl(t.tmp / "d.jsonl", english_docs(100))
+    tokenizer = t.tmp / "tokenizers" / "out.model"
+    message = build(t, str(docs), "--val-fraction", "0", "--vocab-size", "300", "--tokenizer-out", str(tokenizer))
+    assert not tokenizer.exists(), "the tokenizer a failed build trained must not stay"
+    return message
+
+
+def build_tokenizer_taken(t: Trial):
+    (t.tmp / "taken.model").write_bytes(b"mine")
+    docs = write_jsonl(t.tmp / "d.jsonl", english_docs(5))
+    message = build(t, str(docs), "--tokenizer-out", str(t.tmp / "taken.model"))
+    assert (t.tmp / "taken.model").read_bytes() == b"mine"
+    return message
+
+
+def build_help(t: Trial):
+    with pytest.raises(SystemExit) as exc:
+        build_shards.main(["--help"])
+    assert exc.value.code == 0
+    return " ".join(t.capsys.readouterr().out.split())  # help lines joined, as argparse wraps them by the terminal
+
+
+def which_no_shards(t: Trial):
+    return error_message(t, lambda: build_shards.main(["--which-tokenizer", str(t.tmp)]))
+
+
+def which_none_fits(t: Trial):
+    t.monkeypatch.setattr(build_shards, "DATA_DIR", t.tmp / "data")  # no data/tokenizers
+    other = t.tmp / "other"
+    build_shards.train_tokenizer(english_docs(300, seed=2), 400, other / "bigger.model")
+    argv = ["--which-tokenizer", str(t.shards), "--tokenizers", str(other)]
+    return error_message(t, lambda: build_shards.main(argv), code=1)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -234,7 +278,8 @@ def download_unreachable(t: Trial):
     fake = FakeHub({})
     endpoint = fake.endpoint
     fake.close()  # nothing listens there now
-    return exit_message(
+    return error_message(
+        t,
         lambda: dl.main(
             [
                 "--variant",
@@ -248,16 +293,26 @@ def download_unreachable(t: Trial):
                 "--repo-id",
                 REPO,
             ]
-        )
+        ),
     )
 
 
 def download_unknown_variant(t: Trial):
     with FakeHub(published_export(t.tmp)) as fake:
-        return exit_message(
+        return error_message(
+            t,
             lambda: dl.main(
-                ["--variant", "sp9", "--endpoint", fake.endpoint, "--data-dir", str(t.tmp / "data"), "--repo-id", REPO]
-            )
+                [
+                    "--variant",
+                    "sp512",
+                    "--endpoint",
+                    fake.endpoint,
+                    "--data-dir",
+                    str(t.tmp / "data"),
+                    "--repo-id",
+                    REPO,
+                ]
+            ),
         )
 
 
@@ -266,7 +321,8 @@ def download_bad_file(t: Trial):
     key = "datasets/datasets/fineweb10B_sp1024/fineweb_val_000000.bin"
     files[key] = files[key][:-2]
     with FakeHub(files) as fake:
-        message = exit_message(
+        message = error_message(
+            t,
             lambda: dl.main(
                 [
                     "--variant",
@@ -280,7 +336,7 @@ def download_bad_file(t: Trial):
                     "--repo-id",
                     REPO,
                 ]
-            )
+            ),
         )
     assert not (t.tmp / "data" / "datasets" / "fineweb10B_sp1024" / "fineweb_val_000000.bin").exists()
     return message
@@ -350,6 +406,12 @@ TRIGGERS = {
     "a `--tokenizer` whose BOS id is not 1, or with over 65536 tokens": build_bad_tokenizer,
     "`--output` already holds shards": build_output_taken,
     "too little text for one of the two splits": build_empty_split,
+    "the tokenizer to train would replace a file (`--tokenizer-out`; default `data/tokenizers/<output name>.model`)": (
+        build_tokenizer_taken
+    ),
+    "`python3 data/build_shards.py --help`": build_help,
+    "`--which-tokenizer DATA_PATH` on a folder without shards": which_no_shards,
+    "`--which-tokenizer DATA_PATH`: no candidate tokenizer made the shards": which_none_fits,
     "a model file that does not exist": retok_missing_model,
     "a model file that is not a SentencePiece model": retok_not_a_model,
     "a `--to-model` with more than 65536 tokens": retok_huge_model,
@@ -360,12 +422,12 @@ TRIGGERS = {
     "ids beyond `--from-model`'s vocabulary (the wrong `--from-model`)": retok_wrong_from_model,
     "the inputs' `manifest.json` names another tokenizer than `--from-model`": retok_manifest_mismatch,
     "`--from-model` is not the inputs' tokenizer though every id fits it (`--from-model` and `--to-model` swapped, "
-    "no manifest): a sample of documents does not decode and encode again to the same ids (`train_gpt.round_trip`, "
-    "the trainer's own check)": retok_swapped_models,
+    "no manifest): a sample of documents does not decode and encode again to the same ids (`build_shards.round_trip`, "
+    "the trainer's check)": retok_swapped_models,
     "`--output` already holds output shards": retok_output_taken,
     "`python3 data/retokenize.py --help`": retok_help,
     "the hub cannot be reached": download_unreachable,
-    "a variant the manifest does not list": download_unknown_variant,
+    "a variant the manifest does not list (`--variant sp512`)": download_unknown_variant,
     "a downloaded file that is truncated, corrupt or has another sha256": download_bad_file,
     "`bash quickstart.sh --help`": quickstart_help,
     "no GPU (no `nvidia-smi`) and no torch installed": quickstart_cpu_torch,

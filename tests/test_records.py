@@ -393,12 +393,19 @@ def test_on_the_record_track_a_cpu_run_fails_hardware_and_needs_a_record_to_beat
     assert [run["seed"] for run in report["runs"]] == list(SEEDS)
 
 
-def against(tmp_path: Path, folder: Path, shift: float) -> Path:
-    """A record whose per-seed val_loss is ours + shift (only its submission.json: what the test reads)."""
-    record = tmp_path / f"record_{shift}"
+def against(tmp_path: Path, folder: Path, shift: float, bytes_scale: float = 1.0) -> Path:
+    """A record whose per-seed val_loss is ours + shift (only its submission.json: what the test reads). Its val_bpb
+    moves with the loss, as on the same validation text; bytes_scale != 1 scores it on text of that many more bytes
+    for the same tokens (another validation set)."""
+    record = tmp_path / f"record_{shift}_{bytes_scale}"
     record.mkdir()
     ours = json.loads((folder / "submission.json").read_text())
-    results = {seed: r | {"val_loss": r["val_loss"] + shift} for seed, r in ours["seed_results"].items()}
+    results = {
+        seed: r | {"val_loss": r["val_loss"] + shift, "val_bpb": r["val_bpb"] * (r["val_loss"] + shift) / r["val_loss"]}
+        for seed, r in ours["seed_results"].items()
+    }
+    for r in results.values():
+        r["val_bpb"] /= bytes_scale
     (record / "submission.json").write_text(json.dumps(ours | {"seed_results": results}))
     return record
 
@@ -413,6 +420,42 @@ def test_significance_against_a_record_per_seed_values(made, tmp_path):
     assert "significance" in failing(folder, barely)
     short = evidence(folder, "significance", barely)
     assert "improvement 0.00400 nats; Welch's t-test" in short and "does not clear" in short
+
+
+def test_a_record_scored_on_other_validation_data_is_not_compared(made, tmp_path):
+    """Issue 24, row 3: --against a record scored on other validation text passed the t-test, though its scores
+    do not compare. The checker compares the tokens the logs scored and the tokens per byte of each score."""
+    folder = made["non_record"]
+    better = against(tmp_path, folder, 1.0)
+    same = evidence(folder, "significance", better)
+    assert re.search(
+        r"clears .*; the same validation set: (0\.\d{6}) tokens per byte here, \1 in record_1.0_1.0$", same
+    )
+    other_text = against(tmp_path, folder, 1.0, bytes_scale=1.01)  # 1% more bytes for the same tokens
+    assert "significance" in failing(folder, other_text)
+    said = evidence(folder, "significance", other_text)
+    assert said.startswith("the two were scored on different validation sets: ")
+    assert re.search(r"(0\.\d{6}) tokens per byte here, (0\.\d{6}) in record_1.0_1.01 \(val_bpb \* ln 2", said)
+    assert "improvement" not in said  # no t-test is made
+
+    record = tmp_path / "with_logs"  # the better record with logs: first our own, then ones of 640 more tokens
+    shutil.copytree(better, record)
+    for log in folder.glob("*.log"):
+        shutil.copyfile(log, record / log.name)
+    tokens = R.read_log(next(folder.glob("*.log"))).val_tokens
+    assert f"the same validation set: {tokens:,} tokens here, {tokens:,} in with_logs; 0." in evidence(
+        folder, "significance", record
+    )
+    for log in folder.glob("*.log"):
+        text = log.read_text(encoding="utf-8")
+        (record / log.name).write_text(text.replace(f" val_tokens:{tokens} ", f" val_tokens:{tokens + 640} "))
+    seq_len = R.read_log(next(folder.glob("*.log"))).val_seq_len
+    said = evidence(folder, "significance", record)
+    assert (
+        f"{tokens:,} tokens here, {tokens + 640:,} in with_logs (more than one {seq_len}-token sequence apart)" in said
+    )
+    assert "tokens per byte" not in said  # that one agrees
+    assert "significance" in failing(folder, record)
 
 
 def test_a_packed_folder_ships_the_wrapper_and_the_readable_code_and_passes(runs, made):
@@ -770,13 +813,16 @@ def test_the_published_folders_verdicts(folder, fails, said):
 
 @needs_published
 def test_significance_between_published_records():
-    assert "significance" not in failing(SEQ4096, BASELINE)
-    assert re.search(
-        r"improvement 0\.04425 nats; one-sample .* one-sided p=0\.001\d*: clears",
-        evidence(SEQ4096, "significance", BASELINE),
-    )
+    # The 2026-03-17 baseline's log scored another validation set than the 2026-03-19 record's: other token counts
+    # (more than cutting to 1024- or 4096-token sequences explains) and other tokens per byte. The t-test cleared.
+    assert "significance" in failing(SEQ4096, BASELINE)
+    said = evidence(SEQ4096, "significance", BASELINE)
+    assert "62,021,632 tokens here, 63,779,840 in 2026-03-17_NaiveBaseline (more than one 4096-token" in said
+    assert "0.410521 tokens per byte here, 0.409449 in 2026-03-17_NaiveBaseline" in said
     assert "the vocabularies differ (8192 here, 1024 in 2026-03-19" in evidence(LOOP45, "significance", SEQ4096)
-    assert "improvement -0.00000 nats; Welch's" in evidence(LOOP45, "significance", LOOP45)
+    said = evidence(LOOP45, "significance", LOOP45)
+    assert "improvement -0.00000 nats; Welch's" in said
+    assert "the same validation set: 40,540,160 tokens here, 40,540,160 in 2026-04-05_" in said
 
 
 @needs_published
