@@ -173,28 +173,25 @@ class Hyperparameters:
         require(self.rope_dims % 2 == 0 and self.rope_dims <= head_dim,
                 f"ROPE_DIMS={self.rope_dims} must be even and at most the head size {head_dim} (0: all).")
         require(heads % self.num_kv_heads == 0, f"NUM_KV_HEADS={self.num_kv_heads} must divide NUM_HEADS={heads}.")
+        require(int(self.mlp_mult * dim) > 0, f"MLP_MULT={self.mlp_mult} leaves the MLP no units at MODEL_DIM={dim}.")
         require(self.tie_embeddings, "TIE_EMBEDDINGS=0: an untied head is not built here; every record ties it.")
         layers = f"NUM_LAYERS={self.num_layers}"
-        require(-1 <= self.parallel_residual_start < self.num_layers,
-                f"PARALLEL_RESIDUAL_START={self.parallel_residual_start} must be -1 (off) or a layer below {layers}.")
+        require(-1 <= self.parallel_residual_start < self.num_layers, f"PARALLEL_RESIDUAL_START: -1 or < {layers}.")
         require(self.num_loops == 0 or 0 <= self.loop_start <= self.loop_end < self.num_layers, f"LOOP_START="
                 f"{self.loop_start} <= LOOP_END={self.loop_end} must be layers below {layers} if NUM_LOOPS > 0.")
         require(self.vocab_size <= 65_536, f"VOCAB_SIZE={self.vocab_size} must be <= 65536: shards store uint16 ids.")
-        n, seq = GRAD_ACCUM_TOTAL, "EVAL_SEQ_LEN" if self.eval_seq_len else "TRAIN_SEQ_LEN"
+        n, seq = GRAD_ACCUM_TOTAL, f"{'EVAL_SEQ_LEN' if self.eval_seq_len else 'TRAIN_SEQ_LEN'}={self.val_seq_len}"
         require(self.train_batch_tokens % (n * self.train_seq_len) == 0, f"TRAIN_BATCH_TOKENS={self.train_batch_tokens}"
                 f" must be a multiple of {n}*TRAIN_SEQ_LEN={n * self.train_seq_len}: {n} micro-batches of sequences.")
         require(self.val_batch_size >= n * self.val_seq_len, f"VAL_BATCH_SIZE={self.val_batch_size} must be at least "
-                f"{n}*{seq}={n * self.val_seq_len}: one sequence per micro-batch.")
-        require(self.eval_stride <= self.val_seq_len, f"EVAL_STRIDE={self.eval_stride} must be at most {seq}="
-                f"{self.val_seq_len}: each window scores its last EVAL_STRIDE tokens.")
-        require(self.ttt_chunk_tokens >= self.val_seq_len, f"TTT_CHUNK_TOKENS={self.ttt_chunk_tokens} must be at "
-                f"least {seq}={self.val_seq_len}: test-time training steps on whole sequences of a chunk.")
+                f"{n}*{seq}: one sequence per micro-batch.")
+        require(self.eval_stride <= self.val_seq_len, f"EVAL_STRIDE={self.eval_stride} must be at most {seq}.")
+        require(not self.ttt_enabled or self.ttt_chunk_tokens >= self.val_seq_len, f"TTT_CHUNK_TOKENS must be >={seq}.")
         for bits, sigmas in QUANT_GROUPS.values():  # the records: 12.85 for matrices, 20 for the embedding
             require(getattr(self, bits) == 8 or getattr(self, sigmas) > 0, f"{bits.upper()}={getattr(self, bits)} "
                     f"needs {sigmas.upper()} > 0: the quantile clip is int8's.")
         require(self.max_wallclock_seconds == 0 or self.gptq_reserve_seconds < self.max_wallclock_seconds,
-                f"GPTQ_RESERVE_SECONDS={self.gptq_reserve_seconds} must be below MAX_WALLCLOCK_SECONDS="
-                f"{self.max_wallclock_seconds}: it is taken from the training time under that cap.")
+                "GPTQ_RESERVE_SECONDS must be below MAX_WALLCLOCK_SECONDS: it is taken from the training time.")
         blank = self.run_id != "" and self.run_id.strip() == ""  # "" is a fresh id (from_env makes it)
         require(not blank and "/" not in self.run_id, f"RUN_ID={self.run_id!r} must be a file name, not blank.")
 
@@ -214,11 +211,19 @@ RECIPES["p180"] = dict(RECIPES["record_2026_04_05"], num_layers=9, mlp_mult=3.0,
                        train_batch_tokens=262_144, ema_decay=0.0, val_loss_every=0, train_log_every=50,
                        ttt_enabled=True, ttt_lr=0.01)
 
+def recipe_note(message: str, environ) -> str:  # message, and which values it names RECIPE set (not the user)
+    recipe = environ.get("RECIPE", "").strip()
+    named = [f"{k.upper()}={v}" for k, v in RECIPES.get(recipe, {}).items() if f"{k.upper()}=" in message and
+             k.upper() not in environ]
+    return message + (f" (RECIPE={recipe} sets {', '.join(named)}: set it to override.)" if named else "")
+
 GRAD_ACCUM_TOTAL = 8  # micro-batches per step, summed over ranks: world size must divide it
 QUANT_GROUPS = {"embed": ("embed_bits", "embed_clip_sigmas"), "matrix": ("matrix_bits", "matrix_clip_sigmas")}
 ENV_PREFIXES_NOT_OURS = ("OMP_", "CUDA_", "NCCL_", "TORCH", "PYTORCH_", "TRITON_", "MASTER_", "LOCAL_",
                          "GROUP_", "ROLE_", "NVIDIA_", "PYTHON", "LC_", "XDG_", "MKL_", "KMP_", "GLOO_", "PATH")
 ENV_RETIRED = ("EMBEDDING_DIM", "EMBED_LR", "HEAD_LR", "LOSS_CHUNK_TOKENS")  # earlier versions' settings (README)
+ENV_OTHER_TRAINERS = dict(NUM_ITERATIONS="ITERATIONS", MAX_ITERS="ITERATIONS", ITERS="ITERATIONS", MAX_STEPS=
+                          "ITERATIONS", N_LAYER="NUM_LAYERS", N_EMBD="MODEL_DIM")  # nanoGPT's, llm.c's: ignored here
 BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 def parse_env_value(name: str, raw: str, kind: type):
@@ -226,8 +231,8 @@ def parse_env_value(name: str, raw: str, kind: type):
     if kind is str:
         return raw
     text, expected = raw.strip(), {bool: "0 or 1", int: "an integer", float: "a finite number"}[kind]
+    require(kind is not bool or text.lower() in BOOL_WORDS, f"{name}={raw!r} is not {expected}.")
     if kind is bool:
-        require(text.lower() in BOOL_WORDS, f"{name}={raw!r} is not {expected}.")
         return BOOL_WORDS[text.lower()]
     if kind is int:
         with contextlib.suppress(ValueError):
@@ -240,18 +245,16 @@ def parse_env_value(name: str, raw: str, kind: type):
     return value if kind is float else int(value)
 
 def check_unknown_env(environ: dict[str, str], known: list[str]) -> None:
-    """Refuses a name meant for ours: iterations, ITERS, NUM_LAY, WARMUP (first words), LR (last ones), NUM_LAYER."""
+    """Refuses a name meant for ours: iterations, ITERS, NUM_LAYER (difflib), WARMUP, LR, nanoGPT's N_LAYER."""
     for name in environ:
         upper = name.upper().replace("LEARNING_RATE", "LR").replace("WEIGHT_DECAY", "WD")  # as ours spell them
         if name in known or upper.startswith(ENV_PREFIXES_NOT_OURS):
             continue
-        require(upper not in ENV_RETIRED, f"{name}={environ[name]!r} is not a setting any more (README: retired "
-                "settings): unset it.")
-        words, split = upper.split("_"), {k: k.split("_") for k in known}
-        starts = [k for k, full in split.items() if full[: len(words)] == words or len(full) == len(words) and
-                  all(len(w) > 1 and o.startswith(w.removesuffix("S")) for w, o in zip(words, full))]
-        ends = [k for k, full in split.items() if full[-len(words) :] == words]
-        near = starts or (ends if len(ends) > 1 else []) or difflib.get_close_matches(upper, known, n=1, cutoff=0.85)
+        require(upper not in ENV_RETIRED, f"{name}={environ[name]!r} is retired (README: retired settings): unset it.")
+        starts = [k for k in known if k.startswith(upper + "_")]  # WARMUP, NUM: the first words of ours
+        ends = [k for k in known if k.endswith("_" + upper)]  # LR, WD: the last ones, if several share them
+        near = [ENV_OTHER_TRAINERS[upper]] if upper in ENV_OTHER_TRAINERS else starts or (ends if len(ends) > 1 else [])
+        near = near or difflib.get_close_matches(upper, known, n=3, cutoff=0.8)
         if near:
             raise ConfigError(f"unknown environment variable {name}={environ[name]!r}: did you mean "
                               f"{' or '.join(near)}? Rename it, or unset it if it is not meant for this script.")
@@ -314,7 +317,6 @@ class Logger:
     def text(self, message: str, console: bool = True) -> None:
         if self.path is not None:
             if self.file is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
                 self.file = open(self.path, "x", encoding="utf-8")  # "x": never overwrite an earlier run's log
             self.file.write(message + "\n")  # the file first: an interrupt between the two leaves the log complete
             self.file.flush()
@@ -385,8 +387,7 @@ def load_data_shard(path: str | Path, vocab_size: int = 0) -> Tensor:
 
 def write_atomic(path: str | Path, data: bytes) -> None:
     """A temp file beside path, then a rename: no reader sees half a file, and an interrupt leaves none behind."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(path)  # its folder exists: the pre-flight made it
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     try:
         tmp.write_bytes(data)
@@ -394,20 +395,14 @@ def write_atomic(path: str | Path, data: bytes) -> None:
     finally:
         tmp.unlink(missing_ok=True)
 
-def shard_source(vocab_size: int) -> str:  # where shards of a vocabulary come from; the records' sp8192: another repo
-    fetch = f"python3 data/cached_challenge_fineweb.py --variant sp{vocab_size} --train-shards 1"
-    return fetch if vocab_size == 1024 else (f"MATCHED_FINEWEB_REPO_ID=kevclark/parameter-golf {fetch}, or re-tokenize "
-                                             "sp1024 shards with data/retokenize.py (README: the record stack)")
-
-def find_shards(data_path: str, split: str, vocab_size: int = 1024) -> list[Path]:
-    """DATA_PATH/fineweb_{split}_*.bin of a split, "train" or "val", sorted; if none, where to get them."""
+def find_shards(data_path: str, split: str) -> list[Path]:
+    """DATA_PATH/fineweb_{split}_*.bin of a split, "train" or "val", sorted; if none, where to read about them."""
     pattern = os.path.join(data_path, f"fineweb_{split}_*.bin")
     files = sorted(Path(p) for p in glob.glob(pattern))
     if not files:
-        here = sorted({str(p.parent) for p in Path("data/datasets").glob("*/fineweb_train_*.bin")})
-        raise FileNotFoundError(f"no {'training' if split == 'train' else 'validation'} shards match {pattern}. Set "
-                                f"DATA_PATH to their folder (under ./data/datasets: {', '.join(here) or 'none'}), "
-                                f"or fetch them: {shard_source(vocab_size)}")
+        raise FileNotFoundError(f"no {'training' if split == 'train' else 'validation'} shards match DATA_PATH: "
+                                f"{pattern} (here: {Path(data_path).resolve()}). Set DATA_PATH to their folder; which "
+                                "shards fit which VOCAB_SIZE, and how to get them: data/README.md.")
     return files
 
 class DistributedTokenLoader:
@@ -476,10 +471,9 @@ def softcap_ce_chunk_torch(logits, targets, loss_rows, softcap: float, grad_scal
         grad.scatter_add_(1, targets[:, None], torch.full_like(grad[:, :1], -1.0))
         logits.copy_(grad * ((1.0 - t * t) * grad_scale))
 
-# ---- Triton kernel: softcap + cross entropy + dL/dlogits, one pass over each chunk's logits ----
-# Where the reference makes ~10 elementwise passes, this reads each bf16 row once (whole, in registers) and writes
-# dL/dlogits over it. |z| <= c, so c is the softmax shift (no pass for the row max): exp2((z - c) log2 e) stays a
-# normal fp32 while 2c log2 e <= FIXED_SHIFT_MAX_EXP2 (c <= 41.6); wider rows or larger caps take the PyTorch path.
+# ---- Triton kernel: softcap, cross entropy and dL/dlogits in one read of each bf16 row (whole, in registers), where
+# the reference makes ~10 elementwise passes. |z| <= c, so c is the softmax shift (no pass for the row max): exp2((z-c)
+# log2 e) stays a normal fp32 while 2c log2 e <= FIXED_SHIFT_MAX_EXP2 (c <= 41.6); else the PyTorch path runs.
 MAX_BLOCK_V = 8192
 FIXED_SHIFT_MAX_EXP2 = 120.0  # flush-to-zero starts below 2^-126; margin for the sum and rounding
 
@@ -873,7 +867,10 @@ def load_tokenizer(path: str, vocab_size: int) -> tuple[object, tuple[Tensor, Te
     if not Path(path).is_file():
         raise FileNotFoundError(f"TOKENIZER_PATH={path}: no such file. Point TOKENIZER_PATH at the .model file "
                                 "the shards were made with (data/README.md says where to get one).")
-    sp = spm.SentencePieceProcessor(model_file=str(path))
+    try:
+        sp = spm.SentencePieceProcessor(model_file=str(path))
+    except (RuntimeError, OSError):  # a .vocab, a text file: SentencePiece cannot parse it
+        raise ConfigError(f"TOKENIZER_PATH={path} is not a SentencePiece model: point it at the .model file.") from None
     require(sp.vocab_size() == vocab_size, f"TOKENIZER_PATH={path} has a vocabulary of {sp.vocab_size()} but "
             f"VOCAB_SIZE={vocab_size}: set VOCAB_SIZE={sp.vocab_size()} or use the matching tokenizer.")
     luts = build_byte_luts(sp, vocab_size)
@@ -922,19 +919,14 @@ def round_trip(sp, samples: list[np.ndarray], docs: int = 32) -> tuple[int, int]
     return same, tried
 
 def check_round_trip(sp, samples: list[np.ndarray], args: Hyperparameters) -> str:
-    """Refuses a tokenizer that did not make the shards (under half the documents round-trip), naming ones that do."""
+    """Refuses a tokenizer that did not make the shards: under half the sampled documents round-trip."""
     same, tried = round_trip(sp, samples)
     if same * 2 >= tried:
         return f"round_trip_{same}/{tried}"
-    top = max(int(tokens.max(initial=0)) for tokens in samples)
-    paths = sorted({*Path(args.tokenizer_path).parent.glob("*.model"), *Path("data/tokenizers").glob("*.model")})
-    others = {path: spm.SentencePieceProcessor(model_file=str(path)) for path in paths}
-    fits = [f"{path} (VOCAB_SIZE={other.vocab_size()})" for path, other in others.items()
-            if other.vocab_size() > top and 2 * round_trip(other, samples)[0] >= tried]
     raise ConfigError(f"TOKENIZER_PATH={args.tokenizer_path} did not make the shards in {args.data_path}: {same} of "
                       f"{tried} sampled documents decode and encode again to their own ids, as nearly all do with the "
-                      f"one that made them. Those that fit: {', '.join(fits) or 'none beside it'}. Set TOKENIZER_PATH "
-                      f"and VOCAB_SIZE to one, or use shards of this tokenizer: {shard_source(args.vocab_size)}.")
+                      "one that made them. Find the tokenizer that did: python3 data/build_shards.py --which-tokenizer "
+                      f"{args.data_path} (data/README.md: which shards for which vocabulary).")
 
 def target_bytes(x: Tensor, y: Tensor, val: ValData) -> Tensor:
     """Bytes of text each target token y stands for, given the previous token x (same shapes)."""
@@ -986,6 +978,8 @@ def score_with_ttt(run: Run, model: GPT, observe=None) -> Tensor:
     T, total, size = val.seq_len, val.tokens.numel() - 1, args.ttt_chunk_tokens
     starts, chunks = window_starts(val, stride), -(-total // size)
     chunk_of = (torch.where(starts == 0, 0, starts + T - (stride or T)) // size).clamp_max(chunks - 1)
+    if chunks == 1:  # the last chunk is never trained on: nothing adapts, the score is the sliding window's (README)
+        run.log.log(ttt_note="no_adaptation", val_predictions=total, ttt_chunk_tokens=size)
     sgd = torch.optim.SGD(model.parameters(), lr=args.ttt_lr, momentum=args.ttt_momentum)
     sums = torch.zeros(3, dtype=torch.float64, device=run.ctx.device)
     for c in range(chunks):
@@ -1122,13 +1116,13 @@ def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
         ctx.all_reduce(H)
     return hessians
 
-def compressor(name: str):
+def compressor(name: str, reading: bool = False):
     """The module of COMPRESSORS[name]; a missing optional one is an error that says how to get it."""
     try:
         return importlib.import_module(COMPRESSORS[name][0])
     except ImportError:
-        raise ConfigError(f"COMPRESSOR={name} needs the optional {name} package: pip install {name} (or use "
-                          "COMPRESSOR=lzma, in the standard library).") from None
+        other = "" if reading else " (or use COMPRESSOR=lzma, in the standard library)"  # an artifact needs its own
+        raise ConfigError(f"COMPRESSOR={name} needs the optional {name} package: pip install {name}{other}.") from None
 
 def compress(data: bytes, name: str) -> bytes:
     _, keywords, planes = COMPRESSORS[name]
@@ -1137,7 +1131,7 @@ def compress(data: bytes, name: str) -> bytes:
     return compressor(name).compress(data, **keywords)
 
 def decompress(blob: bytes, name: str, planes: int, size: int) -> bytes:
-    data = compressor(name).decompress(blob)
+    data = compressor(name, reading=True).decompress(blob)
     return np.frombuffer(data, np.uint8).reshape(planes, -1).T.tobytes()[:size] if planes > 1 else data
 
 def artifact_header(args: Hyperparameters, weights: str, looping: bool) -> dict:
@@ -1266,10 +1260,10 @@ def warmup_and_restore(run: Run, state: TrainState) -> None:
     for looping in [False, True] if args.num_loops > 0 else [False]:
         model.looping = looping
         for step in range(args.warmup_steps):
+            log.progress = {"step": f"0/{args.iterations}", "warmup_step": f"{step}/{args.warmup_steps}"}
             train_step(run, state, loader, step, 1.0)
-            log.progress = {"warmup_step": f"{step + 1}/{args.warmup_steps}", "looping": int(looping)}
             if step < 3 or (step + 1) % 10 == 0 or step + 1 == args.warmup_steps:
-                log.log(**log.progress)
+                log.log(warmup_step=f"{step + 1}/{args.warmup_steps}", looping=int(looping))
     model.looping = False
     model.load_state_dict(model_state)
     for opt, saved in zip(state.optimizers, optimizer_states):
@@ -1288,15 +1282,15 @@ def log_validation(run: Run, model: GPT, step: int, weights: str, **timing) -> N
     run.log.log(step=f"{step}/{run.args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights=weights, **timing)
 
 def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
-    """Steps to ITERATIONS or the cap, validating every VAL_LOSS_EVERY steps: (steps, the EMA or None, training ms)."""
+    """Steps to ITERATIONS or the cap (one clock, paused to validate every VAL_LOSS_EVERY): (steps, EMA or None, ms)."""
     args, ctx, log, model = run.args, run.ctx, run.log, state.model
     loader = make_train_loader(args, run.train_files, ctx)
     ema = EMA(model, args.ema_decay) if args.ema_decay > 0 else None
-    training_ms, stop_after, step = 0.0, None, 0
+    training_ms, reached_cap, step = 0.0, False, 0
     bad_step = torch.full((), NO_BAD_STEP, dtype=torch.int64, device=ctx.device)
     t0 = ctx.clock()
     while True:
-        last_step = step == args.iterations or (stop_after is not None and step >= stop_after)
+        last_step = step == args.iterations or reached_cap
         if last_step or (args.val_loss_every > 0 and step % args.val_loss_every == 0):
             training_ms += 1000 * (ctx.clock() - t0)
             check_finite(bad_step, ctx)
@@ -1306,8 +1300,8 @@ def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
         if last_step:
             break
         elapsed_ms = training_ms + 1000 * (time.perf_counter() - t0)
-        loops_due = args.num_loops > 0 and training_fraction(step, elapsed_ms, args) >= args.enable_looping_at
-        if loops_due and not model.looping:
+        frac = training_fraction(step, elapsed_ms, args)
+        if args.num_loops > 0 and not model.looping and frac >= args.enable_looping_at:
             model.looping = True
             log.log(layer_loop="enabled", step=step, train_time=f"{elapsed_ms:.0f}ms",
                     order="-".join(map(str, sum(model.orders[True], []))))
@@ -1321,15 +1315,13 @@ def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
         reached_cap = 0 < args.train_cap_ms <= elapsed_ms
         if ctx.distributed and args.train_cap_ms > 0:  # every rank stops at once, even if the clocks differ a little
             reached_cap = bool(ctx.all_reduce(torch.tensor(int(reached_cap), device=ctx.device), dist.ReduceOp.MAX))
-        if stop_after is None and reached_cap:
-            stop_after = step
-        if step <= 10 or step % args.train_log_every == 0 or stop_after is not None:
+        if step <= 10 or step % args.train_log_every == 0 or reached_cap:
             check_finite(bad_step, ctx)
             mean_loss = ctx.all_reduce(loss) / ctx.world_size  # over all ranks' micro-batches, as one process sees it
             log.log(step=f"{step}/{args.iterations}", train_loss=mean_loss.item(), train_time=f"{elapsed_ms:.0f}ms",
                     step_avg=f"{elapsed_ms / step:.2f}ms",
                     tokens_per_s=f"{step * args.train_batch_tokens / (elapsed_ms / 1000):.0f}")
-    if stop_after is not None and stop_after < args.iterations:
+    if reached_cap and step < args.iterations:
         log.log(stopping_early="wallclock_cap", train_time=f"{training_ms:.0f}ms", step=f"{step}/{args.iterations}")
     return step, ema, training_ms
 
@@ -1363,26 +1355,29 @@ def log_artifact(run: Run, model_bytes: int, raw_bytes: int) -> None:
                 total_bytes=total, limit_bytes=limit, within_limit="yes" if total <= limit else "NO",
                 payload_raw_bytes=raw_bytes, compression_ratio=f"{raw_bytes / model_bytes:.3f}")
 
-def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor]) -> None:
-    """A final_int8_zlib_roundtrip_exact line (named by the format), then sliding_window, then ttt: the last scores."""
+def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor], observe=None) -> None:
+    """Each scoring path asked for, timed: roundtrip, sliding_window, ttt (the last scores); observe: legality's."""
     model.load_state_dict(weights, strict=True)
     model.looping = header["looping"]
-    stride, all_ms = run.args.eval_stride, 0.0
-    scores = {"roundtrip": lambda: score_windows(model, run.val, run.ctx),
-              "sliding_window": lambda: score_windows(model, run.val, run.ctx, stride),
-              "ttt": lambda: score_with_ttt(run, model)}
-    enabled = {"roundtrip": True, "sliding_window": stride > 0, "ttt": run.args.ttt_enabled}
-    for kind in [kind for kind in scores if enabled[kind]]:
-        t0 = run.ctx.clock()
-        val_loss, val_bpb = loss_and_bpb(scores[kind]())
-        eval_ms = 1000 * (run.ctx.clock() - t0)
-        all_ms += eval_ms
-        window = dict(eval_stride=stride, eval_seq_len=run.val.seq_len) if kind != "roundtrip" else {}
-        run.log.log(**{f"{kind}_val_loss": val_loss, f"{kind}_val_bpb": val_bpb}, weights=header["weights"], **window,
-                    eval_time=f"{eval_ms:.0f}ms", eval_time_8gpu_est=f"{eval_ms * run.ctx.world_size / 8:.0f}ms",
-                    total_eval_time_8gpu_est=f"{all_ms * run.ctx.world_size / 8:.0f}ms")
-        run.log.text(f"final_int{header['matrix_bits']}_{header['compressor']}_{kind}_exact val_loss:{val_loss:.8f} "
-                     f"val_bpb:{val_bpb:.8f}")
+    args, ctx, log, spent_ms = run.args, run.ctx, run.log, []
+
+    def timed_score(kind: str, score, *inputs, **window) -> None:  # the records' timed_eval
+        log.progress = dict(log.progress, scoring=kind)
+        t0 = ctx.clock()
+        val_loss, val_bpb = loss_and_bpb(score(*inputs, observe=observe and observe(kind)))
+        spent_ms.append(1000 * (ctx.clock() - t0))
+        log.log(**{f"{kind}_val_loss": val_loss, f"{kind}_val_bpb": val_bpb}, weights=header["weights"], **window,
+                eval_time=f"{spent_ms[-1]:.0f}ms", eval_time_8gpu_est=f"{spent_ms[-1] * ctx.world_size / 8:.0f}ms",
+                total_eval_time_8gpu_est=f"{sum(spent_ms) * ctx.world_size / 8:.0f}ms")
+        log.text(f"final_int{header['matrix_bits']}_{header['compressor']}_{kind}_exact val_loss:{val_loss:.8f} "
+                 f"val_bpb:{val_bpb:.8f}")
+
+    window = dict(eval_stride=args.eval_stride, eval_seq_len=run.val.seq_len)
+    timed_score("roundtrip", score_windows, model, run.val, ctx)
+    if args.eval_stride > 0:
+        timed_score("sliding_window", score_windows, model, run.val, ctx, args.eval_stride, **window)
+    if args.ttt_enabled:
+        timed_score("ttt", score_with_ttt, run, model, **window)
 
 # ==== Pre-flight and main ===========================================================================================
 # Every input is checked before a process group or a GPU is touched; errors end as "error: ..." (exit 2).
@@ -1392,21 +1387,26 @@ def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
     if args.eval_only:  # the artifact to score: ours, whole, of the config's model, its compressor installed
         artifact = read_artifact(args.artifact_path, args)
     else:  # every training shard now, not an hour into the run; an empty set would loop forever
-        train_files = find_shards(args.data_path, "train", args.vocab_size)
+        train_files = find_shards(args.data_path, "train")
         if sum(read_shard_header(path, args.vocab_size) for path in train_files) == 0:
             raise ShardError(f"the training shards in {args.data_path} hold no tokens: rebuild or re-download them.")
         compressor(args.compressor)  # an optional one must be installed before training, not after
+    folder_named = args.artifact_path.endswith(("/", os.sep)) or Path(args.artifact_path).is_dir()
+    require(args.eval_only or not folder_named, f"ARTIFACT_PATH={args.artifact_path} names a folder: name the file.")
     for name, folder in ("LOG_DIR", Path(args.log_dir)), ("ARTIFACT_PATH", Path(args.artifact_path).parent):
+        probe = folder / f".write_probe_{os.getpid()}"  # a run must not train for minutes, then fail to save
         try:
             folder.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"")
+            probe.unlink()
         except OSError as exc:
-            raise ConfigError(f"{name}: cannot make the folder {folder} ({exc.strerror}): point it at a writable one.")
-    val_files = find_shards(args.data_path, "val", args.vocab_size)
+            raise ConfigError(f"{name}: cannot write in {folder} ({exc.strerror}): point it at a writable folder.")
+    val_files = find_shards(args.data_path, "val")
     tokens = torch.cat([load_data_shard(f, args.vocab_size) for f in val_files]).to(torch.int64)
-    T, seq = args.val_seq_len, "EVAL_SEQ_LEN" if args.eval_seq_len else "TRAIN_SEQ_LEN"
+    T = args.val_seq_len
     usable = (tokens.numel() - 1) // T * T  # whole sequences, at least one per rank
     require(usable >= T * ctx.world_size, f"the validation split ({tokens.numel()} tokens in {val_files[0].parent}) "
-            f"is shorter than one {seq}={T} sequence (+1) per rank: use more validation data or a smaller {seq}.")
+            f"is shorter than one sequence of {T} (+1) per rank: use more validation data or a smaller EVAL_SEQ_LEN.")
     sp, luts = load_tokenizer(args.tokenizer_path, args.vocab_size)
     samples = [tokens.numpy()] + [np.memmap(f, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES) for f in train_files[:1]]
     verified = check_round_trip(sp, samples, args)
@@ -1431,8 +1431,7 @@ def log_header(run: Run) -> None:
             compile=args.compile and ctx.device.type == "cuda", tokenizer_verified=run.tokenizer_verified,
             warmdown=warmdown or f"iters_{args.warmdown_iters}")
     if ctx.device.type == "cpu" and args.train_batch_tokens >= Hyperparameters.train_batch_tokens:
-        log.text("cpu_note: these are GPU settings (minutes per step on a CPU). A CPU smoke run, in seconds: the "
-                 "first command of the docstring (head -n 10 train_gpt.py)")
+        log.text("cpu_note: these are GPU settings (minutes a step on a CPU); a CPU smoke run: head -n 10 train_gpt.py")
 
 def train_and_score(run: Run) -> None:
     args, ctx, log = run.args, run.ctx, run.log
@@ -1492,9 +1491,10 @@ if __name__ == "__main__":
     try:
         main()
     except (ConfigError, ShardError, FileNotFoundError, FloatingPointError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":  # every rank finds the same fault: one says so (and names the recipe's)
+            print(f"error: {recipe_note(str(exc), os.environ)}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM through raise_interrupt: exit 128 + the signal
         name = exc.args[0] if exc.args else "SIGINT"
-        print(f"interrupted: {name}; the log's last line says where training stopped", file=sys.stderr)
+        print(f"interrupted: {name}; the log's last line says where the run was", file=sys.stderr)
         sys.exit(128 + getattr(signal, name))

@@ -53,6 +53,7 @@ RECORD_TINY = dict(
     EVAL_STRIDE="16",
     TRAIN_LOG_EVERY="1",
     VAL_LOSS_EVERY="6",
+    TTT_CHUNK_TOKENS="4096",  # the tiny split holds 18,624 predictions: TTT adapts on 4 chunks (one chunk: never)
 )
 GPTQ_BROTLI = dict(
     TINY,
@@ -94,6 +95,9 @@ CLOCK_OR_CODE = re.compile(r"(^|_)(time|avg|est|code_bytes|total_bytes|compressi
 SEPARATOR = "=" * 100
 # Log keys renamed since an earlier revision: old -> new, applied to both sides' logs before they are compared.
 RENAMED = {"evaluation_8gpu_est": "total_eval_time_8gpu_est"}
+# Lines that say something about the run without a number of it (a diagnostic one side added): named in the note, and
+# left out of the comparison. ttt_note: TTT on a split of one chunk adapts nothing (its score is the sliding window's).
+DIAGNOSTIC_LINES = ("ttt_note:",)
 TORCHRUN_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TRITON_INTERPRET")
 
 
@@ -140,6 +144,9 @@ def compare(name: str, sides: list[Path], work: Path, data_env: dict[str, str]) 
     (log_a, artifact_a), (log_b, artifact_b) = results
     sha_a, sha_b = hashlib.sha256(artifact_a).hexdigest(), hashlib.sha256(artifact_b).hexdigest()
     log_a, log_b, note = common_config(log_a, log_b)
+    diagnostics = sorted({line.split(" ")[0] for line in log_a + log_b if line.startswith(DIAGNOSTIC_LINES)})
+    log_a, log_b = ([line for line in log if not line.startswith(DIAGNOSTIC_LINES)] for log in (log_a, log_b))
+    note += f"; diagnostic lines left out: {', '.join(diagnostics)}" if diagnostics else ""
     shown = sha_a[:12]
     if sha_a != sha_b and (header_note := same_payload(artifact_a, artifact_b)) is not None:
         shown, sha_b = f"{sha_a[:12]}/{sha_b[:12]}, the same payload{header_note}", sha_a
