@@ -176,7 +176,8 @@ class Hyperparameters:
         require(int(self.mlp_mult * dim) > 0, f"MLP_MULT={self.mlp_mult} leaves the MLP no units at MODEL_DIM={dim}.")
         require(self.tie_embeddings, "TIE_EMBEDDINGS=0: an untied head is not built here; every record ties it.")
         layers = f"NUM_LAYERS={self.num_layers}"
-        require(-1 <= self.parallel_residual_start < self.num_layers, f"PARALLEL_RESIDUAL_START: -1 or < {layers}.")
+        require(-1 <= self.parallel_residual_start < self.num_layers,
+                f"PARALLEL_RESIDUAL_START={self.parallel_residual_start} must be -1 (off) or a layer below {layers}.")
         require(self.num_loops == 0 or 0 <= self.loop_start <= self.loop_end < self.num_layers, f"LOOP_START="
                 f"{self.loop_start} <= LOOP_END={self.loop_end} must be layers below {layers} if NUM_LOOPS > 0.")
         require(self.vocab_size <= 65_536, f"VOCAB_SIZE={self.vocab_size} must be <= 65536: shards store uint16 ids.")
@@ -191,7 +192,8 @@ class Hyperparameters:
             require(getattr(self, bits) == 8 or getattr(self, sigmas) > 0, f"{bits.upper()}={getattr(self, bits)} "
                     f"needs {sigmas.upper()} > 0: the quantile clip is int8's.")
         require(self.max_wallclock_seconds == 0 or self.gptq_reserve_seconds < self.max_wallclock_seconds,
-                "GPTQ_RESERVE_SECONDS must be below MAX_WALLCLOCK_SECONDS: it is taken from the training time.")
+                f"GPTQ_RESERVE_SECONDS={self.gptq_reserve_seconds} must be below MAX_WALLCLOCK_SECONDS="
+                f"{self.max_wallclock_seconds}: it is taken from the training time under that cap.")
         blank = self.run_id != "" and self.run_id.strip() == ""  # "" is a fresh id (from_env makes it)
         require(not blank and "/" not in self.run_id, f"RUN_ID={self.run_id!r} must be a file name, not blank.")
 
@@ -213,8 +215,8 @@ RECIPES["p180"] = dict(RECIPES["record_2026_04_05"], num_layers=9, mlp_mult=3.0,
 
 def recipe_note(message: str, environ) -> str:  # message, and which values it names RECIPE set (not the user)
     recipe = environ.get("RECIPE", "").strip()
-    named = [f"{k.upper()}={v}" for k, v in RECIPES.get(recipe, {}).items() if f"{k.upper()}=" in message and
-             k.upper() not in environ]
+    named = [f"{k.upper()}={v}" for k, v in RECIPES.get(recipe, {}).items() if k.upper() not in environ]
+    named = [setting for setting in named if setting in message]  # the value it names is the recipe's
     return message + (f" (RECIPE={recipe} sets {', '.join(named)}: set it to override.)" if named else "")
 
 GRAD_ACCUM_TOTAL = 8  # micro-batches per step, summed over ranks: world size must divide it
@@ -222,8 +224,7 @@ QUANT_GROUPS = {"embed": ("embed_bits", "embed_clip_sigmas"), "matrix": ("matrix
 ENV_PREFIXES_NOT_OURS = ("OMP_", "CUDA_", "NCCL_", "TORCH", "PYTORCH_", "TRITON_", "MASTER_", "LOCAL_",
                          "GROUP_", "ROLE_", "NVIDIA_", "PYTHON", "LC_", "XDG_", "MKL_", "KMP_", "GLOO_", "PATH")
 ENV_RETIRED = ("EMBEDDING_DIM", "EMBED_LR", "HEAD_LR", "LOSS_CHUNK_TOKENS")  # earlier versions' settings (README)
-ENV_OTHER_TRAINERS = dict(NUM_ITERATIONS="ITERATIONS", MAX_ITERS="ITERATIONS", ITERS="ITERATIONS", MAX_STEPS=
-                          "ITERATIONS", N_LAYER="NUM_LAYERS", N_EMBD="MODEL_DIM")  # nanoGPT's, llm.c's: ignored here
+ENV_OTHER_TRAINERS = dict(NUM_ITERATIONS="ITERATIONS", MAX_STEPS="ITERATIONS", ITERS="ITERATIONS", N_LAYER="NUM_LAYERS")
 BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 def parse_env_value(name: str, raw: str, kind: type):
@@ -387,8 +388,7 @@ def load_data_shard(path: str | Path, vocab_size: int = 0) -> Tensor:
 
 def write_atomic(path: str | Path, data: bytes) -> None:
     """A temp file beside path, then a rename: no reader sees half a file, and an interrupt leaves none behind."""
-    path = Path(path)  # its folder exists: the pre-flight made it
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp = Path(path).with_name(Path(path).name + f".tmp{os.getpid()}")  # in a folder the pre-flight made
     try:
         tmp.write_bytes(data)
         os.replace(tmp, path)
@@ -1403,10 +1403,10 @@ def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
             raise ConfigError(f"{name}: cannot write in {folder} ({exc.strerror}): point it at a writable folder.")
     val_files = find_shards(args.data_path, "val")
     tokens = torch.cat([load_data_shard(f, args.vocab_size) for f in val_files]).to(torch.int64)
-    T = args.val_seq_len
+    T, seq = args.val_seq_len, "EVAL_SEQ_LEN" if args.eval_seq_len else "TRAIN_SEQ_LEN"
     usable = (tokens.numel() - 1) // T * T  # whole sequences, at least one per rank
     require(usable >= T * ctx.world_size, f"the validation split ({tokens.numel()} tokens in {val_files[0].parent}) "
-            f"is shorter than one sequence of {T} (+1) per rank: use more validation data or a smaller EVAL_SEQ_LEN.")
+            f"is shorter than one {seq}={T} sequence (+1) per rank: use more validation data or a smaller {seq}.")
     sp, luts = load_tokenizer(args.tokenizer_path, args.vocab_size)
     samples = [tokens.numpy()] + [np.memmap(f, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES) for f in train_files[:1]]
     verified = check_round_trip(sp, samples, args)

@@ -738,7 +738,6 @@ def test_moved_aside_artifacts_are_ignored_by_git():
         ("NUM_ITERATIONS", "ITERATIONS"),
         ("MAX_STEPS", "ITERATIONS"),
         ("N_LAYER", "NUM_LAYERS"),
-        ("MAX_ITERS", "ITERATIONS"),
     ],
 )
 def test_other_trainers_names_for_ours_are_errors_naming_ours(name, ours):
@@ -754,7 +753,7 @@ def test_an_error_about_a_value_the_recipe_set_says_the_recipe_set_it(tiny_data,
     assert run.result.returncode == 2
     assert "has a vocabulary of 512 but VOCAB_SIZE=8192" in run.result.stderr  # the user's own: no note
     assert "RECIPE=record sets" not in run.result.stderr
-    message = "PARALLEL_RESIDUAL_START: -1 or < NUM_LAYERS=2."
+    message = "PARALLEL_RESIDUAL_START=7 must be -1 (off) or a layer below NUM_LAYERS=2."
     assert train_gpt.recipe_note(message, {"RECIPE": "record"}) == (
         f"{message} (RECIPE=record sets PARALLEL_RESIDUAL_START=7: set it to override.)"
     )
@@ -779,7 +778,7 @@ def test_reading_an_artifact_whose_compressor_is_missing_does_not_suggest_anothe
 def test_ttt_on_a_split_of_one_chunk_says_nothing_adapted(tiny_data, tmp_path):
     """Row 15: the ttt score equalled the sliding window's and the log did not say that no adaptation ran."""
     args = args_for(tiny_data, tmp_path, TTT_ENABLED="1", EVAL_STRIDE="32", TTT_CHUNK_TOKENS="1000000")
-    run = cpu_run(args, log=train_gpt.Logger(tmp_path / "ttt.txt"))
+    run = dataclasses.replace(train_gpt.preflight(args, ONE_CPU), log=train_gpt.Logger(tmp_path / "ttt.txt"))
     train_gpt.torch.manual_seed(0)
     sums = train_gpt.score_with_ttt(run, train_gpt.GPT(args))
     sliding = train_gpt.score_windows(train_gpt.GPT(args), run.val, ONE_CPU, 32)

@@ -967,6 +967,7 @@ def test_an_empty_run_id_gets_a_fresh_one(tiny_data, tmp_path):
 
 
 def test_logger_writes_key_value_lines(tmp_path, capsys):
+    (tmp_path / "logs").mkdir()  # the pre-flight makes LOG_DIR (and writes a probe file in it) before any log
     logger = train_gpt.Logger(tmp_path / "logs" / "run.txt")
     logger.log(step="3/10", train_loss=2.3456789, big=1.5e7, tokens=12)
     logger.text("quiet", console=False)
