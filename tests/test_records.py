@@ -639,7 +639,9 @@ def test_a_score_written_with_fewer_than_5_decimals_or_rounded_wrong_fails(runs,
     # Five decimals, rounded from the mean, pass; three units off in the fifth do not.
     five = with_submission(made, tmp_path, "five", lambda j: j.update(val_bpb=round(mean, 5)))
     assert failing(five) == set()
-    off = with_submission(made, tmp_path, "off", lambda j: j.update(val_bpb=round(round(mean, 5) + 3e-5, 5)))
+    # Three units up, or down where up ends in a zero (4.21597 + 3e-5 is written 4.216: fewer decimals, another check)
+    wrong = next(v for v in (round(round(mean, 5) + d, 5) for d in (3e-5, -3e-5)) if len(repr(v).split(".")[1]) == 5)
+    off = with_submission(made, tmp_path, "off", lambda j: j.update(val_bpb=wrong))
     assert f"expected {mean:.5f} (5 decimals as written" in evidence(off, "submission_matches_logs")
 
 
