@@ -17,7 +17,7 @@ byte after a quantize -> compress -> decompress round trip. Settings: the `Hyper
 from __future__ import annotations
 
 import contextlib, copy, dataclasses, difflib, glob, hashlib, importlib, io, json, lzma, math
-import os, platform, signal, sys, time, uuid
+import os, platform, signal, sys, tempfile, time, uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,7 +108,7 @@ class Hyperparameters:
     muon_backend_steps: int = setting(5, "> 0")
     muon_row_normalize: bool = False  # MuonEq-R: rows to unit norm before Newton-Schulz
     muon_wd: float = setting(0.0, ">= 0")  # decoupled weight decay: p *= 1 - lr * wd
-    adam_wd: float = setting(0.0, ">= 0")  # on the scalars and control tensors
+    adam_wd: float = setting(0.0, ">= 0")  # on the scalars (parameter_roles)
     embed_wd: float = setting(0.0, ">= 0")  # on the embedding
     beta1: float = setting(0.9, "in [0, 1)")
     beta2: float = setting(0.95, "in [0, 1)")
@@ -602,7 +602,6 @@ def softcap_ce_loss(x, weight, targets, softcap: float, chunk_tokens: int, impl:
 # block mixes its input with x0. Attention: RMS-normed q and k, rotary, a gain on q, grouped-query heads; output
 # projections start at zero. fp32 parameters, bf16 matmuls on CUDA; switches chosen once in __init__, no cost when off.
 
-CONTROL_TENSOR_NAMES = ("attn_scale", "mlp_scale", "resid_mix", "q_gain", "skip_weights", "skip_gates")
 
 def rms_norm(x: Tensor) -> Tensor:
     return F.rms_norm(x, (x.size(-1),))
@@ -667,8 +666,7 @@ class CausalSelfAttention(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.num_kv_heads != self.num_heads)
         return self.proj(self.post(y, v).transpose(1, 2).reshape(B, T, C))
 
-MLP_ACTIVATIONS = {"relu2": lambda h: torch.relu(h).square(),
-                   "leaky_relu2": lambda h: F.leaky_relu(h, negative_slope=0.5).square()}
+MLP_ACTIVATIONS = {"relu2": lambda h: torch.relu(h).square(), "leaky_relu2": lambda h: F.leaky_relu(h, 0.5).square()}
 
 class MLP(nn.Module):
     def __init__(self, dim: int, mlp_mult: float, act: str = "relu2"):
@@ -831,21 +829,25 @@ class Muon(torch.optim.Optimizer):
                 torch._foreach_mul_(params, 1.0 - group["lr"] * group["weight_decay"])
             torch._foreach_add_(params, list(updates[: len(params)].to(params[0].dtype)), alpha=-group["lr"])
 
-def is_control_tensor(name: str) -> bool:
-    return any(pattern in name for pattern in CONTROL_TENSOR_NAMES)
+def parameter_roles(model: nn.Module) -> dict[str, str]:
+    """The one rule that routes every parameter: the embedding "embed" (Adam, TIED_EMBED_LR), a CastedLinear's weight
+    a "matrix" (Muon), any other, wherever it lives (gains, mixes, skips, gates), a "scalar" (Adam, SCALAR_LR)."""
+    matrices = {id(m.weight) for m in model.modules() if isinstance(m, CastedLinear)}
+    return {n: "embed" if p is model.tok_emb.weight else "matrix" if id(p) in matrices else "scalar"
+            for n, p in model.named_parameters()}
 
 def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> list[torch.optim.Optimizer]:
-    block_params = list(model.blocks.named_parameters())
-    matrix_params = [p for n, p in block_params if p.ndim == 2 and not is_control_tensor(n)]
-    scalar_params = [p for n, p in block_params if p.ndim < 2 or is_control_tensor(n)]
-    scalar_params += [p for p in (model.skip_weights, model.skip_gates) if p is not None]
-    adam_groups = [dict(params=[model.tok_emb.weight], lr=args.tied_embed_lr, base_lr=args.tied_embed_lr,
-                        weight_decay=args.embed_wd),
-                   dict(params=scalar_params, lr=args.scalar_lr, base_lr=args.scalar_lr, weight_decay=args.adam_wd)]
+    params, roles = dict(model.named_parameters()), parameter_roles(model)
+    names = sorted(roles, key=lambda n: not n.startswith("blocks."))  # blocks' first: the order clip_grad_norm_ sums
+    embed, matrix, scalar = ([params[n] for n in names if roles[n] == role] for role in ("embed", "matrix", "scalar"))
+    adam_groups = [dict(params=embed, lr=args.tied_embed_lr, base_lr=args.tied_embed_lr, weight_decay=args.embed_wd),
+                   dict(params=scalar, lr=args.scalar_lr, base_lr=args.scalar_lr, weight_decay=args.adam_wd)]
     adam = torch.optim.AdamW(adam_groups, betas=(args.beta1, args.beta2), eps=args.adam_eps,
                              fused=model.tok_emb.weight.is_cuda)  # decoupled p *= 1 - lr * wd: Adam when every wd is 0
-    muon = Muon(matrix_params, lr=args.matrix_lr, momentum=args.muon_momentum, backend_steps=args.muon_backend_steps,
+    muon = Muon(matrix, lr=args.matrix_lr, momentum=args.muon_momentum, backend_steps=args.muon_backend_steps,
                 orthogonalize=orthogonalize, row_normalize=args.muon_row_normalize, weight_decay=args.muon_wd)
+    held = sorted(id(p) for opt in (adam, muon) for group in opt.param_groups for p in group["params"])
+    assert held == sorted(map(id, params.values())), "a parameter is in no optimizer or in two: see parameter_roles"
     return [adam, muon]
 
 # ==== Evaluation: bits per byte =====================================================================================
@@ -924,9 +926,8 @@ def check_round_trip(sp, samples: list[np.ndarray], args: Hyperparameters) -> st
     if same * 2 >= tried:
         return f"round_trip_{same}/{tried}"
     raise ConfigError(f"TOKENIZER_PATH={args.tokenizer_path} did not make the shards in {args.data_path}: {same} of "
-                      f"{tried} sampled documents decode and encode again to their own ids, as nearly all do with the "
-                      "one that made them. Find the tokenizer that did: python3 data/build_shards.py --which-tokenizer "
-                      f"{args.data_path} (data/README.md: which shards for which vocabulary).")
+                      f"{tried} sampled documents decode and encode again to their own ids. Find the one that did: "
+                      f"python3 data/build_shards.py --which-tokenizer {args.data_path} (data/README.md).")
 
 def target_bytes(x: Tensor, y: Tensor, val: ValData) -> Tensor:
     """Bytes of text each target token y stands for, given the previous token x (same shapes)."""
@@ -1063,7 +1064,7 @@ def quantize_rows(w: Tensor, bits: int, clip_sigmas: float, hessian: Tensor | No
         return gptq_round(*batch, qmax).view(w.shape), scale
     return torch.clamp(torch.round(w / s), -qmax, qmax).to(torch.int8), scale
 
-def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, hessians: dict | None = None) -> dict:
+def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, roles: dict, hessians=None) -> dict:
     """The payload: codes and scales of the large tensors (GPTQ: batched by shape, on the GPU), the small ones kept."""
     hessians = hessians or {}
     quantized, scales, kept, batches = {}, {}, {}, {}
@@ -1072,9 +1073,10 @@ def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, he
         if not t.is_floating_point():
             kept[name] = t.cpu()
         elif t.numel() <= QUANT_KEEP_FLOAT_MAX_NUMEL:
-            kept[name] = (t.float() if is_control_tensor(name) and args.matrix_clip_sigmas == 0 else t.half()).cpu()
+            scalar = roles.get(name) == "scalar" and args.matrix_clip_sigmas == 0  # int8 keeps them in fp32
+            kept[name] = (t.float() if scalar else t.half()).cpu()
         else:  # a batch: one tensor, or with GPTQ every tensor of one shape and QUANT_GROUPS entry
-            group = "embed" if name.startswith("tok_emb") else "matrix"
+            group = "embed" if roles.get(name) == "embed" else "matrix"
             batches.setdefault((tuple(t.shape) if name in hessians else name, group), []).append(name)
     for (_, group), names in batches.items():
         bits, sigmas = (getattr(args, field) for field in QUANT_GROUPS[group])
@@ -1332,7 +1334,7 @@ def export(run: Run, model: GPT, weights: str, train_ms: float) -> None:
     hessians = collect_hessians(run, model) if args.gptq_calibration_batches > 0 else None
     hessian_ms = 1000 * (ctx.clock() - t0)
     if ctx.rank == 0:
-        obj = quantize_state_dict(model.state_dict(), args, hessians)
+        obj = quantize_state_dict(model.state_dict(), args, parameter_roles(model), hessians)
         if hessians is not None:
             gptq_ms, cap_ms = 1000 * (ctx.clock() - t0), 1000 * args.max_wallclock_seconds
             rank_tokens = math.ceil(args.gptq_calibration_batches / ctx.world_size) * args.train_batch_tokens
@@ -1394,11 +1396,9 @@ def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
     folder_named = args.artifact_path.endswith(("/", os.sep)) or Path(args.artifact_path).is_dir()
     require(args.eval_only or not folder_named, f"ARTIFACT_PATH={args.artifact_path} names a folder: name the file.")
     for name, folder in ("LOG_DIR", Path(args.log_dir)), ("ARTIFACT_PATH", Path(args.artifact_path).parent):
-        probe = folder / f".write_probe_{os.getpid()}"  # a run must not train for minutes, then fail to save
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            probe.write_bytes(b"")
-            probe.unlink()
+            tempfile.TemporaryFile(dir=folder).close()  # a probe: a run must not train for minutes, then fail to save
         except OSError as exc:
             raise ConfigError(f"{name}: cannot write in {folder} ({exc.strerror}): point it at a writable folder.")
     val_files = find_shards(args.data_path, "val")
@@ -1442,7 +1442,7 @@ def train_and_score(run: Run) -> None:
     if args.eval_only:
         log_artifact(run, Path(args.artifact_path).stat().st_size, run.artifact[0]["payload_bytes"])
         return score_artifact(run, model, *run.artifact)
-    raw_bytes = len(payload_bytes(quantize_state_dict(model.state_dict(), args)))
+    raw_bytes = len(payload_bytes(quantize_state_dict(model.state_dict(), args, parameter_roles(model))))
     code_bytes = len(Path(__file__).read_bytes())
     room = max(ARTIFACT_LIMIT_BYTES - code_bytes, 1)  # bytes left for the weights
     log.log(model_params=sum(p.numel() for p in model.parameters()), payload_raw_bytes=raw_bytes, code_bytes=code_bytes,

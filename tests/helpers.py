@@ -253,10 +253,11 @@ def run_script(env_vars: dict[str, str], cwd: Path, nproc: int = 1, run_class: t
 
 
 def randomize_matrices(model: torch.nn.Module) -> torch.nn.Module:
-    """Every 2-D non-control parameter ~ N(0, 1/fan_in), the zero-initialised projections too, so the model's
-    predictions depend on its inputs and quantization has something to round."""
+    """Every matrix and the embedding (parameter_roles: all but the scalars) ~ N(0, 1/fan_in), the zero-initialised
+    projections too, so the model's predictions depend on its inputs and quantization has something to round."""
     with torch.no_grad():
+        roles = train_gpt.parameter_roles(model)
         for name, p in model.named_parameters():
-            if p.ndim == 2 and not train_gpt.is_control_tensor(name):
+            if roles[name] != "scalar":
                 p.normal_(0.0, p.size(1) ** -0.5)
     return model

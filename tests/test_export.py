@@ -145,6 +145,10 @@ def test_gptq_zeroes_the_weights_of_dead_inputs():
     assert (restored[:, dead] == 0).all() and (restored[:, 1:3] != 0).any()
 
 
+# The baseline's control tensors, by name, as it chose them; ours are parameter_roles' scalars, the same tensors here.
+CONTROL_NAMES = ("attn_scale", "mlp_scale", "resid_mix", "q_gain", "skip_weights", "skip_gates")
+
+
 def int8_reference(state_dict: dict[str, torch.Tensor]) -> dict:
     """quantize_state_dict as it was before part 2 (commit a629280), the int8 + zlib baseline's format."""
     quantized, scales, kept = {}, {}, {}
@@ -153,7 +157,7 @@ def int8_reference(state_dict: dict[str, torch.Tensor]) -> dict:
         if not t.is_floating_point():
             kept[name] = t
         elif t.numel() <= train_gpt.QUANT_KEEP_FLOAT_MAX_NUMEL:
-            kept[name] = t.float() if train_gpt.is_control_tensor(name) else t.half()
+            kept[name] = t.float() if any(c in name for c in CONTROL_NAMES) else t.half()
         else:
             t32 = t.float().reshape(t.size(0), -1)
             clip = torch.quantile(t32.abs(), train_gpt.QUANT_CLIP_QUANTILE, dim=1)
@@ -176,10 +180,12 @@ def tiny_args_on(data: TinyData, tmp_path: Path, **overrides) -> Hyperparameters
 
 def test_the_int8_default_is_the_baseline_quantization_unchanged(tiny_data, tmp_path):
     args = tiny_args_on(tiny_data, tmp_path, MODEL_DIM=144, MLP_MULT=4)
-    state = random_model(args).state_dict()
+    model = random_model(args)
+    state = model.state_dict()
     state["tok_emb.weight"][7, 3] = 25.0  # an outlier above the quantile clip
     state["blocks.0.mlp.fc.weight"][:50] *= 0.01  # rows on the 1/127 floor step
-    ours, reference = train_gpt.quantize_state_dict(state, args), int8_reference(state)
+    roles = train_gpt.parameter_roles(model)
+    ours, reference = train_gpt.quantize_state_dict(state, args, roles), int8_reference(state)
     assert set(ours["quantized"]) == {
         "tok_emb.weight",
         "blocks.0.mlp.fc.weight",
@@ -204,10 +210,11 @@ def test_each_tensor_is_quantized_with_its_own_bits_clip_and_hessian(tiny_data, 
         EMBED_BITS=7,
         EMBED_CLIP_SIGMAS=20,
     )
-    state = random_model(args).state_dict()
+    model = random_model(args)
+    state = model.state_dict()
     X = correlated_inputs(144)
     hessians = {"blocks.1.mlp.fc.weight": X.T @ X}
-    obj = train_gpt.quantize_state_dict(state, args, hessians)
+    obj = train_gpt.quantize_state_dict(state, args, train_gpt.parameter_roles(model), hessians)
     expected = {
         "tok_emb.weight": (7, 20.0, None),
         "blocks.0.mlp.fc.weight": (6, 12.85, None),
@@ -284,7 +291,8 @@ def quantized_tiny_model(data: TinyData, tmp_path: Path, **overrides) -> tuple[H
     args = tiny_args_on(
         data, tmp_path, MODEL_DIM=144, MATRIX_BITS=6, MATRIX_CLIP_SIGMAS=12.85, EMBED_CLIP_SIGMAS=20, **overrides
     )
-    return args, train_gpt.quantize_state_dict(random_model(args).state_dict(), args)
+    model = random_model(args)
+    return args, train_gpt.quantize_state_dict(model.state_dict(), args, train_gpt.parameter_roles(model))
 
 
 @pytest.mark.parametrize("compressor", COMPRESSORS)
@@ -322,7 +330,9 @@ def test_an_artifact_of_another_model_shape_names_each_differing_variable(tiny_d
     args = tiny_args_on(tiny_data, tmp_path)
     header = train_gpt.artifact_header(args, "raw", False)
     path = tmp_path / "a.ptz"
-    train_gpt.save_artifact(train_gpt.quantize_state_dict(train_gpt.GPT(args).state_dict(), args), header, str(path))
+    model = train_gpt.GPT(args)
+    obj = train_gpt.quantize_state_dict(model.state_dict(), args, train_gpt.parameter_roles(model))
+    train_gpt.save_artifact(obj, header, str(path))
     # settings that do not change the weights' shapes or meaning may differ
     same_model = tiny_args_on(tiny_data, tmp_path, EVAL_STRIDE=16, MATRIX_LR=0.5, ITERATIONS=3)
     assert train_gpt.read_artifact(str(path), same_model)[0]["model"] == header["model"]

@@ -522,13 +522,56 @@ def test_build_optimizers_gives_each_parameter_to_exactly_one_optimizer():
                 owner[id(p)] = (opt, group["lr"])
     assert len(owner) == len(list(model.parameters()))
     for name, p in model.named_parameters():
-        if name.startswith("blocks.") and p.ndim == 2 and not train_gpt.is_control_tensor(name):
+        if name.startswith("blocks.") and name.endswith(
+            ("c_q.weight", "c_k.weight", "c_v.weight", "proj.weight", "fc.weight")
+        ):
             expected = (muon, args.matrix_lr)
         elif name == "tok_emb.weight":
             expected = (adam, args.tied_embed_lr)
         else:  # vectors, control tensors (resid_mix is 2-D), skip weights
             expected = (adam, args.scalar_lr)
         assert owner[id(p)] == expected, name
+
+
+def owner_of(optimizers: list, p: torch.Tensor) -> tuple:
+    """(optimizer class, lr) of the one group that holds p."""
+    held = [(type(opt), g["lr"]) for opt in optimizers for g in opt.param_groups if any(q is p for q in g["params"])]
+    assert len(held) == 1, held
+    return held[0]
+
+
+def test_a_parameter_added_on_the_model_itself_is_optimized_as_a_scalar():
+    """Issue 26's first trap: a parameter defined on GPT (outside blocks), as a SmearGate's lambda would be, was in no
+    optimizer and never trained. The rule (parameter_roles) sees every parameter of the model."""
+    args = tiny_args(NUM_LAYERS=2, SCALAR_LR=0.012)
+    model = train_gpt.GPT(args)
+    model.smear_lambda = nn.Parameter(torch.zeros(1))
+    model.smear_gate = nn.Parameter(torch.zeros(1, 12))  # 2-D, but no linear layer's: a scalar
+    optimizers = train_gpt.build_optimizers(model, args)
+    for p in (model.smear_lambda, model.smear_gate):
+        assert owner_of(optimizers, p) == (torch.optim.AdamW, 0.012)
+    assert train_gpt.parameter_roles(model)["smear_gate"] == "scalar"
+
+
+def test_a_2d_gate_added_in_a_block_goes_to_adam_not_muon():
+    """Issue 26's second trap: a 2-D gate in a block went to Muon unless its name was in a substring list. Only a
+    CastedLinear's weight is a Muon matrix; a new CastedLinear is one, by the same rule."""
+    args = tiny_args(NUM_LAYERS=2, SCALAR_LR=0.012, MATRIX_LR=0.011)
+    model = train_gpt.GPT(args)
+    model.blocks[0].attn.attn_gate_w = nn.Parameter(torch.zeros(2, 12))  # heads x 12, the records' sparse gate
+    model.blocks[1].extra = train_gpt.CastedLinear(64, 64)
+    optimizers = train_gpt.build_optimizers(model, args)
+    assert owner_of(optimizers, model.blocks[0].attn.attn_gate_w) == (torch.optim.AdamW, 0.012)
+    assert owner_of(optimizers, model.blocks[1].extra.weight) == (train_gpt.Muon, 0.011)
+
+
+def test_start_up_fails_if_a_parameter_is_in_no_optimizer_or_in_two(monkeypatch):
+    args = tiny_args(NUM_LAYERS=2)
+    model = train_gpt.GPT(args)
+    roles = train_gpt.parameter_roles(model)
+    monkeypatch.setattr(train_gpt, "parameter_roles", lambda m: {**roles, "skip_weights": "nowhere"})
+    with pytest.raises(AssertionError, match="a parameter is in no optimizer or in two"):
+        train_gpt.build_optimizers(model, args)
 
 
 # =================================================================================================
@@ -708,7 +751,7 @@ def weights_with_outliers() -> torch.Tensor:
 
 
 def quantization_errors(w: torch.Tensor):
-    obj = train_gpt.quantize_state_dict({"w": w}, Hyperparameters())
+    obj = train_gpt.quantize_state_dict({"w": w}, Hyperparameters(), {"w": "matrix"})
     restored = train_gpt.dequantize_state_dict(obj)["w"]
     scale = obj["scales"]["w"].float()[:, None]  # the step as stored
     clip = torch.quantile(w.abs(), train_gpt.QUANT_CLIP_QUANTILE, dim=1)[:, None]
@@ -749,7 +792,8 @@ def test_small_tensors_stay_fp16_control_tensors_fp32_and_non_floats_pass_throug
         "counts": torch.tensor([3, 1, 4]),
         "mask": torch.tensor([True, False]),
     }
-    obj = train_gpt.quantize_state_dict(state, Hyperparameters())
+    roles = dict.fromkeys(["blocks.0.attn_scale", "blocks.0.resid_mix", "skip_weights"], "scalar")
+    obj = train_gpt.quantize_state_dict(state, Hyperparameters(), roles)  # the rest: roles.get(name) is None
     assert set(obj["quantized"]) == {"over_the_limit"}  # QUANT_KEEP_FLOAT_MAX_NUMEL = 65,536 = 256 * 256
     restored = train_gpt.dequantize_state_dict(obj)
     assert set(restored) == set(state)
@@ -785,7 +829,7 @@ def test_artifact_round_trip_restores_a_model_with_nearly_the_same_loss(tmp_path
     path = tmp_path / "artifacts" / "model.int8.ptz"
     path.parent.mkdir()
     path.write_bytes(b"an older artifact")
-    obj = train_gpt.quantize_state_dict(model.state_dict(), args)
+    obj = train_gpt.quantize_state_dict(model.state_dict(), args, train_gpt.parameter_roles(model))
     raw_size, size = train_gpt.save_artifact(obj, train_gpt.artifact_header(args, "raw", False), str(path))
     # written whole to a temp file next to the target, then renamed over it; nothing else left behind
     assert len(replaced) == 1 and replaced[0][1] == path and replaced[0][0].parent == path.parent
