@@ -498,6 +498,10 @@ def test_muon_on_two_processes_matches_one(tmp_path):
         f"torch.save(out, {str(tmp_path)!r} + f'/rank{{dist.get_rank()}}.pt')\n"
         "dist.barrier()\n"  # as main() does: gloo aborts a peer whose pairs close while it still uses them
         "dist.destroy_process_group()\n"
+        # Gloo's threads can still hold finished async work at interpreter shutdown, and the process then aborts
+        # (SIGABRT, "terminate called without an active exception"; pytorch/pytorch PR 179291). It happened here
+        # once in a CI run, after the results were saved: this test is about Muon's numbers, so it skips shutdown.
+        "import os; os._exit(0)\n"
     )
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)]
     run = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
