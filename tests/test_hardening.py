@@ -816,3 +816,24 @@ def test_an_interrupt_during_warmup_logs_step_zero(tiny_data, tmp_path):
     assert process.returncode == 130 and stderr == "interrupted: SIGINT; the log's last line says where the run was\n"
     last = (tmp_path / "logs" / "test.txt").read_text().splitlines()[-1]
     assert re.fullmatch(r"interrupted:SIGINT step:0/5 warmup_step:\d+/100000", last), last
+
+
+def test_an_interrupt_while_scoring_leaves_the_scoring_path_in_the_progress(tiny_data, tmp_path):
+    """Row 17: SIGTERM during the final evaluation said "where training stopped"; the progress that main() logs with
+    `interrupted:` now names the scoring path that was running (here the sliding window, after the round trip)."""
+    args = args_for(tiny_data, tmp_path, EVAL_STRIDE="32")
+    run = dataclasses.replace(train_gpt.preflight(args, ONE_CPU), log=train_gpt.Logger(tmp_path / "s.txt"))
+    run.log.progress = {"step": "20/20"}
+    model = train_gpt.GPT(args)
+
+    def observe(kind):  # a SIGTERM arriving while the sliding-window pass runs
+        def interrupt(positions, hidden):
+            raise KeyboardInterrupt("SIGTERM")
+
+        return interrupt if kind == "sliding_window" else None
+
+    with pytest.raises(KeyboardInterrupt):
+        header = train_gpt.artifact_header(args, "raw", False)
+        train_gpt.score_artifact(run, model, header, model.state_dict(), observe)
+    assert run.log.progress == {"step": "20/20", "scoring": "sliding_window"}
+    assert (tmp_path / "s.txt").read_text().startswith("roundtrip_val_loss:")  # the round trip had been scored
