@@ -602,7 +602,6 @@ def softcap_ce_loss(x, weight, targets, softcap: float, chunk_tokens: int, impl:
 # block mixes its input with x0. Attention: RMS-normed q and k, rotary, a gain on q, grouped-query heads; output
 # projections start at zero. fp32 parameters, bf16 matmuls on CUDA; switches chosen once in __init__, no cost when off.
 
-
 def rms_norm(x: Tensor) -> Tensor:
     return F.rms_norm(x, (x.size(-1),))
 
