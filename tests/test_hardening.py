@@ -832,8 +832,8 @@ def test_an_interrupt_while_scoring_leaves_the_scoring_path_in_the_progress(tiny
 
         return interrupt if kind == "sliding_window" else None
 
+    header = train_gpt.artifact_header(args, "raw", False)
     with pytest.raises(KeyboardInterrupt):
-        header = train_gpt.artifact_header(args, "raw", False)
         train_gpt.score_artifact(run, model, header, model.state_dict(), observe)
     assert run.log.progress == {"step": "20/20", "scoring": "sliding_window"}
     assert (tmp_path / "s.txt").read_text().startswith("roundtrip_val_loss:")  # the round trip had been scored
