@@ -46,6 +46,7 @@ def parse_args():
     parser.add_argument("--steps", type=int, default=20, help="steps timed")
     parser.add_argument("--profile", type=int, default=3, help="steps profiled")
     parser.add_argument("--top", type=int, default=25, help="kernels listed")
+    parser.add_argument("--looping", action="store_true", help="run the looped layer order (NUM_LOOPS > 0) throughout")
     return parser.parse_args()
 
 
@@ -62,6 +63,7 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(args.seed)
     model = T.GPT(args, run.loss_impl, torch.bfloat16).to(ctx.device)
+    model.looping = cli.looping
     optimizers = T.build_optimizers(model, args, torch.compile(T.newton_schulz_orthogonalize, dynamic=False))
     state = T.TrainState(model, torch.compile(model, dynamic=False, fullgraph=True), optimizers)
     loader = T.make_train_loader(args, run.train_files, ctx)
@@ -93,22 +95,23 @@ def main() -> None:
         for i in range(cli.profile):
             step(i)
         torch.cuda.synchronize()
-    kinds, kernels = collections.Counter(), collections.Counter()
+    kinds, kernels, calls = collections.Counter(), collections.Counter(), collections.Counter()
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA:
             us = getattr(event, "device_time", None) or getattr(event, "cuda_time", 0)
             kinds[kernel_kind(event.name)] += us
             kernels[event.name[:100]] += us
+            calls[event.name[:100]] += 1
     per_step = lambda us: us / cli.profile / 1000  # noqa: E731
     print(
         f"gpu:{torch.cuda.get_device_name().replace(' ', '_')} compile_warmup:{compile_s:.1f}s "
         f"step_avg:{step_ms:.1f}ms optimizers:{optimizer_ms:.1f}ms "
-        f"gpu_per_step:{per_step(sum(kinds.values())):.1f}ms"
+        f"gpu_per_step:{per_step(sum(kinds.values())):.1f}ms looping:{int(model.looping)}"
     )
     for kind, us in kinds.most_common():
         print(f"kind:{kind} gpu_per_step:{per_step(us):.1f}ms")
     for name, us in kernels.most_common(cli.top):
-        print(f"{per_step(us):8.2f} ms  {name}")
+        print(f"{per_step(us):8.2f} ms  {calls[name] // cli.profile:4d}x  {name}")
 
 
 if __name__ == "__main__":

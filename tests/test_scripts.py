@@ -1,5 +1,6 @@
 """scripts/profile_step.py: its kernel kinds on real kernel names from an H100 profile, and its CPU error;
-scripts/compare_revisions.py: what it lets differ between two revisions' logs and artifacts, and what not.
+scripts/compare_revisions.py: what it lets differ between two revisions' logs and artifacts, and what not;
+scripts/bench_record.py: it reads both trainers' last-step lines as they write them, and splits shards losslessly.
 Run: python3 -m pytest -q tests/test_scripts.py"""
 
 import subprocess
@@ -11,6 +12,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
+import bench_record  # noqa: E402
 import compare_revisions  # noqa: E402
 import profile_step  # noqa: E402
 
@@ -65,3 +67,49 @@ def test_compare_revisions_compares_the_settings_both_configs_have_and_names_the
     assert log_a == log_b and note == "; settings only in a: head_lr; settings only in b: ttt_lr"
     log_a, log_b, _ = compare_revisions.common_config(a, [b[0], b[1].replace('"seed": 1', '"seed": 2'), b[2]])
     assert log_a != log_b  # a value both have, changed: a difference
+
+
+RECORD_LOG = (
+    ROOT.parent / "shared/records_examples/2026-04-09_SP8192_3LayerRecur_ParResid_QK525_LegalTTT/train_seed42.log"
+)
+
+
+def test_bench_record_reads_our_last_step_as_train_gpt_logs_it(tmp_path):
+    import train_gpt
+
+    log = train_gpt.Logger(tmp_path / "log.txt")
+    log.log(step="4/4", train_loss=4.8309, train_time="80ms", step_avg="20.00ms", tokens_per_s="3210000")
+    log.log(step="4/4", val_loss=5.2701, val_bpb=2.1215, weights="raw", train_time="80ms", step_avg="20.00ms")
+    log.close()
+    lines = (tmp_path / "log.txt").read_text().splitlines()
+    got = bench_record.last_step(lines, bench_record.OURS_TRAIN, bench_record.OURS_VAL, 4)
+    assert got == dict(tokens_per_s=3210000, train_loss=4.8309, val_bpb=2.1215)
+    assert bench_record.last_step(lines, bench_record.OURS_TRAIN, bench_record.OURS_VAL, 5) == {}  # not reached
+
+
+@pytest.mark.skipif(not RECORD_LOG.exists(), reason="needs ../shared/records_examples")
+def test_bench_record_reads_the_records_log_lines():
+    lines = RECORD_LOG.read_text().splitlines()
+    got = bench_record.last_step(
+        lines + ["4550/20000 train_loss: 2.7000 train_time: 9.8m tok/s: 6090000"],
+        bench_record.RECORD_TRAIN,
+        bench_record.RECORD_VAL,
+        4550,
+    )
+    assert got == dict(tokens_per_s=6090000, train_loss=2.7, val_bpb=1.0886)
+
+
+def test_bench_record_splits_training_tokens_into_shards_without_losing_one(tmp_path):
+    import numpy as np
+    import train_gpt
+
+    tokens = np.random.default_rng(0).integers(0, 1024, 1001).astype("<u2")
+    header = np.zeros(train_gpt.SHARD_HEADER_INTS, "<i4")
+    header[:3] = train_gpt.SHARD_MAGIC, train_gpt.SHARD_VERSION, len(tokens)
+    (tmp_path / "fineweb_train_000000.bin").write_bytes(header.tobytes() + tokens.tobytes())
+    out = tmp_path / "split"
+    out.mkdir()
+    parts = bench_record.split_training_tokens([tmp_path / "fineweb_train_000000.bin"], out, 4)
+    assert len(parts) == 4
+    again = np.concatenate([train_gpt.load_data_shard(p).numpy() for p in parts])  # each shard's header checked
+    assert np.array_equal(again, tokens)
