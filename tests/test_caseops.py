@@ -1,22 +1,34 @@
 """CaseOps (data/caseops.py): the transform is lossless on every text, and the bytes it gives each piece and token add
 up to the original text's UTF-8 length, in the text's order.
 
-CPU only, no network; a few seconds (one tiny tokenizer is trained). Run: python3 -m pytest -q tests/test_caseops.py
+CPU only, no network. Then CaseOps data end to end: build_shards.py --caseops on the tests' tiny text, and train_gpt.py
+scoring it on every path with 1 and 2 processes (about a minute). Run: python3 -m pytest -q tests/test_caseops.py
 """
 
+import dataclasses
+import json
+import math
 import random
+import re
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 import sentencepiece as spm
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "data"))
 
 import build_shards  # noqa: E402
 import caseops  # noqa: E402
+import train_gpt  # noqa: E402
 from caseops import ALLCAPS, CAPNEXT, ESC, TITLE  # noqa: E402
+from helpers import TinyData, run_script, tiny_env  # noqa: E402
+from train_gpt import Hyperparameters  # noqa: E402
+
+ONE_CPU = train_gpt.DistContext(0, 1, 0, torch.device("cpu"))
 
 # Each case the issue names: control symbols in the input, mixed scripts, digits and apostrophes inside words,
 # one-letter words, runs of capitals, the empty document; and capitals before combining marks.
@@ -128,3 +140,84 @@ def test_a_capital_before_a_combining_mark_stays_out_of_words(caseops_sp):
     assert caseops.encode("ABW\u030a") == f"{ALLCAPS}abW\u030a"
     naive = f"{TITLE}j\u030c"  # what the rule without the exception would make
     assert build_shards.normalized_text(caseops_sp, naive) != naive
+
+
+# ---- CaseOps data end to end: build_shards.py --caseops, then train_gpt.py scores the original bytes on every path ----
+
+
+@pytest.fixture(scope="module")
+def caseops_data(tiny_data, tmp_path_factory) -> TinyData:
+    """The tiny data's documents built with --caseops (its own tokenizer, two validation shards with sidecars)."""
+    root = tmp_path_factory.mktemp("caseops_data")
+    train, val = root / "train.jsonl", root / "val.jsonl"
+    for path, docs in ((train, tiny_data.train_docs), (val, tiny_data.val_docs)):
+        path.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    argv = [str(train), "--val", str(val), "--output", str(root / "shards"), "--caseops", "--workers", "1"]
+    argv += ["--vocab-size", str(tiny_data.vocab_size), "--tokenizer-out", str(root / "caseops.model")]
+    build_shards.build(dataclasses.replace(build_shards.parse_args(argv + ["--shard-tokens", "7000"]), quiet=True))
+    sp = spm.SentencePieceProcessor(model_file=str(root / "caseops.model"))
+    return TinyData(root / "caseops.model", root / "shards", sp, tiny_data.train_docs, tiny_data.val_docs)
+
+
+def sidecar_bytes(data: TinyData) -> torch.Tensor:
+    return torch.cat([train_gpt.load_data_shard(f) for f in sorted(data.data_path.glob("fineweb_val_bytes_*.bin"))])
+
+
+def test_preflight_takes_the_sidecars_bytes_which_are_the_plain_texts_bytes(caseops_data, tiny_data, tmp_path):
+    assert len(list(caseops_data.data_path.glob("fineweb_val_bytes_*.bin"))) > 1
+    val = train_gpt.preflight(Hyperparameters.from_env(tiny_env(caseops_data, tmp_path)), ONE_CPU).val
+    assert val.bytes_from == "sidecar"
+    sidecar = sidecar_bytes(caseops_data)
+    assert torch.equal(val.token_bytes, sidecar[: val.tokens.numel()].to(torch.int32))
+    # The whole split counts what the plain tokenizer counts for the same documents: their normalized text's bytes.
+    plain = train_gpt.preflight(Hyperparameters.from_env(tiny_env(tiny_data, tmp_path, RUN_ID="plain")), ONE_CPU).val
+    plain_all = train_gpt.tokenizer_bytes(
+        train_gpt.load_data_shard(tiny_data.data_path / "fineweb_val_000000.bin").to(torch.int64),
+        *train_gpt.build_byte_luts(tiny_data.sp, tiny_data.vocab_size),
+    )
+    assert plain.bytes_from == "tokenizer" and int(sidecar.sum()) == int(plain_all.sum())
+    # and the CaseOps tokenizer's own pieces would count more (each control symbol is 3 bytes): the sidecar matters
+    caseops_tokens = val.tokens
+    luts = train_gpt.build_byte_luts(caseops_data.sp, caseops_data.vocab_size)
+    assert int(train_gpt.tokenizer_bytes(caseops_tokens, *luts).sum()) > int(val.token_bytes.sum())
+
+
+SCORE_LINE = re.compile(r"final_int8_zlib_(roundtrip|sliding_window|ttt)_exact val_loss:(\S+) val_bpb:(\S+)")
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_every_scoring_path_divides_by_the_sidecars_bytes(caseops_data, tmp_path, nproc):
+    """A CaseOps run, 1 and 2 processes: the round trip, sliding windows and TTT each score every target once, so each
+    one's bpb is its loss / ln 2 * targets / (the sidecar's bytes of those targets)."""
+    env = tiny_env(caseops_data, tmp_path, ITERATIONS=2, EVAL_STRIDE=32, TTT_ENABLED=1, TTT_CHUNK_TOKENS=2048)
+    run = run_script(env, tmp_path, nproc=nproc)
+    assert run.result.returncode == 0, run.result.stderr[-3000:]
+    assert [e["val_bytes"] for e in run.events("val_bytes")] == ["sidecar"]
+    val = train_gpt.preflight(Hyperparameters.from_env(dict(env, RUN_ID="check")), ONE_CPU).val
+    targets = val.tokens.numel() - 1
+    num_bytes = int(sidecar_bytes(caseops_data)[1 : targets + 1].sum())  # read here, not through train_gpt
+    scores = {m[1]: (float(m[2]), float(m[3])) for m in map(SCORE_LINE.fullmatch, run.lines) if m}
+    assert sorted(scores) == ["roundtrip", "sliding_window", "ttt"]
+    for kind, (loss, bpb) in scores.items():
+        assert bpb == pytest.approx(loss / math.log(2) * targets / num_bytes, rel=1e-6), kind
+
+
+def test_a_wrong_or_missing_sidecar_or_caseops_without_sidecars_is_an_error_before_training(caseops_data, tmp_path):
+    def error(folder: Path, **env) -> str:
+        args = Hyperparameters.from_env(tiny_env(dataclasses.replace(caseops_data, data_path=folder), tmp_path, **env))
+        with pytest.raises(train_gpt.ConfigError) as raised:
+            train_gpt.preflight(args, ONE_CPU)
+        return str(raised.value)
+
+    folder = tmp_path / "shards"
+    shutil.copytree(caseops_data.data_path, folder)
+    first = folder / "fineweb_val_bytes_000000.bin"
+    counts = train_gpt.load_data_shard(first).numpy()
+    build_shards.write_data_shard(first, counts[:-1])  # one value short
+    assert "fineweb_val_bytes_000000.bin missing or not as long as its shard" in error(folder)
+    first.unlink()  # one of the two sidecars missing
+    assert "fineweb_val_bytes_000000.bin missing" in error(folder, RUN_ID="b")
+    for sidecar in folder.glob("fineweb_val_bytes_*.bin"):
+        sidecar.unlink()
+    message = error(folder, RUN_ID="c")
+    assert "(CaseOps) needs byte sidecars fineweb_val_bytes_*.bin" in message and str(folder) in message
