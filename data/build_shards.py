@@ -312,10 +312,10 @@ class EncodedBatch:
     token_bytes: list[np.ndarray | None]  # CaseOps validation documents: the sidecar's values, BOS (0) included
 
 
-def caseops_token_bytes(sp: spm.SentencePieceProcessor, ids: list[int], text: str) -> np.ndarray:
-    """The byte sidecar's values of one CaseOps document (BOS, then ids), checked: the tokens decode to the text,
-    and their bytes add up to its UTF-8 length."""
-    counts = np.concatenate([[0], caseops.token_bytes(sp, ids)]).astype(np.uint16)
+def caseops_token_bytes(sp: spm.SentencePieceProcessor, ids: list[int], text: str, bos: bool = True) -> np.ndarray:
+    """The byte sidecar's values of one CaseOps document (BOS, then ids; without bos: the ids alone), checked: the
+    tokens decode to the text, and their bytes add up to its UTF-8 length."""
+    counts = np.concatenate([[0] if bos else [], caseops.token_bytes(sp, ids)]).astype(np.uint16)
     decoded = caseops.decode(sp.decode(ids), strict=False)
     if decoded != text or int(counts.sum()) != len(text.encode("utf-8")):
         raise BuildError(
