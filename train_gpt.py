@@ -858,7 +858,7 @@ class ValData:
     """The validation split and the bytes each of its tokens stands for, which turn its loss into bits per byte."""
     tokens: Tensor  # (N,) int64 on CPU, trimmed to whole sequences + 1
     token_bytes: Tensor  # (N,) int32 on the device: UTF-8 bytes of the text that token p stands for, as a target
-    bytes_from: str  # "sidecar" (the fineweb_val_bytes_*.bin beside the shards) or "tokenizer" (tokenizer_bytes)
+    bytes_from: dict  # for the log: val_bytes (sidecar or tokenizer) and the sidecars' val_bytes_sha256
     seq_len: int
     batch_seqs: int  # sequences per rank per evaluation batch
 
@@ -884,9 +884,8 @@ def build_byte_luts(sp, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
     return torch.tensor(base_bytes), torch.tensor([p[:1] == "▁" for p in pieces]), torch.tensor(is_boundary)
 
 def tokenizer_bytes(tokens: Tensor, base_bytes: Tensor, has_leading_space: Tensor, is_boundary: Tensor) -> Tensor:
-    """(N,) int32: the bytes each of tokens (N,) stands for as a target, after the token before it (the first: BOS)."""
-    after_boundary = torch.cat([torch.ones(1, dtype=torch.bool), is_boundary[tokens[:-1]]])[: len(tokens)]
-    return (base_bytes[tokens] + (has_leading_space[tokens] & ~after_boundary)).to(torch.int32)
+    """(N,) int32: the bytes each token stands for as a target, after tokens[p - 1] (tokens[0]: BOS, not a target)."""
+    return (base_bytes[tokens] + (has_leading_space[tokens] & ~is_boundary[tokens.roll(1)])).to(torch.int32)
 
 def check_tokenizer_bytes(sp, luts: tuple[Tensor, Tensor, Tensor], name: str = "the tokenizer") -> None:
     """The byte rule above fails if whitespace is kept or a piece holds "▁" inside: test odd texts and such pieces."""
@@ -895,7 +894,7 @@ def check_tokenizer_bytes(sp, luts: tuple[Tensor, Tensor, Tensor], name: str = "
     for text in probes + inner:
         ids = sp.encode(text)
         decoded = len(sp.decode(ids).encode("utf-8"))
-        counted = int(tokenizer_bytes(torch.tensor(ids, dtype=torch.int64), *luts).sum())  # unknown pieces: 0 (worse)
+        counted = int(tokenizer_bytes(torch.tensor([sp.bos_id(), *ids]), *luts).sum())  # unknown pieces: 0 (worse)
         require(counted == decoded or sp.unk_id() in ids, f"{name}: its pieces miscount the bytes for bits per byte "
                 f"({text!r}: {decoded} bytes, counted {counted}). Use remove_extra_whitespaces=true, no inner '▁'.")
 
@@ -921,16 +920,17 @@ def check_round_trip(sp, samples: list[np.ndarray], args: Hyperparameters) -> st
                       f"{tried} sampled documents decode and encode again to their own ids. Find the one that did: "
                       f"python3 data/build_shards.py --which-tokenizer {args.data_path} (data/README.md).")
 
-def val_token_bytes(args: Hyperparameters, files: list[Path], tokens: Tensor, sp) -> tuple[Tensor, str]:
+def val_token_bytes(args: Hyperparameters, files: list[Path], tokens: Tensor, sp) -> tuple[Tensor, dict]:
     """(ValData.token_bytes, bytes_from): the shards' byte sidecars if there are any (CaseOps), else tokenizer_bytes."""
     sidecars = [f.with_name(f.name.replace("fineweb_val_", "fineweb_val_bytes_")) for f in files]
     if not any(s.exists() for s in sidecars):  # CaseOps' control symbol U+E001 is a piece only of a CaseOps tokenizer
         require(sp.piece_to_id("\ue001") == sp.unk_id(), f"TOKENIZER_PATH={args.tokenizer_path} (CaseOps) needs byte "
                 f"sidecars fineweb_val_bytes_*.bin in DATA_PATH={args.data_path}: build them (data/README.md: CaseOps)")
-        return tokenizer_bytes(tokens, *build_byte_luts(sp, args.vocab_size)), "tokenizer"
+        return tokenizer_bytes(tokens, *build_byte_luts(sp, args.vocab_size)), dict(val_bytes="tokenizer")
     wrong = [s.name for s, f in zip(sidecars, files) if not s.exists() or read_shard_header(s) != read_shard_header(f)]
     require(not wrong, f"DATA_PATH={args.data_path}: {', '.join(wrong)} missing or not as long as its shard: rebuild.")
-    return torch.cat([load_data_shard(s) for s in sidecars]).to(torch.int32), "sidecar"
+    source = dict(val_bytes="sidecar", val_bytes_sha256=",".join(map(file_sha256, sidecars)))  # as the manifest's
+    return torch.cat([load_data_shard(s) for s in sidecars]).to(torch.int32), source
 
 def window_starts(val: ValData, stride: int) -> Tensor:  # every `stride` tokens (0: seq_len), while a window scores
     return torch.arange(0, val.tokens.numel() - 1 - (val.seq_len - (stride or val.seq_len)), stride or val.seq_len)
@@ -1428,7 +1428,7 @@ def log_header(run: Run) -> None:
     warmdown = f"frac_{args.warmdown_frac}_wins_over_WARMDOWN_ITERS" if args.warmdown_frac > 0 else ""
     log.log(loss_impl=run.loss_impl, loss_impl_reason=run.loss_impl_reason.replace(" ", "_"),
             compile=args.compile and ctx.device.type == "cuda", tokenizer_verified=run.tokenizer_verified,
-            warmdown=warmdown or f"iters_{args.warmdown_iters}", val_bytes=run.val.bytes_from)
+            warmdown=warmdown or f"iters_{args.warmdown_iters}", **run.val.bytes_from)
     if ctx.device.type == "cpu" and args.train_batch_tokens >= Hyperparameters.train_batch_tokens:
         log.text("cpu_note: these are GPU settings (minutes a step on a CPU); a CPU smoke run: head -n 10 train_gpt.py")
 

@@ -166,7 +166,7 @@ def sidecar_bytes(data: TinyData) -> torch.Tensor:
 def test_preflight_takes_the_sidecars_bytes_which_are_the_plain_texts_bytes(caseops_data, tiny_data, tmp_path):
     assert len(list(caseops_data.data_path.glob("fineweb_val_bytes_*.bin"))) > 1
     val = train_gpt.preflight(Hyperparameters.from_env(tiny_env(caseops_data, tmp_path)), ONE_CPU).val
-    assert val.bytes_from == "sidecar"
+    assert val.bytes_from["val_bytes"] == "sidecar"
     sidecar = sidecar_bytes(caseops_data)
     assert torch.equal(val.token_bytes, sidecar[: val.tokens.numel()].to(torch.int32))
     # The whole split counts what the plain tokenizer counts for the same documents: their normalized text's bytes.
@@ -175,7 +175,7 @@ def test_preflight_takes_the_sidecars_bytes_which_are_the_plain_texts_bytes(case
         train_gpt.load_data_shard(tiny_data.data_path / "fineweb_val_000000.bin").to(torch.int64),
         *train_gpt.build_byte_luts(tiny_data.sp, tiny_data.vocab_size),
     )
-    assert plain.bytes_from == "tokenizer" and int(sidecar.sum()) == int(plain_all.sum())
+    assert plain.bytes_from == {"val_bytes": "tokenizer"} and int(sidecar.sum()) == int(plain_all.sum())
     # and the CaseOps tokenizer's own pieces would count more (each control symbol is 3 bytes): the sidecar matters
     caseops_tokens = val.tokens
     luts = train_gpt.build_byte_luts(caseops_data.sp, caseops_data.vocab_size)
@@ -192,7 +192,11 @@ def test_every_scoring_path_divides_by_the_sidecars_bytes(caseops_data, tmp_path
     env = tiny_env(caseops_data, tmp_path, ITERATIONS=2, EVAL_STRIDE=32, TTT_ENABLED=1, TTT_CHUNK_TOKENS=2048)
     run = run_script(env, tmp_path, nproc=nproc)
     assert run.result.returncode == 0, run.result.stderr[-3000:]
-    assert [e["val_bytes"] for e in run.events("val_bytes")] == ["sidecar"]
+    [source] = run.events("val_bytes")  # which bytes, and which sidecars (the sha256 of each, as in the manifest)
+    sidecars = sorted(caseops_data.data_path.glob("fineweb_val_bytes_*.bin"))
+    assert source["val_bytes"] == "sidecar" and source["val_bytes_sha256"].split(",") == [
+        build_shards.file_sha256(f) for f in sidecars
+    ]
     val = train_gpt.preflight(Hyperparameters.from_env(dict(env, RUN_ID="check")), ONE_CPU).val
     targets = val.tokens.numel() - 1
     num_bytes = int(sidecar_bytes(caseops_data)[1 : targets + 1].sum())  # read here, not through train_gpt

@@ -380,7 +380,11 @@ def synthetic_val(num_targets: int, seq_len: int, batch_seqs: int, seed: int = 0
     g = torch.Generator().manual_seed(seed)
     n = num_targets + 1
     return train_gpt.ValData(
-        torch.arange(n), torch.randint(0, 5, (n,), generator=g, dtype=torch.int32), "sidecar", seq_len, batch_seqs
+        torch.arange(n),
+        torch.randint(0, 5, (n,), generator=g, dtype=torch.int32),
+        {"val_bytes": "sidecar"},
+        seq_len,
+        batch_seqs,
     )
 
 

@@ -400,7 +400,9 @@ def docstring_smoke_command() -> str:
 
 def two_tokens() -> train_gpt.ValData:
     """A validation split for the log header, which names where its bytes come from."""
-    return train_gpt.ValData(torch.zeros(2, dtype=torch.int64), torch.zeros(2, dtype=torch.int32), "tokenizer", 1, 1)
+    return train_gpt.ValData(
+        torch.zeros(2, dtype=torch.int64), torch.zeros(2, dtype=torch.int32), {"val_bytes": "tokenizer"}, 1, 1
+    )
 
 
 def test_on_cpu_the_defaults_log_a_note_pointing_at_the_smoke_command(tiny_data, tmp_path, capsys):
