@@ -225,3 +225,11 @@ def test_a_wrong_or_missing_sidecar_or_caseops_without_sidecars_is_an_error_befo
         sidecar.unlink()
     message = error(folder, RUN_ID="c")
     assert "(CaseOps) needs byte sidecars fineweb_val_bytes_*.bin" in message and str(folder) in message
+
+
+def test_the_records_caseops_enabled_runs_unchanged_here():
+    """The records' command lines set CASEOPS_ENABLED=1; ours needs no setting (the sidecars are used where they are),
+    and the variable is not taken for a misspelling of one of ours."""
+    assert Hyperparameters.from_env({"CASEOPS_ENABLED": "1", "RUN_ID": "r"}) == Hyperparameters.from_env(
+        {"RUN_ID": "r"}
+    )
