@@ -187,8 +187,8 @@ SCORE_LINE = re.compile(r"final_int8_zlib_(roundtrip|sliding_window|ttt)_exact v
 
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_every_scoring_path_divides_by_the_sidecars_bytes(caseops_data, tmp_path, nproc):
-    """A CaseOps run, 1 and 2 processes: the round trip, sliding windows and TTT each score every target once, so each
-    one's bpb is its loss / ln 2 * targets / (the sidecar's bytes of those targets)."""
+    """A CaseOps run, 1 and 2 processes: validation after training, the round trip, sliding windows and TTT each score
+    every target once, so each one's bpb is its loss / ln 2 * targets / (the sidecar's bytes of those targets)."""
     env = tiny_env(caseops_data, tmp_path, ITERATIONS=2, EVAL_STRIDE=32, TTT_ENABLED=1, TTT_CHUNK_TOKENS=2048)
     run = run_script(env, tmp_path, nproc=nproc)
     assert run.result.returncode == 0, run.result.stderr[-3000:]
@@ -204,6 +204,9 @@ def test_every_scoring_path_divides_by_the_sidecars_bytes(caseops_data, tmp_path
     assert sorted(scores) == ["roundtrip", "sliding_window", "ttt"]
     for kind, (loss, bpb) in scores.items():
         assert bpb == pytest.approx(loss / math.log(2) * targets / num_bytes, rel=1e-6), kind
+    [validation] = [e for e in run.events("val_bpb") if "val_loss" in e]  # after training (4 decimals logged)
+    expected = float(validation["val_loss"]) / math.log(2) * targets / num_bytes
+    assert float(validation["val_bpb"]) == pytest.approx(expected, rel=1e-4)
 
 
 def test_a_wrong_or_missing_sidecar_or_caseops_without_sidecars_is_an_error_before_training(caseops_data, tmp_path):
