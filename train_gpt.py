@@ -398,7 +398,7 @@ def write_atomic(path: str | Path, data: bytes) -> None:
 def find_shards(data_path: str, split: str) -> list[Path]:
     """DATA_PATH/fineweb_{split}_*.bin of a split, "train" or "val", sorted; if none, where to read about them."""
     pattern = os.path.join(data_path, f"fineweb_{split}_*.bin")
-    files = sorted(Path(p) for p in glob.glob(pattern))
+    files = sorted(Path(p) for p in glob.glob(pattern) if "fineweb_val_bytes_" not in p)  # not the byte sidecars
     if not files:
         raise FileNotFoundError(f"no {'training' if split == 'train' else 'validation'} shards match DATA_PATH: "
                                 f"{pattern} (here: {Path(data_path).resolve()}). Set DATA_PATH to their folder; which "
@@ -850,21 +850,20 @@ def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> l
     return [adam, muon]
 
 # ==== Evaluation: bits per byte =====================================================================================
-# Bits per byte, the score, does not depend on the tokenizer. A target's bytes: 1 for a byte piece, else its UTF-8
-# length, its leading "▁" (a space) counted unless the previous token is control/unknown/unused (as decoding does).
+# Bits per byte, the score, does not depend on the tokenizer. A target's bytes: its byte sidecar's (CaseOps data), else
+# 1 for a byte piece or its UTF-8 length, its leading "▁" (a space) counted unless after a control/unknown/unused token.
 
 @dataclass
 class ValData:
-    """The validation split and what turns its loss into bits per byte."""
+    """The validation split and the bytes each of its tokens stands for, which turn its loss into bits per byte."""
     tokens: Tensor  # (N,) int64 on CPU, trimmed to whole sequences + 1
-    base_bytes: Tensor  # (V,) int16: UTF-8 bytes of each piece, without its leading "▁"
-    has_leading_space: Tensor  # (V,) bool
-    is_boundary: Tensor  # (V,) bool: control/unknown/unused tokens; no space is counted after them
+    token_bytes: Tensor  # (N,) int32 on the device: UTF-8 bytes of the text that token p stands for, as a target
+    bytes_from: dict  # for the log: val_bytes (sidecar or tokenizer) and the sidecars' val_bytes_sha256
     seq_len: int
     batch_seqs: int  # sequences per rank per evaluation batch
 
-def load_tokenizer(path: str, vocab_size: int) -> tuple[object, tuple[Tensor, Tensor, Tensor]]:
-    """The SentencePiece model at path, of VOCAB_SIZE pieces, and its byte tables (build_byte_luts), both checked."""
+def load_tokenizer(path: str, vocab_size: int):
+    """The SentencePiece model at path, of VOCAB_SIZE pieces, their bytes as counted checked (check_tokenizer_bytes)."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"TOKENIZER_PATH={path}: no such file. Point TOKENIZER_PATH at the .model file "
                                 "the shards were made with (data/README.md says where to get one).")
@@ -874,37 +873,30 @@ def load_tokenizer(path: str, vocab_size: int) -> tuple[object, tuple[Tensor, Te
         raise ConfigError(f"TOKENIZER_PATH={path} is not a SentencePiece model: point it at the .model file.") from None
     require(sp.vocab_size() == vocab_size, f"TOKENIZER_PATH={path} has a vocabulary of {sp.vocab_size()} but "
             f"VOCAB_SIZE={vocab_size}: set VOCAB_SIZE={sp.vocab_size()} or use the matching tokenizer.")
-    luts = build_byte_luts(sp, vocab_size)
-    check_tokenizer_bytes(sp, luts, f"TOKENIZER_PATH={path}")
-    return sp, luts
+    check_tokenizer_bytes(sp, build_byte_luts(sp, vocab_size), f"TOKENIZER_PATH={path}")
+    return sp
 
 def build_byte_luts(sp, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
-    """(base_bytes, has_leading_space, is_boundary) of every id, as ValData holds them."""
-    base_bytes = np.zeros(vocab_size, dtype=np.int16)
-    has_leading_space = np.zeros(vocab_size, dtype=np.bool_)
-    is_boundary = np.ones(vocab_size, dtype=np.bool_)
-    for i in range(sp.vocab_size()):
-        if sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i):
-            continue
-        is_boundary[i] = False
-        piece = sp.id_to_piece(i)
-        has_leading_space[i] = piece.startswith("\u2581") and not sp.is_byte(i)
-        base_bytes[i] = 1 if sp.is_byte(i) else len(piece.removeprefix("\u2581").encode("utf-8"))
-    return torch.from_numpy(base_bytes), torch.from_numpy(has_leading_space), torch.from_numpy(is_boundary)
+    """(base_bytes, has_leading_space, is_boundary) of each id (V,): the rule above, boundaries counting 0 bytes."""
+    is_boundary = [sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i) for i in range(vocab_size)]
+    pieces = ["" if is_boundary[i] or sp.is_byte(i) else sp.id_to_piece(i) for i in range(vocab_size)]
+    base_bytes = [len(p.removeprefix("▁").encode("utf-8")) + sp.is_byte(i) for i, p in enumerate(pieces)]
+    return torch.tensor(base_bytes), torch.tensor([p[:1] == "▁" for p in pieces]), torch.tensor(is_boundary)
+
+def tokenizer_bytes(tokens: Tensor, base_bytes: Tensor, has_leading_space: Tensor, is_boundary: Tensor) -> Tensor:
+    """(N,) int32: the bytes each token stands for as a target, after tokens[p - 1] (tokens[0]: BOS, not a target)."""
+    return (base_bytes[tokens] + (has_leading_space[tokens] & ~is_boundary[tokens.roll(1)])).to(torch.int32)
 
 def check_tokenizer_bytes(sp, luts: tuple[Tensor, Tensor, Tensor], name: str = "the tokenizer") -> None:
     """The byte rule above fails if whitespace is kept or a piece holds "▁" inside: test odd texts and such pieces."""
-    base_bytes, has_leading_space, is_boundary = luts
     inner = [p.replace("▁", " ") for p in map(sp.id_to_piece, range(sp.vocab_size())) if "▁" in p[1:]]
     probes = ["Hello world, 2024 (x) - y.", "  two  spaces,\ttab\n\nnew   line  ", " naïve 漢字 😀 ﬁne", "a ▁ b"]
     for text in probes + inner:
         ids = sp.encode(text)
         decoded = len(sp.decode(ids).encode("utf-8"))
-        after_boundary = [True] + [bool(is_boundary[i]) for i in ids[:-1]]
-        counted = sum(int(base_bytes[i]) + int(has_leading_space[i] and not b) for i, b in zip(ids, after_boundary))
-        if counted != decoded and sp.unk_id() not in ids:  # unknown pieces go uncounted: a worse score, not better
-            raise ConfigError(f"{name}: its pieces miscount the bytes for bits per byte ({text!r}: {decoded} bytes, "
-                              f"counted {counted}). Train it with remove_extra_whitespaces=true, no piece holding '▁'.")
+        counted = int(tokenizer_bytes(torch.tensor([sp.bos_id(), *ids]), *luts).sum())  # unknown pieces: 0 (worse)
+        require(counted == decoded or sp.unk_id() in ids, f"{name}: its pieces miscount the bytes for bits per byte "
+                f"({text!r}: {decoded} bytes, counted {counted}). Use remove_extra_whitespaces=true, no inner '▁'.")
 
 def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
@@ -928,10 +920,17 @@ def check_round_trip(sp, samples: list[np.ndarray], args: Hyperparameters) -> st
                       f"{tried} sampled documents decode and encode again to their own ids. Find the one that did: "
                       f"python3 data/build_shards.py --which-tokenizer {args.data_path} (data/README.md).")
 
-def target_bytes(x: Tensor, y: Tensor, val: ValData) -> Tensor:
-    """Bytes of text each target token y stands for, given the previous token x (same shapes)."""
-    space = val.has_leading_space[y] & ~val.is_boundary[x]
-    return val.base_bytes[y].to(torch.int64) + space.to(torch.int64)
+def val_token_bytes(args: Hyperparameters, files: list[Path], tokens: Tensor, sp) -> tuple[Tensor, dict]:
+    """(ValData.token_bytes, bytes_from): the shards' byte sidecars if there are any (CaseOps), else tokenizer_bytes."""
+    sidecars = [f.with_name(f.name.replace("fineweb_val_", "fineweb_val_bytes_")) for f in files]
+    if not any(s.exists() for s in sidecars):  # CaseOps' control symbol U+E001 is a piece only of a CaseOps tokenizer
+        require(sp.piece_to_id("\ue001") == sp.unk_id(), f"TOKENIZER_PATH={args.tokenizer_path} (CaseOps) needs byte "
+                f"sidecars fineweb_val_bytes_*.bin in DATA_PATH={args.data_path}: build them (data/README.md: CaseOps)")
+        return tokenizer_bytes(tokens, *build_byte_luts(sp, args.vocab_size)), dict(val_bytes="tokenizer")
+    wrong = [s.name for s, f in zip(sidecars, files) if not s.exists() or read_shard_header(s) != read_shard_header(f)]
+    require(not wrong, f"DATA_PATH={args.data_path}: {', '.join(wrong)} missing or not as long as its shard: rebuild.")
+    source = dict(val_bytes="sidecar", val_bytes_sha256=",".join(map(file_sha256, sidecars)))  # as the manifest's
+    return torch.cat([load_data_shard(s) for s in sidecars]).to(torch.int32), source
 
 def window_starts(val: ValData, stride: int) -> Tensor:  # every `stride` tokens (0: seq_len), while a window scores
     return torch.arange(0, val.tokens.numel() - 1 - (val.seq_len - (stride or val.seq_len)), stride or val.seq_len)
@@ -960,7 +959,7 @@ def score_windows(model: GPT, val: ValData, ctx: DistContext, stride: int = 0, s
         first, pos = first.to(ctx.device)[:, None], torch.arange(lo, T, device=ctx.device)
         scored = (pos >= torch.where(first == 0, 0, context)) & (first + pos < total)
         sums += torch.stack([(losses.double() * scored).sum(), scored.sum(),
-                             (target_bytes(x[:, lo:], y, val) * scored).sum()])
+                             (val.token_bytes[(first + pos + 1).clamp_max(total)] * scored).sum()])
         if observe is not None:
             observe((first + pos + 1)[scored], h[scored])
     model.train(was_training)
@@ -1406,7 +1405,8 @@ def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
     usable = (tokens.numel() - 1) // T * T  # whole sequences, at least one per rank
     require(usable >= T * ctx.world_size, f"the validation split ({tokens.numel()} tokens in {val_files[0].parent}) "
             f"is shorter than one {seq}={T} sequence (+1) per rank: use more validation data or a smaller {seq}.")
-    sp, luts = load_tokenizer(args.tokenizer_path, args.vocab_size)
+    sp = load_tokenizer(args.tokenizer_path, args.vocab_size)
+    token_bytes, bytes_from = val_token_bytes(args, val_files, tokens, sp)
     samples = [tokens.numpy()] + [np.memmap(f, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES) for f in train_files[:1]]
     verified = check_round_trip(sp, samples, args)
     loss_impl, why = resolve_loss_impl(args, ctx.device)
@@ -1414,7 +1414,7 @@ def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
     require(not log_path.exists(), f"{log_path} already exists: set another RUN_ID (logs are never overwritten).")
     init_distributed(ctx)  # every input has passed: now the GPU and the process group
     batch_seqs = max(args.val_batch_size // (ctx.world_size * ctx.grad_accum_steps) // T, 1)
-    val = ValData(tokens[: usable + 1], *[t.to(ctx.device) for t in luts], T, batch_seqs)
+    val = ValData(tokens[: usable + 1], token_bytes[: usable + 1].to(ctx.device), bytes_from, T, batch_seqs)
     logger = Logger(log_path if ctx.rank == 0 else None)
     return Run(args, ctx, logger, val, train_files, loss_impl, why, verified, artifact)
 
@@ -1428,7 +1428,7 @@ def log_header(run: Run) -> None:
     warmdown = f"frac_{args.warmdown_frac}_wins_over_WARMDOWN_ITERS" if args.warmdown_frac > 0 else ""
     log.log(loss_impl=run.loss_impl, loss_impl_reason=run.loss_impl_reason.replace(" ", "_"),
             compile=args.compile and ctx.device.type == "cuda", tokenizer_verified=run.tokenizer_verified,
-            warmdown=warmdown or f"iters_{args.warmdown_iters}")
+            warmdown=warmdown or f"iters_{args.warmdown_iters}", **run.val.bytes_from)
     if ctx.device.type == "cpu" and args.train_batch_tokens >= Hyperparameters.train_batch_tokens:
         log.text("cpu_note: these are GPU settings (minutes a step on a CPU); a CPU smoke run: head -n 10 train_gpt.py")
 

@@ -14,6 +14,8 @@ documents run on across shard boundaries, so every shard but the last of a split
   # then train on it:
   DATA_PATH=data/datasets/mytext_sp1024 TOKENIZER_PATH=data/tokenizers/mytext_sp1024.model \
       VOCAB_SIZE=1024 python3 train_gpt.py
+  # CaseOps (data/caseops.py: the records' lossless case transform; validation shards get byte sidecars):
+  python3 data/build_shards.py my_docs.jsonl --output data/datasets/mytext_sp1024_caseops --vocab-size 1024 --caseops
   # which tokenizer made a folder of shards (the .model files in data/tokenizers and in the folders named):
   python3 data/build_shards.py --which-tokenizer data/datasets/mytext_sp1024 --tokenizers ~/tokenizers
 
@@ -45,6 +47,8 @@ import numpy as np
 import sentencepiece as spm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import caseops  # noqa: E402  (the CaseOps transform and the bytes each token stands for)
 import train_gpt  # noqa: E402  (the trainer defines the shard format: its constants, reader and ShardError)
 
 DATA_DIR = Path(__file__).resolve().parent
@@ -60,6 +64,16 @@ def write_atomic(path: str | Path, data: bytes) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def sidecar_path(shard: str | Path) -> Path:
+    """The byte sidecar of a validation shard: fineweb_val_bytes_NNNNNN.bin beside fineweb_val_NNNNNN.bin."""
+    shard = Path(shard)
+    return shard.with_name(shard.name.replace("fineweb_val_", "fineweb_val_bytes_", 1))
+
+
+def is_sidecar(path: str | Path) -> bool:
+    return Path(path).name.startswith("fineweb_val_bytes_")
 
 
 def write_data_shard(path: str | Path, tokens) -> None:
@@ -225,15 +239,21 @@ def vocab_size_error(vocab_size: int) -> str:
     )
 
 
-def train_tokenizer_model(texts: Iterable[str], vocab_size: int, num_threads: int = 1) -> bytes:
-    """A BPE tokenizer trained with TOKENIZER_SETTINGS, as the bytes of its .model file."""
+def caseops_settings(use_caseops: bool) -> dict:
+    """What a CaseOps tokenizer adds to TOKENIZER_SETTINGS: the control symbols as pieces of their own."""
+    return dict(user_defined_symbols=list(caseops.CONTROLS)) if use_caseops else {}
+
+
+def train_tokenizer_model(texts: Iterable[str], vocab_size: int, num_threads: int = 1, use_caseops=False) -> bytes:
+    """A BPE tokenizer trained with TOKENIZER_SETTINGS, as the bytes of its .model file. use_caseops: on the CaseOps
+    form of the texts, with the control symbols as pieces."""
     if not MIN_VOCAB_SIZE <= vocab_size <= MAX_VOCAB_SIZE:
         raise BuildError(vocab_size_error(vocab_size))
     spm.set_random_generator_seed(TOKENIZER_SEED)
     model = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=training_lines(texts),
+            sentence_iterator=training_lines(map(caseops.encode, texts) if use_caseops else texts),
             model_writer=model,
             vocab_size=vocab_size,
             num_threads=num_threads,
@@ -241,6 +261,7 @@ def train_tokenizer_model(texts: Iterable[str], vocab_size: int, num_threads: in
             input_sentence_size=0,
             minloglevel=2,
             **TOKENIZER_SETTINGS,
+            **caseops_settings(use_caseops),
         )
     except RuntimeError as exc:  # SentencePiece's own message says what is wrong (e.g. vocab too small)
         raise BuildError(f"tokenizer training failed: {exc}") from None
@@ -272,11 +293,13 @@ def load_tokenizer(path: Path) -> spm.SentencePieceProcessor:
 # =================================================================================================
 
 _worker_sp: spm.SentencePieceProcessor | None = None
+_worker_sidecar_below: float | None = None  # CaseOps: documents whose val_hash is below this get byte sidecars
 
 
-def init_worker(model_proto: bytes) -> None:
-    global _worker_sp
+def init_worker(model_proto: bytes, sidecar_below: float | None = None) -> None:
+    global _worker_sp, _worker_sidecar_below
     _worker_sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    _worker_sidecar_below = sidecar_below
 
 
 @dataclass
@@ -286,11 +309,28 @@ class EncodedBatch:
     text_bytes: np.ndarray  # (docs,) int64: UTF-8 bytes of the document as read
     normalized_bytes: np.ndarray  # (docs,) int64: UTF-8 bytes of the text the tokens decode to
     val_hash: np.ndarray  # (docs,) float64: unit_hash for the validation split
+    token_bytes: list[np.ndarray | None]  # CaseOps validation documents: the sidecar's values, BOS (0) included
+
+
+def caseops_token_bytes(sp: spm.SentencePieceProcessor, ids: list[int], text: str, bos: bool = True) -> np.ndarray:
+    """The byte sidecar's values of one CaseOps document (BOS, then ids; without bos: the ids alone), checked: the
+    tokens decode to the text, and their bytes add up to its UTF-8 length."""
+    counts = np.concatenate([[0] if bos else [], caseops.token_bytes(sp, ids)]).astype(np.uint16)
+    decoded = caseops.decode(sp.decode(ids), strict=False)
+    if decoded != text or int(counts.sum()) != len(text.encode("utf-8")):
+        raise BuildError(
+            f"a CaseOps document does not decode to its text ({len(text.encode('utf-8'))} bytes, counted "
+            f"{int(counts.sum())}; it begins {text[:60]!r}). The tokenizer's normalization changed the transformed "
+            "text: report this with the document."
+        )
+    return counts
 
 
 def encode_batch(texts: list[str]) -> EncodedBatch:
-    sp = _worker_sp
-    ids = sp.encode(texts, num_threads=1)
+    sp, sidecar_below = _worker_sp, _worker_sidecar_below
+    if sidecar_below is not None:  # CaseOps: the normalized text (what bpb counts), transformed, is what is encoded
+        texts_read, texts = texts, [normalized_text(sp, t) for t in texts]
+    ids = sp.encode([caseops.encode(t) for t in texts] if sidecar_below is not None else texts, num_threads=1)
     lengths = np.array([len(x) + 1 for x in ids], dtype=np.int64)
     tokens = np.empty(int(lengths.sum()), dtype=np.uint16)
     pos = 0
@@ -298,12 +338,18 @@ def encode_batch(texts: list[str]) -> EncodedBatch:
         tokens[pos] = BOS_ID
         tokens[pos + 1 : pos + 1 + len(doc)] = doc
         pos += 1 + len(doc)
+    read = texts if sidecar_below is None else texts_read  # as read: the split is by the original text's hash
+    val_hash = np.array([unit_hash(t, b"val-split") for t in read], dtype=np.float64)
     return EncodedBatch(
         tokens=tokens,
         lengths=lengths,
-        text_bytes=np.array([len(t.encode("utf-8")) for t in texts], dtype=np.int64),
+        text_bytes=np.array([len(t.encode("utf-8")) for t in read], dtype=np.int64),
         normalized_bytes=np.array([len(normalized_text(sp, t).encode("utf-8")) for t in texts], dtype=np.int64),
-        val_hash=np.array([unit_hash(t, b"val-split") for t in texts], dtype=np.float64),
+        val_hash=val_hash,
+        token_bytes=[
+            caseops_token_bytes(sp, doc, text) if sidecar_below is not None and h < sidecar_below else None
+            for doc, text, h in zip(ids, texts, val_hash)
+        ],
     )
 
 
@@ -319,13 +365,16 @@ def batches(texts: Iterable[str], batch_bytes: int = BATCH_BYTES) -> Iterator[li
         yield batch
 
 
-def encode_all(texts: Iterable[str], model_proto: bytes, workers: int) -> Iterator[EncodedBatch]:
-    """Encoded batches in input order (so the output does not depend on the worker count)."""
+def encode_all(
+    texts: Iterable[str], model_proto: bytes, workers: int, sidecar_below: float | None = None
+) -> Iterator[EncodedBatch]:
+    """Encoded batches in input order (so the output does not depend on the worker count). sidecar_below: CaseOps
+    (None: plain text), the documents whose val_hash is below it get their byte sidecar values."""
     if workers <= 1:
-        init_worker(model_proto)
+        init_worker(model_proto, sidecar_below)
         yield from map(encode_batch, batches(texts))
         return
-    with multiprocessing.Pool(workers, initializer=init_worker, initargs=(model_proto,)) as pool:
+    with multiprocessing.Pool(workers, initializer=init_worker, initargs=(model_proto, sidecar_below)) as pool:
         yield from pool.imap(encode_batch, batches(texts))
 
 
@@ -336,27 +385,37 @@ def encode_all(texts: Iterable[str], model_proto: bytes, workers: int) -> Iterat
 
 @dataclass
 class SplitWriter:
-    """Fills fineweb_{split}_NNNNNN.bin shards of exactly shard_tokens tokens (the last may be short)."""
+    """Fills fineweb_{split}_NNNNNN.bin shards of exactly shard_tokens tokens (the last may be short); with sidecar,
+    the byte sidecar of each beside it (fineweb_val_bytes_NNNNNN.bin: the same header, a uint16 per token)."""
 
     output: Path
     split: str
     shard_tokens: int
+    sidecar: bool = False
     pending: list[np.ndarray] = field(default_factory=list)  # tokens of the shard being filled
+    pending_bytes: list[np.ndarray] = field(default_factory=list)  # their sidecar values
     fill: int = 0
     files: list[dict] = field(default_factory=list)
     docs: int = 0
     tokens: int = 0
     text_bytes: int = 0
     normalized_bytes: int = 0
+    sidecar_bytes: int = 0
 
-    def add(self, tokens: np.ndarray, text_bytes: int, normalized_bytes: int) -> None:
+    def add(self, tokens: np.ndarray, text_bytes: int, normalized_bytes: int, token_bytes=None) -> None:
+        if self.sidecar and (token_bytes is None or len(token_bytes) != tokens.size):
+            raise BuildError(f"internal: a {self.split} document without its byte sidecar values")
         self.docs += 1
         self.tokens += tokens.size
         self.text_bytes += text_bytes
         self.normalized_bytes += normalized_bytes
+        self.sidecar_bytes += int(token_bytes.sum()) if self.sidecar else 0
         while tokens.size:
             n = min(tokens.size, self.shard_tokens - self.fill)
             self.pending.append(tokens[:n])
+            if self.sidecar:
+                self.pending_bytes.append(token_bytes[:n])
+                token_bytes = token_bytes[n:]
             self.fill += n
             tokens = tokens[n:]
             if self.fill == self.shard_tokens:
@@ -365,29 +424,38 @@ class SplitWriter:
     def flush(self) -> None:
         if self.fill == 0:
             return
-        path = self.output / f"fineweb_{self.split}_{len(self.files):06d}.bin"
+        path = self.output / f"fineweb_{self.split}_{len(self.files) // (1 + self.sidecar):06d}.bin"
         write_data_shard(path, np.concatenate(self.pending))
-        num_tokens = train_gpt.read_shard_header(path)
-        self.files.append(
-            {
-                "name": path.name,
-                "split": self.split,
-                "tokens": num_tokens,
-                "bytes": path.stat().st_size,
-                "sha256": file_sha256(path),
-            }
-        )
-        self.pending, self.fill = [], 0
+        paths = [path]
+        if self.sidecar:
+            write_data_shard(sidecar_path(path), np.concatenate(self.pending_bytes))
+            paths.append(sidecar_path(path))
+        for p in paths:
+            self.files.append(
+                {
+                    "name": p.name,
+                    "split": f"{self.split}_bytes" if is_sidecar(p) else self.split,
+                    "tokens": train_gpt.read_shard_header(p),
+                    "bytes": p.stat().st_size,
+                    "sha256": file_sha256(p),
+                }
+            )
+        self.pending, self.pending_bytes, self.fill = [], [], 0
 
     def stats(self) -> dict:
+        shards = [f for f in self.files if not is_sidecar(f["name"])]
         return {
             "docs": self.docs,
             "tokens": self.tokens,
             "text_bytes": self.text_bytes,
             "normalized_bytes": self.normalized_bytes,
-            "files": len(self.files),
+            "files": len(shards),
             "tokens_per_byte": round(self.tokens / max(self.normalized_bytes, 1), 6),
-        }
+        } | (
+            {"sidecar_bytes": self.sidecar_bytes, "sidecar_files": len(self.files) - len(shards)}
+            if self.sidecar
+            else {}
+        )
 
 
 def file_sha256(path: Path) -> str:
@@ -435,6 +503,7 @@ class BuildConfig:
     overwrite: bool = False
     name: str = ""  # dataset name in the manifest; default: the output folder's name
     quiet: bool = False
+    caseops: bool = False  # the CaseOps form of the text (data/caseops.py), validation shards with byte sidecars
 
 
 def check_config(cfg: BuildConfig) -> None:
@@ -469,6 +538,18 @@ def trained_tokenizer_path(cfg: BuildConfig) -> Path | None:
     return Path(cfg.tokenizer_out or DATA_DIR / "tokenizers" / f"{Path(cfg.output).name}.model")
 
 
+def check_caseops_tokenizer(path: Path, sp: spm.SentencePieceProcessor, use_caseops: bool) -> None:
+    """A CaseOps build needs a CaseOps tokenizer (the control symbols as pieces), and a plain build a plain one."""
+    if caseops.is_caseops_tokenizer(sp) != use_caseops:
+        raise BuildError(
+            f"--tokenizer {path} is a CaseOps tokenizer (its pieces hold the control symbols U+E001..U+E004): pass "
+            "--caseops, which transforms the text the same way and writes the byte sidecars bpb needs."
+            if not use_caseops
+            else f"--caseops needs a CaseOps tokenizer, but --tokenizer {path} has no pieces for the control symbols "
+            "U+E001..U+E004: leave out --tokenizer to train one on the transformed text, or drop --caseops."
+        )
+
+
 def build(cfg: BuildConfig) -> dict:
     """Tokenize the inputs into shards in cfg.output; returns the manifest (also written there).
     Everything that can be checked is checked before the output folder is made; if the build fails
@@ -477,7 +558,7 @@ def build(cfg: BuildConfig) -> dict:
     check_config(cfg)
     files, val_files = list_input_files(cfg.inputs), list_input_files(cfg.val_inputs)
     if cfg.tokenizer is not None:
-        load_tokenizer(Path(cfg.tokenizer))
+        check_caseops_tokenizer(Path(cfg.tokenizer), load_tokenizer(Path(cfg.tokenizer)), cfg.caseops)
     trained = trained_tokenizer_path(cfg)
     new_tokenizer = trained is not None and not trained.exists()
     made_folder = not Path(cfg.output).exists()
@@ -515,21 +596,27 @@ def build_into(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> di
             f"{total / 1e6:.1f}MB of training text"
         )
         sample = (t for t in train_texts() if unit_hash(t, b"tokenizer-pick") < rate)
-        model = train_tokenizer_model(sample, cfg.vocab_size, cfg.workers)
+        model = train_tokenizer_model(sample, cfg.vocab_size, cfg.workers, cfg.caseops)
         sp = spm.SentencePieceProcessor(model_proto=model)
         say(f"tokenizer: trained time:{time.perf_counter() - t0:.1f}s (written to {tokenizer_path} with the shards)")
 
-    writers = {s: SplitWriter(cfg.output, s, cfg.shard_tokens) for s in ("val", "train")}
+    writers = {
+        s: SplitWriter(cfg.output, s, cfg.shard_tokens, sidecar=cfg.caseops and s == "val") for s in ("val", "train")
+    }
     sources = [(val_files, True), (files, False)]
     t1, last_report, done_bytes = time.perf_counter(), time.perf_counter(), 0
     for source_files, all_val in sources:
         texts = iter_documents(source_files, cfg.text_field)
-        for batch in encode_all(texts, sp.serialized_model_proto(), cfg.workers):
+        sidecar_below = (1.0 if all_val else val_fraction) if cfg.caseops else None
+        for batch in encode_all(texts, sp.serialized_model_proto(), cfg.workers, sidecar_below):
             ends = np.cumsum(batch.lengths)
             for i, end in enumerate(ends):
                 split = "val" if all_val or batch.val_hash[i] < val_fraction else "train"
                 writers[split].add(
-                    batch.tokens[end - batch.lengths[i] : end], int(batch.text_bytes[i]), int(batch.normalized_bytes[i])
+                    batch.tokens[end - batch.lengths[i] : end],
+                    int(batch.text_bytes[i]),
+                    int(batch.normalized_bytes[i]),
+                    batch.token_bytes[i],
                 )
             done_bytes += int(batch.text_bytes.sum())
             if time.perf_counter() - last_report > 10:
@@ -571,8 +658,8 @@ def build_into(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> di
                 "vocab_size": sp.vocab_size(),
                 "bos_id": BOS_ID,
                 "stats": {
-                    "files_train": len(writers["train"].files),
-                    "files_val": len(writers["val"].files),
+                    "files_train": writers["train"].stats()["files"],
+                    "files_val": writers["val"].stats()["files"],
                     "docs_train": writers["train"].docs,
                     "docs_val": writers["val"].docs,
                     "tokens_train": writers["train"].tokens,
@@ -585,6 +672,9 @@ def build_into(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> di
                     else f"blake2b(utf-8 text, person=b'val-split') / 2**64 < {val_fraction}"
                 ),
                 "files": writers["val"].files + writers["train"].files,
+                # CaseOps: the transform, and where bpb's bytes come from (the sidecars: the original text's)
+                "caseops": caseops.NAME if cfg.caseops else None,
+                "val_bytes": "sidecar" if cfg.caseops else "tokenizer",
             }
         ],
         "tokenizers": [
@@ -595,7 +685,9 @@ def build_into(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> di
                 "model_path": f"tokenizers/{tokenizer_path.name}",
                 "sha256": file_sha256(tokenizer_path),
                 "trained_here": model is not None,
-                "settings": {**TOKENIZER_SETTINGS, "vocab_size": sp.vocab_size()} if model is not None else None,
+                "settings": {**TOKENIZER_SETTINGS, **caseops_settings(cfg.caseops), "vocab_size": sp.vocab_size()}
+                if model is not None
+                else None,
             }
         ],
         "inputs": [str(p) for p in val_files + files],
@@ -615,6 +707,7 @@ def build_into(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> di
         f"docs:{writers['train'].docs + writers['val'].docs} text:{total_mb:.1f}MB encode_time:{encode_s:.1f}s "
         f"throughput:{total_mb / max(encode_s, 1e-9):.2f}MB/s workers:{cfg.workers} "
         f"tokens_per_byte:{writers['val'].stats()['tokens_per_byte']:.4f}(val)"
+        + (f" caseops:sidecar_bytes:{writers['val'].sidecar_bytes}(val)" if cfg.caseops else "")
     )
     return manifest
 
@@ -652,7 +745,7 @@ def sample_shards(data_path: Path) -> tuple[list[np.ndarray], list[Path]]:
     samples them (it takes the whole validation split, which is one shard in the published data)."""
     if not data_path.is_dir():
         raise BuildError(f"--which-tokenizer {data_path}: no such folder. Give the folder of the shards (DATA_PATH).")
-    files = sorted(data_path.glob("fineweb_val_*.bin"))[:1] + sorted(data_path.glob("fineweb_train_*.bin"))[:1]
+    files = sorted(data_path.glob("fineweb_val_[0-9]*.bin"))[:1] + sorted(data_path.glob("fineweb_train_*.bin"))[:1]
     if not files:
         raise BuildError(
             f"--which-tokenizer {data_path}: the folder holds no fineweb_val_*.bin or fineweb_train_*.bin "
@@ -777,6 +870,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--text-field", default="text", help="the JSONL field that holds the text (default: %(default)s)")
     p.add_argument("--name", default="", help="dataset name in the manifest (default: the output folder's name)")
+    p.add_argument(
+        "--caseops",
+        action="store_true",
+        help="CaseOps (data/caseops.py): train the tokenizer on, and shard, the lossless case transform of the text; "
+        "the validation shards get byte sidecars fineweb_val_bytes_*.bin, so bpb counts the original bytes",
+    )
     p.add_argument(
         "--overwrite",
         action="store_true",

@@ -7,6 +7,11 @@ r"""Re-tokenize shards with another SentencePiece tokenizer, in the format train
   # then train on them:
   DATA_PATH=data/datasets/fineweb10B_sp8192 TOKENIZER_PATH=data/tokenizers/fineweb_8192_bpe.model \
       VOCAB_SIZE=8192 python3 train_gpt.py
+  # to a CaseOps tokenizer (build_shards.py --caseops trains one): the text is case-transformed before it is encoded,
+  # and each validation shard gets its byte sidecar fineweb_val_bytes_NNNNNN.bin
+  python3 data/retokenize.py --from-model data/tokenizers/fineweb_1024_bpe.model --caseops \
+      --to-model data/tokenizers/mytext_sp8192_caseops.model \
+      --input data/datasets/fineweb10B_sp1024 --output data/datasets/fineweb10B_sp8192_caseops
 
 Every document of a shard starts with BOS. Each one is decoded with --from-model and the text encoded
 with --to-model, behind the new model's BOS. Decoding gives the tokenizer's normalized text (NFKC,
@@ -36,6 +41,7 @@ import sentencepiece as spm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import build_shards  # noqa: E402  (round_trip, write_data_shard, file_sha256, write_json, the manifest's shape)
+import caseops  # noqa: E402  (the CaseOps transform, for --caseops and for shards made with a CaseOps tokenizer)
 from build_shards import train_gpt  # noqa: E402  (the trainer defines the shard format: constants, reader)
 
 CHUNK_TOKENS = 1 << 20  # input tokens handed to a worker at a time (cut at a BOS)
@@ -145,6 +151,26 @@ class Plan:
     tokens: list[int]  # per input file
     output: Path
     workers: int
+    caseops: bool = False  # --caseops: the target is a CaseOps tokenizer; validation shards get byte sidecars
+    from_caseops: bool = False  # the source is a CaseOps tokenizer: its text is decoded back to the original
+
+
+def check_caseops(use_caseops: bool, source: Tokenizer, target: Tokenizer) -> bool:
+    """--caseops goes with a CaseOps --to-model and only with one; returns whether --from-model is CaseOps."""
+    is_caseops = {
+        t.path: caseops.is_caseops_tokenizer(spm.SentencePieceProcessor(model_proto=t.proto)) for t in (source, target)
+    }
+    if use_caseops and not is_caseops[target.path]:
+        raise RetokenizeError(
+            f"--caseops needs a CaseOps --to-model, but {target.path} has no pieces for the control symbols "
+            "U+E001..U+E004: train one with data/build_shards.py --caseops, or drop --caseops."
+        )
+    if is_caseops[target.path] and not use_caseops:
+        raise RetokenizeError(
+            f"--to-model {target.path} is a CaseOps tokenizer: pass --caseops, which transforms the text the same way "
+            "and writes the byte sidecars that bpb needs."
+        )
+    return is_caseops[source.path]
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
@@ -158,7 +184,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
             f"--to-model {target.path}: {target.vocab_size} tokens, but shards store uint16 "
             f"ids: at most {MAX_VOCAB}. Use a smaller tokenizer."
         )
-    files = input_files(args.input)
+    from_caseops = check_caseops(args.caseops, source, target)
+    files = [f for f in input_files(args.input) if not build_shards.is_sidecar(f)]  # a CaseOps input's sidecars
     output = args.output.resolve()
     for folder in sorted({f.resolve().parent for f in files}):
         if folder == output:
@@ -179,7 +206,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
         )
     tokens = [check_shard(f, source) for f in files]
     check_round_trip(source, files, tokens)
-    return Plan(source, target, files, tokens, output, args.workers)
+    return Plan(source, target, files, tokens, output, args.workers, args.caseops, from_caseops)
 
 
 def check_round_trip(source: Tokenizer, files: list[Path], tokens: list[int]) -> None:
@@ -231,12 +258,14 @@ def chunk_bounds(path: Path, bos_id: int, chunk_tokens: int | None = None) -> li
 
 _source: spm.SentencePieceProcessor | None = None
 _target: spm.SentencePieceProcessor | None = None
+_caseops = (False, False)  # (the target is CaseOps, the source is CaseOps)
 
 
-def init_worker(source_proto: bytes, target_proto: bytes) -> None:
-    global _source, _target
+def init_worker(source_proto: bytes, target_proto: bytes, use_caseops=(False, False)) -> None:
+    global _source, _target, _caseops
     _source = spm.SentencePieceProcessor(model_proto=source_proto)
     _target = spm.SentencePieceProcessor(model_proto=target_proto)
+    _caseops = use_caseops
 
 
 @dataclass
@@ -245,6 +274,7 @@ class Chunk:
     docs: int  # documents that start here (a BOS)
     tokens_in: int
     text_bytes: int  # UTF-8 bytes of the decoded (normalized) text
+    sidecar: np.ndarray | None = None  # CaseOps validation shards: the bytes of the original text each token stands for
 
 
 def retokenize_chunk(task: tuple[Path, int, int]) -> Chunk:
@@ -256,15 +286,29 @@ def retokenize_chunk(task: tuple[Path, int, int]) -> Chunk:
     pieces = np.split(tokens, starts)  # pieces[0]: the tokens before the first BOS (often empty)
     lead, docs = pieces[0], [p[1:] for p in pieces[1:]]
     texts = _source.decode([d.tolist() for d in ([lead] if lead.size else []) + docs])
-    encoded = _target.encode(texts, num_threads=1)
+    to_caseops, from_caseops = _caseops
+    texts = [caseops.decode(t, strict=False) for t in texts] if from_caseops else texts
+    encoded = _target.encode([caseops.encode(t) for t in texts] if to_caseops else texts, num_threads=1)
     bos = _target.bos_id()
     out = []
     for i, ids in enumerate(encoded):
         if i > 0 or not lead.size:
             out.append(bos)
         out.extend(ids)
+    sidecar = None
+    if to_caseops and (m := SPLIT_PATTERN.match(path.name)) and m.group(1) == "val":
+        sidecar = np.concatenate(
+            [
+                build_shards.caseops_token_bytes(_target, ids, text, bos=i > 0 or not lead.size)
+                for i, (ids, text) in enumerate(zip(encoded, texts))
+            ]
+        )
     return Chunk(
-        np.asarray(out, dtype=np.uint16), len(docs), int(tokens.size), sum(len(t.encode("utf-8")) for t in texts)
+        np.asarray(out, dtype=np.uint16),
+        len(docs),
+        int(tokens.size),
+        sum(len(t.encode("utf-8")) for t in texts),
+        sidecar,
     )
 
 
@@ -304,7 +348,9 @@ def run(plan: Plan, quiet: bool = False) -> dict:
     entries, totals = [], dict(docs=0, tokens_in=0, tokens_out=0, text_bytes=0)
     pending: list[Chunk] = []
     with multiprocessing.Pool(
-        plan.workers, initializer=init_worker, initargs=(plan.source.proto, plan.target.proto)
+        plan.workers,
+        initializer=init_worker,
+        initargs=(plan.source.proto, plan.target.proto, (plan.caseops, plan.from_caseops)),
     ) as pool:
         for (path, _, _), chunk in zip(tasks, pool.imap(retokenize_chunk, tasks)):  # in order: deterministic
             pending.append(chunk)
@@ -314,6 +360,7 @@ def run(plan: Plan, quiet: bool = False) -> dict:
                 progress.update(totals["docs"], totals["tokens_in"], totals["tokens_out"])
             if len(pending) == chunks_per_file[path]:
                 entries.append(write_shard(plan.output / path.name, pending, path))
+                entries += write_sidecar(plan.output / path.name, pending)
                 pending = []
     if progress:
         progress.update(totals["docs"], totals["tokens_in"], totals["tokens_out"], final=True)
@@ -348,6 +395,24 @@ def write_shard(path: Path, chunks: list[Chunk], source: Path) -> dict:
     }
 
 
+def write_sidecar(path: Path, chunks: list[Chunk]) -> list[dict]:
+    """The byte sidecar of the shard at path (a CaseOps validation shard), as a manifest entry; none for others."""
+    if all(c.sidecar is None for c in chunks):
+        return []
+    sidecar = build_shards.sidecar_path(path)
+    build_shards.write_data_shard(sidecar, np.concatenate([c.sidecar for c in chunks]))
+    return [
+        {
+            "name": sidecar.name,
+            "split": "val_bytes",
+            "tokens": train_gpt.read_shard_header(sidecar),
+            "bytes": sidecar.stat().st_size,
+            "sha256": build_shards.file_sha256(sidecar),
+            "sidecar_bytes": int(sum(int(c.sidecar.sum()) for c in chunks)),
+        }
+    ]
+
+
 def make_manifest(plan: Plan, entries: list[dict], seconds: float) -> dict:
     """build_shards.py's manifest shape: the format, one dataset with its files, one tokenizer."""
     name = plan.output.name
@@ -363,6 +428,8 @@ def make_manifest(plan: Plan, entries: list[dict], seconds: float) -> dict:
             "files": len(mine),
             "tokens_per_byte": round(tokens / max(normalized, 1), 6),
         }
+    if plan.caseops:  # what bpb divides by: the original text's bytes, the sum of normalized_bytes again
+        splits["val"]["sidecar_bytes"] = sum(e["sidecar_bytes"] for e in entries if e["split"] == "val_bytes")
     return {
         "format": {
             "magic": train_gpt.SHARD_MAGIC,
@@ -391,6 +458,8 @@ def make_manifest(plan: Plan, entries: list[dict], seconds: float) -> dict:
                 "splits": splits,
                 "split_rule": "as the input shards (by file name)",
                 "files": entries,
+                "caseops": caseops.NAME if plan.caseops else None,
+                "val_bytes": "sidecar" if plan.caseops else "tokenizer",
             }
         ],
         "tokenizers": [
@@ -433,6 +502,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="encoding processes (default: all cores)")
     p.add_argument("--overwrite", action="store_true", help="replace shards already in --output")
     p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
+    p.add_argument(
+        "--caseops",
+        action="store_true",
+        help="--to-model is a CaseOps tokenizer (data/caseops.py): case-transform the text before encoding it, and "
+        "write a byte sidecar fineweb_val_bytes_*.bin beside each validation shard",
+    )
     return p.parse_args(argv)
 
 

@@ -531,6 +531,19 @@ def reference_scores(folder: Path) -> tuple[list[float], list[float], str, list[
 # tokens, which moves tokens per byte by about T / tokens at most; TOKENS_PER_BYTE_TOLERANCE covers the rounding
 # of the scores (8 decimals in the logs, at least 5 in submission.json).
 TOKENS_PER_BYTE_TOLERANCE = 1e-4  # relative
+# Where a run's bpb took its bytes from (train_gpt.py logs it): "tokenizer" (its pieces), or the byte sidecars beside
+# the validation shards (CaseOps data), named by each sidecar's sha256. Two runs compare only on the same bytes.
+VAL_BYTES = re.compile(r"(?:^|\s)val_bytes:(\S+)")
+VAL_BYTES_SHA256 = re.compile(r"(?:^|\s)val_bytes_sha256:(\S+)")
+
+
+def bytes_counted(log: R.RunLog) -> str | None:
+    """ "tokenizer" or "sidecar sha256 H[,H...]": what the log's bpb divides by; None where the log does not say."""
+    _, body = R.split_head(log.path.read_text(encoding="utf-8", errors="replace"))
+    source, digest = VAL_BYTES.search(body), VAL_BYTES_SHA256.search(body)
+    if source is None:
+        return None
+    return source.group(1) + (f" sha256 {digest.group(1)}" if digest else "")
 
 
 @dataclass
@@ -541,6 +554,7 @@ class ScoredText:
     seq_len: int  # the longest sequence its logs cut the split to; 0 where none says
     tokens_per_byte: float  # the mean over its scores
     tokenizers: list[str]  # the tokenizer file names its logs give
+    val_bytes: list[str]  # bytes_counted of its logs that say it
 
     @classmethod
     def of(cls, logs: list[R.RunLog], losses: list[float], bpbs: list[float]) -> ScoredText:
@@ -550,6 +564,7 @@ class ScoredText:
             seq_len=max((log.val_seq_len or 0 for log in logs), default=0),
             tokens_per_byte=sum(ratios) / len(ratios) if ratios else math.nan,
             tokenizers=sorted({log.tokenizer for log in logs if log.tokenizer}),
+            val_bytes=sorted({b for log in logs if (b := bytes_counted(log)) is not None}),
         )
 
 
@@ -576,6 +591,9 @@ def validation_differences(ours: ScoredText, ref: ScoredText, name: str) -> tupl
             differ.append(f"{shown} (val_bpb * ln 2 / val_loss, which the text and the tokenizer set)")
         else:
             agree.append(shown)
+    if ours.val_bytes and ref.val_bytes:  # a sidecar run's bytes are its sidecars': the same files, or other bytes
+        shown = f"bpb's bytes from the {' / '.join(ours.val_bytes)} here, the {' / '.join(ref.val_bytes)} in {name}"
+        (agree if ours.val_bytes == ref.val_bytes else differ).append(shown)
     if differ and ours.tokenizers and ref.tokenizers and ours.tokenizers != ref.tokenizers:
         differ.append(f"tokenizer {', '.join(ours.tokenizers)} here, {', '.join(ref.tokenizers)} in {name}")
     return differ, "; ".join(agree)

@@ -4,6 +4,7 @@ CPU only, no network. The FineWeb checks use ../shared/data (next to the repo) a
 absent. Run: python3 -m pytest -q tests/test_data.py
 """
 
+import dataclasses
 import gzip
 import json
 import os
@@ -21,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "data"))
 
 import build_shards  # noqa: E402
+import caseops  # noqa: E402
 import train_gpt  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
@@ -185,6 +187,70 @@ def test_shards_decode_to_the_normalised_documents(tmp_path, small_tokenizer):
     )
     for entry in manifest["datasets"][0]["files"]:
         assert (out1 / entry["name"]).read_bytes() == (out / entry["name"]).read_bytes()
+
+
+CASED_TEXTS = [
+    "The NASA Launch",
+    "McDonald's iPhone and HTTPs",
+    f"a literal control {caseops.TITLE} here",
+    "J\u030cosé",
+]
+
+
+def test_caseops_build_keeps_the_validation_documents_and_counts_their_original_bytes(tmp_path):
+    """--caseops: the same validation documents as without it (the split is by the original text's hash); they decode
+    to the same text; each validation shard has a byte sidecar as long as it, whose bytes add up to that text's."""
+    docs = english_docs(300, seed=7) + ODD_TEXTS + CASED_TEXTS
+    jsonl = write_jsonl(tmp_path / "docs.jsonl", docs)
+    builds = {}
+    for name, flag in (("plain", []), ("caseops", ["--caseops"])):
+        out = tmp_path / name
+        argv = [str(jsonl), "--output", str(out), "--tokenizer-out", str(tmp_path / f"{name}.model"), "--workers", "2"]
+        argv += ["--vocab-size", "320", "--val-fraction", "0.3", "--shard-tokens", "2500", *flag]
+        manifest = build_shards.build(dataclasses.replace(build_shards.parse_args(argv), quiet=True))
+        sp = spm.SentencePieceProcessor(model_file=str(tmp_path / f"{name}.model"))
+        shards = sorted(out.glob("fineweb_val_[0-9]*.bin"))
+        texts = [sp.decode(doc[1:].tolist()) for doc in split_documents(shards)]
+        builds[name] = manifest["datasets"][0], sp, shards, texts
+    (plain, plain_sp, _, plain_texts), (entry, sp, shards, texts) = builds["plain"], builds["caseops"]
+    assert caseops.is_caseops_tokenizer(sp) and not caseops.is_caseops_tokenizer(plain_sp)
+    assert [caseops.decode(t) for t in texts] == plain_texts  # the same documents, the same text
+    assert any(caseops.TITLE in t for t in texts) and len(shards) > 2
+    val = entry["splits"]["val"]
+    assert (
+        val["docs"] == plain["splits"]["val"]["docs"]
+        and val["normalized_bytes"] == plain["splits"]["val"]["normalized_bytes"]
+    )
+    assert val["sidecar_bytes"] == val["normalized_bytes"] == sum(len(t.encode()) for t in plain_texts)
+    for shard in shards:
+        sidecar = build_shards.sidecar_path(shard)
+        assert train_gpt.read_shard_header(sidecar) == train_gpt.read_shard_header(shard)
+        tokens, counts = train_gpt.load_data_shard(shard).numpy(), train_gpt.load_data_shard(sidecar).numpy()
+        assert np.all(counts[tokens == build_shards.BOS_ID] == 0)
+    assert (
+        sum(int(train_gpt.load_data_shard(build_shards.sidecar_path(f)).sum()) for f in shards) == val["sidecar_bytes"]
+    )
+    assert entry["caseops"] == caseops.NAME and entry["val_bytes"] == "sidecar" and plain["val_bytes"] == "tokenizer"
+    listed = {f["name"]: f for f in entry["files"]}
+    for shard in shards:  # the sidecars are in the manifest with their sha256, as the shards are
+        assert listed[build_shards.sidecar_path(shard).name]["sha256"] == build_shards.file_sha256(
+            build_shards.sidecar_path(shard)
+        )
+    assert entry["stats"]["files_val"] == len(shards) == val["files"] == val["sidecar_files"]
+    assert not list((tmp_path / "plain").glob("fineweb_val_bytes_*"))
+
+
+def test_caseops_and_the_tokenizer_must_agree(tmp_path, small_tokenizer):
+    jsonl = write_jsonl(tmp_path / "docs.jsonl", english_docs(50))
+    with pytest.raises(build_shards.BuildError, match="--caseops needs a CaseOps tokenizer"):
+        build_shards.build(
+            build_shards.BuildConfig([str(jsonl)], tmp_path / "o", tokenizer=small_tokenizer, caseops=True, quiet=True)
+        )
+    model = tmp_path / "caseops.model"
+    model.write_bytes(build_shards.train_tokenizer_model(english_docs(100), 300, use_caseops=True))
+    with pytest.raises(build_shards.BuildError, match="is a CaseOps tokenizer .*pass --caseops"):
+        build_shards.build(build_shards.BuildConfig([str(jsonl)], tmp_path / "o", tokenizer=model, quiet=True))
+    assert not (tmp_path / "o").exists()
 
 
 def test_trained_tokenizer_has_the_published_settings(tmp_path, small_tokenizer):

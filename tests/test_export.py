@@ -376,14 +376,13 @@ MISALIGNED = 1e9  # a loss no scored target can have: the position's input must 
 
 
 def synthetic_val(num_targets: int, seq_len: int, batch_seqs: int, seed: int = 0) -> train_gpt.ValData:
-    """Token ids 0..N, all distinct, so a target's id is its position + 1; random byte tables over them."""
+    """Token ids 0..N, all distinct, so a target's id is its position + 1; random bytes for each, as a sidecar's."""
     g = torch.Generator().manual_seed(seed)
     n = num_targets + 1
     return train_gpt.ValData(
         torch.arange(n),
-        torch.randint(0, 5, (n,), generator=g, dtype=torch.int16),
-        torch.rand(n, generator=g) < 0.5,
-        torch.rand(n, generator=g) < 0.2,
+        torch.randint(0, 5, (n,), generator=g, dtype=torch.int32),
+        {"val_bytes": "sidecar"},
         seq_len,
         batch_seqs,
     )
@@ -417,7 +416,7 @@ def test_each_target_is_scored_once_aligned_and_with_the_longest_context_it_can_
     by_context = WindowStub(lambda y, x, context: context + misaligned(y, x))
     loss_sum, tokens, num_bytes = scored_by_ranks(by_target, val, stride, world_size, monkeypatch).tolist()
     assert tokens == N
-    assert num_bytes == train_gpt.target_bytes(val.tokens[:-1], val.tokens[1:], val).sum().item()
+    assert num_bytes == val.token_bytes[1:].sum().item()
     # one random weight per target: a target scored twice or not at all moves the sum by ~0.5, rounding by 1e-14
     assert loss_sum == pytest.approx(weights[1 : N + 1].sum().item(), rel=1e-12)
     context_sum = scored_by_ranks(by_context, val, stride, world_size, monkeypatch)[0].item()
@@ -449,16 +448,14 @@ def test_on_the_tiny_split_sliding_windows_score_the_same_tokens_and_bytes_as_no
     assert plain.tolist() == [
         targets.double().sum().item(),
         targets.numel(),
-        train_gpt.target_bytes(val.tokens[:-1], targets, val).sum().item(),
+        val.token_bytes[1:].sum().item(),
     ]
     assert sliding.tolist() == plain.tolist()  # integer-valued fp64 sums: exact
 
 
 def first_windows(val: train_gpt.ValData, windows: int) -> train_gpt.ValData:
     n = windows * val.seq_len
-    return train_gpt.ValData(
-        val.tokens[: n + 1], val.base_bytes, val.has_leading_space, val.is_boundary, val.seq_len, val.batch_seqs
-    )
+    return dataclasses.replace(val, tokens=val.tokens[: n + 1], token_bytes=val.token_bytes[: n + 1])
 
 
 def test_with_a_real_model_context_changes_the_score_but_not_what_is_counted(tiny_val):

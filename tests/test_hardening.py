@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sentencepiece as spm
+import torch
 
 import train_gpt
 from helpers import OUR_NAMES, ROOT, TinyData, cpu_run, tiny_env
@@ -397,9 +398,16 @@ def docstring_smoke_command() -> str:
     return " ".join(block.replace("\\", " ").split())
 
 
+def two_tokens() -> train_gpt.ValData:
+    """A validation split for the log header, which names where its bytes come from."""
+    return train_gpt.ValData(
+        torch.zeros(2, dtype=torch.int64), torch.zeros(2, dtype=torch.int32), {"val_bytes": "tokenizer"}, 1, 1
+    )
+
+
 def test_on_cpu_the_defaults_log_a_note_pointing_at_the_smoke_command(tiny_data, tmp_path, capsys):
     args = args_for(tiny_data, tmp_path, TRAIN_BATCH_TOKENS=393_216)
-    train_gpt.log_header(cpu_run(args, log=train_gpt.Logger(tmp_path / "log.txt")))
+    train_gpt.log_header(cpu_run(args, two_tokens(), log=train_gpt.Logger(tmp_path / "log.txt")))
     [note] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cpu_note:")]
     assert (
         note == "cpu_note: these are GPU settings (minutes a step on a CPU); a CPU smoke run: head -n 10 train_gpt.py"
@@ -605,7 +613,8 @@ def trigger(key: str, data: TinyData, tmp_path: Path, request) -> str:
         pair = request.getfixturevalue("pair")
         text = "\n".join(pair[0].lines + pair[1].lines)
         if key == "defaults":
-            train_gpt.log_header(cpu_run(args(TRAIN_BATCH_TOKENS=393_216), log=train_gpt.Logger(tmp_path / "h.txt")))
+            log = train_gpt.Logger(tmp_path / "h.txt")
+            train_gpt.log_header(cpu_run(args(TRAIN_BATCH_TOKENS=393_216), two_tokens(), log=log))
             text += "\n" + (tmp_path / "h.txt").read_text(encoding="utf-8")
         return text
     if key == "miscount":

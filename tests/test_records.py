@@ -458,6 +458,27 @@ def test_a_record_scored_on_other_validation_data_is_not_compared(made, tmp_path
     assert "significance" in failing(folder, record)
 
 
+def test_records_scored_on_other_byte_sidecars_are_not_compared(made, tmp_path):
+    """Issue 32: a CaseOps run divides by the bytes of its byte sidecars and logs their sha256; two runs whose logs
+    name other sidecars (or one the sidecars, one the tokenizer) were scored on other bytes."""
+    folder = shutil.copytree(made["non_record"], tmp_path / "ours")
+    record = shutil.copytree(against(tmp_path, folder, 1.0), tmp_path / "record")
+    for log in folder.glob("*.log"):
+        shutil.copyfile(log, record / log.name)
+    assert "bpb's bytes from the tokenizer here, the tokenizer in record" in evidence(folder, "significance", record)
+    for side, digest in ((folder, "a" * 64), (record, "a" * 64)):
+        for log in side.glob("*.log"):
+            edit_log(log, r" val_bytes:tokenizer$", f" val_bytes:sidecar val_bytes_sha256:{digest}")
+    same = evidence(folder, "significance", record)
+    assert f"the sidecar sha256 {'a' * 64} here, the sidecar sha256 {'a' * 64} in record" in same and "clears" in same
+    for log in record.glob("*.log"):
+        edit_log(log, r"val_bytes_sha256:a+$", "val_bytes_sha256:" + "b" * 64)
+    said = evidence(folder, "significance", record)
+    assert said.startswith("the two were scored on different validation sets: ")
+    assert f"the sidecar sha256 {'a' * 64} here, the sidecar sha256 {'b' * 64} in record" in said
+    assert "significance" in failing(folder, record)
+
+
 def test_a_packed_folder_ships_the_wrapper_and_the_readable_code_and_passes(runs, made):
     folder = made["packed"]
     assert (folder / "train_gpt.py").read_bytes() == runs["packed"].read_bytes()

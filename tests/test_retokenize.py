@@ -273,3 +273,55 @@ def test_progress_and_summary(tmp_path, tokenizers, shards, capsys):
 def test_fineweb_sample_reencodes_to_the_same_ids(tmp_path):
     retok(SP1024, SP1024, FINEWEB_VAL, tmp_path / "out", "--workers", "2")
     assert (tmp_path / "out" / FINEWEB_VAL.name).read_bytes() == FINEWEB_VAL.read_bytes()
+
+
+CASED = ["The NASA Launch of Apollo 11", "McDonald's iPhone, HTTPs and eBay", "J\u030cosé and ALL CAPS"]
+
+
+def test_caseops_retokenizing_gives_what_build_shards_caseops_gives_and_back(tmp_path, tokenizers):
+    """--caseops: decode with --from-model, transform, encode with a CaseOps --to-model; the validation shard gets its
+    byte sidecar. The tokens and sidecar are those build_shards.py --caseops makes of the same documents, and
+    re-tokenizing them back to the plain tokenizer gives the plain shards again."""
+    docs = english_docs(60, seed=6) + CASED + ODD_TEXTS
+    jsonl = tmp_path / "docs.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    casemodel = tmp_path / "caseops.model"
+    built = tmp_path / "built"
+    argv = [str(jsonl), "--val", str(jsonl), "--output", str(built), "--caseops", "--workers", "1"]
+    build_shards.build(
+        build_shards.config_from(
+            build_shards.build_parser(),
+            build_shards.build_parser().parse_args(argv + ["--vocab-size", "320", "--tokenizer-out", str(casemodel)]),
+        )
+    )
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    build_shards.write_data_shard(plain / "fineweb_val_000000.bin", encode(tokenizers[0], docs))
+    retok(tokenizers[0], casemodel, plain, tmp_path / "out", "--caseops", "--workers", "2")
+    out = tmp_path / "out"
+    for name in ("fineweb_val_000000.bin", "fineweb_val_bytes_000000.bin"):
+        assert np.array_equal(train_gpt.load_data_shard(out / name), train_gpt.load_data_shard(built / name)), name
+    manifest = json.loads((out / "manifest.json").read_text())["datasets"][0]
+    val = manifest["splits"]["val"]
+    assert manifest["caseops"] == "lossless_caps_caseops_v1" and val["sidecar_bytes"] == val["normalized_bytes"]
+    assert {f["name"]: f["split"] for f in manifest["files"]}["fineweb_val_bytes_000000.bin"] == "val_bytes"
+    # back to the plain tokenizer: the sidecar is not an input, and the CaseOps text decodes to the original
+    retok(casemodel, tokenizers[0], out, tmp_path / "back", "--workers", "1")
+    assert sorted(p.name for p in (tmp_path / "back").glob("*.bin")) == ["fineweb_val_000000.bin"]
+    assert np.array_equal(
+        train_gpt.load_data_shard(tmp_path / "back" / "fineweb_val_000000.bin"),
+        train_gpt.load_data_shard(plain / "fineweb_val_000000.bin"),
+    )
+
+
+def test_caseops_and_the_to_model_must_agree(tmp_path, tokenizers, shards, capsys):
+    casemodel = tmp_path / "caseops.model"
+    casemodel.write_bytes(build_shards.train_tokenizer_model(english_docs(100), 300, use_caseops=True))
+    for to_model, flag, message in (
+        (tokenizers[1], ["--caseops"], "--caseops needs a CaseOps --to-model"),
+        (casemodel, [], "is a CaseOps tokenizer: pass --caseops"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            retok(tokenizers[0], to_model, shards, tmp_path / "out", *flag)
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

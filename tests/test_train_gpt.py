@@ -666,7 +666,7 @@ def tokenizers(tiny) -> dict:
 
 
 @pytest.mark.parametrize("which", ["tiny", "published_sp1024"])
-def test_target_bytes_count_the_utf8_bytes_of_the_decoded_text(tiny_data, which):
+def test_tokenizer_bytes_count_the_utf8_bytes_of_the_decoded_text(tiny_data, which):
     sp = tokenizers(tiny_data).get(which)
     if sp is None:
         pytest.skip(f"{PUBLISHED_TOKENIZER} is not here")
@@ -676,9 +676,8 @@ def test_target_bytes_count_the_utf8_bytes_of_the_decoded_text(tiny_data, which)
     # do: the case of the boundary rule (after BOS the decoder drops the leading space, so 0 bytes).
     sequences += [ids[1:] for ids in sequences if len(ids) > 1 and sp.id_to_piece(ids[1]).startswith("\u2581")]
     luts = train_gpt.build_byte_luts(sp, sp.vocab_size())
-    val = train_gpt.ValData(torch.empty(0, dtype=torch.int64), *luts, seq_len=1, batch_seqs=1)
     tokens = torch.tensor([t for ids in sequences for t in [BOS_ID] + ids])
-    counted = train_gpt.target_bytes(tokens[:-1], tokens[1:], val)
+    counted = train_gpt.tokenizer_bytes(tokens, *luts)[1:]  # as a target: the token before is its context
     # the targets of sequence k are its own ids; the BOS before the next one counts 0 bytes
     start = 0
     for ids in sequences:
@@ -733,7 +732,7 @@ def test_evaluate_weights_every_token_equally_across_uneven_batches(tiny_data, t
     val_loss, val_bpb = train_gpt.loss_and_bpb(train_gpt.score_windows(model, val, cpu_context()))
     targets = val.tokens[1:]
     assert val_loss == pytest.approx(targets.double().mean().item(), rel=1e-12)
-    total_bytes = train_gpt.target_bytes(val.tokens[:-1], targets, val).sum().item()
+    total_bytes = val.token_bytes[1:].sum().item()
     assert val_bpb == pytest.approx(val_loss / math.log(2) * targets.numel() / total_bytes, rel=1e-12)
 
 
