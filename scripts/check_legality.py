@@ -143,15 +143,12 @@ def tiny_model(T, args, device: torch.device):
 
 
 def tiny_val(T, args, ctx, tokens: torch.Tensor):
-    """The validation split as preflight holds it: random byte counts, leading spaces and boundaries."""
-    g = torch.Generator().manual_seed(1)
-    luts = (
-        torch.randint(1, 4, (args.vocab_size,), generator=g, dtype=torch.int16),
-        torch.rand(args.vocab_size, generator=g) < 0.3,
-        torch.rand(args.vocab_size, generator=g) < 0.1,
-    )
+    """The validation split as preflight holds it, its bytes per token as a byte sidecar gives them (train_gpt.py
+    holds the tokenizer's count in the same tensor): random, 0 for some tokens (BOS, CaseOps markers), and fixed by
+    the position, not the token, so the check's count is its own, never one the trainer derives from the tokens."""
+    token_bytes = torch.randint(0, 4, (len(tokens),), generator=torch.Generator().manual_seed(1), dtype=torch.int32)
     batch_seqs = args.val_batch_size // (ctx.world_size * ctx.grad_accum_steps) // args.val_seq_len
-    return T.ValData(tokens, *[t.to(ctx.device) for t in luts], args.val_seq_len, max(batch_seqs, 1))
+    return T.ValData(tokens, token_bytes.to(ctx.device), {"val_bytes": "sidecar"}, args.val_seq_len, max(batch_seqs, 1))
 
 
 def tiny_tokens(geometry: Geometry) -> torch.Tensor:
@@ -316,7 +313,7 @@ def worker(out: Path, script: Path, device: str, broken: bool, geometries: list[
             probes={p: watch(args, changed_from(tokens, p), upto=p)[0] for p in probes(geometry)},
             hurting=watch(tiny_args(T, environ, geometry, device, **HURTING_TTT), tokens),
             tokens=tokens,
-            target_bytes=T.target_bytes(tokens[:-1].to(ctx.device), tokens[1:].to(ctx.device), val).cpu(),
+            target_bytes=val.token_bytes[1:].cpu(),  # tiny_val's own bytes of each target
             config=dict(ttt_lr=args.ttt_lr, ttt_epochs=args.ttt_epochs, ttt_momentum=args.ttt_momentum),
         )
     gathered = [None] * ctx.world_size

@@ -188,7 +188,7 @@ def test_every_target_is_scored_once_with_the_same_bytes_on_every_path(window, s
     run = check_legality.make_run(
         train_gpt, args, ctx, check_legality.tiny_val(train_gpt, args, ctx, token_ids), train_gpt.Logger(None)
     )
-    all_bytes = int(train_gpt.target_bytes(token_ids[:-1], token_ids[1:], run.val).sum())
+    all_bytes = int(run.val.token_bytes[1:].sum())
     model = check_legality.tiny_model(train_gpt, args, ctx.device)
     scores = {
         "roundtrip": lambda observe: train_gpt.score_windows(model, run.val, ctx, 0, None, observe),
