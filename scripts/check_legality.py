@@ -24,7 +24,8 @@ vocabulary (64 ids), the data, the tokenizer and the geometry are made tiny. Geo
   user:    when the environment sets TRAIN_SEQ_LEN, EVAL_SEQ_LEN, EVAL_STRIDE or TTT_CHUNK_TOKENS, those values
            (the others: aligned's) on a split of three and a half chunks.
 Each has a ragged last chunk. On a CPU the loss runs as torch, and also as the Triton kernel under
-TRITON_INTERPRET=1 (one process, the aligned geometry) when Triton is installed.
+TRITON_INTERPRET=1 when Triton is installed: one process, a split of 16 targets (the interpreter takes ~4 ms a row),
+the original run only, for the conditions a kernel can break (single pass, normalized, reported is observed).
 
 What is watched: score_windows hands its observer each scored target's position and its log-probabilities over the
 whole vocabulary, taken where the score is computed (the loss of every id as the target), so a mixture, a cache or
@@ -864,8 +865,13 @@ def check(
             f"geometry {name}: window {g.window}, stride {g.stride}, chunks of {g.chunk}, {g.tokens} tokens, "
             f"probes {probes(g)}"
         )
+    runs = losses or loss_paths(device, processes)
+    if any(loss == "triton" for _, loss in runs):
+        g = INTERPRETED["interpreted"]
+        lines.append(f"geometry interpreted (the Triton loss under TRITON_INTERPRET=1): window {g.window}, stride "
+                     f"{g.stride}, chunks of {g.chunk}, {g.tokens} tokens, no probes")  # fmt: skip
     failed = 0
-    for count, loss in losses or loss_paths(device, processes):
+    for count, loss in runs:
         observed = run_workers(count, environ, script, device, broken, None if loss != "triton" else INTERPRETED, loss)
         for name, result in observed.items():
             for path in PATHS:
