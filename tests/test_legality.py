@@ -473,6 +473,12 @@ def test_the_check_fails_each_broken_copy_of_train_gpt_naming_the_condition(muta
     assert not any("the check could not run" in line for line in lines), "\n".join(lines)
 
 
+def test_the_triton_loss_in_its_interpreter_is_legal_on_main(tmp_path):
+    """Issue 33, "the GPU loss on CPU": the check runs the Triton kernel under TRITON_INTERPRET=1, and main passes."""
+    lines = check_copy([], tmp_path, "interpreted", "triton", "main")
+    assert not failed_lines(lines) and len(lines) == 3 * 3 + 1, "\n".join(lines)
+
+
 def test_a_legal_mixture_of_the_adapted_and_the_frozen_model_passes(tmp_path):
     """Issue 33's false alarm: TTT that scores each token by 0.5 p_adapted + 0.5 p_frozen, both before any update
     on it, is legal; the check reads the mixture's distributions from the observer and passes it. The mixture does
@@ -533,11 +539,11 @@ def test_a_token_scored_with_probability_zero_is_said_so_not_a_nan(observed):
     hold where nothing changed; a target scored with probability 0 is named by `normalized`."""
     result = observed[1]["aligned"]
 
-    def zeroed(record):  # id 5 and the first target's own token get probability 0 everywhere, renormalized
+    def zeroed(record):  # <pad> (never a target) and the first target's own token get probability 0, renormalized
         out = {}
         for kind, (positions, logp) in record.items():
             logp = logp.clone()
-            logp[:, 5] = -math.inf
+            logp[:, 0] = -math.inf
             logp[positions == 1, int(result["tokens"][1])] = -math.inf
             out[kind] = (positions, logp - logp.logsumexp(-1, keepdim=True))
         return out
