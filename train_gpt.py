@@ -939,7 +939,7 @@ def window_starts(val: ValData, stride: int) -> Tensor:  # every `stride` tokens
 @torch.no_grad()
 def score_windows(model: GPT, val: ValData, ctx: DistContext, stride: int = 0, starts=None, observe=None) -> Tensor:
     """(summed loss, scored tokens, their bytes) of the windows at `starts` (all), fp64, over ranks; the first window
-    scores all its tokens, the others their last `stride`. observe(positions, log-probabilities (n, V)): legality's."""
+    scores all its tokens, the others their last `stride`. observe(positions (n,), log-probs (n * V,)): legality's."""
     T, total = val.seq_len, val.tokens.numel() - 1
     context = T - (stride or T)
     starts = window_starts(val, stride) if starts is None else starts
