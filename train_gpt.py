@@ -938,7 +938,7 @@ def window_starts(val: ValData, stride: int) -> Tensor:  # every `stride` tokens
 @torch.no_grad()
 def score_windows(model: GPT, val: ValData, ctx: DistContext, stride: int = 0, starts=None, observe=None) -> Tensor:
     """(summed loss, scored tokens, their bytes) of the windows at `starts` (all), fp64, over ranks; the first window
-    scores all its tokens, the others their last `stride`. observe(positions, hidden) sees what is scored (legality)."""
+    scores all its tokens, the others their last `stride`. observe(positions (n,), log-probs (n * V,)): legality's."""
     T, total = val.seq_len, val.tokens.numel() - 1
     context = T - (stride or T)
     starts = window_starts(val, stride) if starts is None else starts
@@ -960,8 +960,9 @@ def score_windows(model: GPT, val: ValData, ctx: DistContext, stride: int = 0, s
         scored = (pos >= torch.where(first == 0, 0, context)) & (first + pos < total)
         sums += torch.stack([(losses.double() * scored).sum(), scored.sum(),
                              (val.token_bytes[(first + pos + 1).clamp_max(total)] * scored).sum()])
-        if observe is not None:
-            observe((first + pos + 1)[scored], h[scored])
+        if observe is not None:  # each scored target's distribution as scored: the loss of every id as its target
+            ids = torch.arange(model.tok_emb.num_embeddings, device=ctx.device).expand(int(scored.sum()), -1)  # (n, V)
+            observe((first + pos + 1)[scored], -model.loss(h[scored, None].expand(*ids.shape, -1), ids, True))
     model.train(was_training)
     return ctx.all_reduce(sums)
 
@@ -995,8 +996,7 @@ def train_on_chunk(run: Run, model: GPT, sgd: torch.optim.SGD, begin: int, end: 
     mine = torch.arange(seqs)[seqs * ctx.rank // ctx.world_size : seqs * (ctx.rank + 1) // ctx.world_size]
     weight, mine = len(mine) / seqs, mine if len(mine) else torch.zeros(1, dtype=torch.int64)
     rows = run.val.tokens[begin + T * mine[:, None] + torch.arange(T + 1)].to(ctx.device)  # (n, T + 1)
-    for group in sgd.param_groups:
-        group["lr"] = lr
+    sgd.param_groups[0]["lr"] = lr  # one group: the model's parameters
     for _ in range(run.args.ttt_epochs):
         with ctx.autocast():
             (model(rows[:, :-1], rows[:, 1:]) * weight).backward()

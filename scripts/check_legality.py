@@ -1,56 +1,79 @@
-"""Is train_gpt.py's evaluation legal? It runs train_gpt's own score_artifact (the function that writes the
-final_..._exact lines) on a tiny random model and random tokens, with 1 and 2 processes, in two geometries, watches
-every distribution that scores a token on the three scoring paths (the round trip, sliding windows, sliding windows
-with score-first test-time training), and checks them against the conditions of the challenge's issue #1017.
-One line per geometry, path and condition; exit 1 if any fails.
+"""Is train_gpt.py's evaluation legal? It runs the checked script's own main() under EVAL_ONLY on an artifact of a
+tiny random model that the script itself wrote, on a validation split made with a tiny SentencePiece tokenizer, with
+1 and 2 processes, in two geometries (three with the user's), watches every distribution that scores a token on the
+three scoring paths (the round trip, sliding windows, sliding windows with score-first test-time training), reads the
+run's log, and checks them against the conditions of the challenge's issue #1017. One line per loss path, geometry,
+scoring path and condition; exit 1 if any fails, exit 2 (an `error:` line) for a command line or environment that
+train_gpt.py would refuse.
 
   python3 scripts/check_legality.py                        # the model and TTT settings of the environment, CPU
   RECIPE=record TTT_LR=0.01 python3 scripts/check_legality.py
+  TRAIN_SEQ_LEN=16 EVAL_STRIDE=5 TTT_CHUNK_TOKENS=40 python3 scripts/check_legality.py   # a third geometry: yours
   python3 scripts/check_legality.py --broken               # a TTT that trains on each chunk before scoring it
   python3 scripts/check_legality.py --script /tmp/copy.py  # check another copy of train_gpt.py
-  # on one GPU, as a training run scores: the Triton loss, bf16 autocast, torch.compile (tolerances below)
+  # on one GPU, as a training run scores: the Triton loss and bf16 autocast (tolerances below)
   LOSS_IMPL=triton TTT_LR=0.05 python3 scripts/check_legality.py --device cuda --processes 1
   LOSS_IMPL=triton TTT_LR=0.05 python3 scripts/check_legality.py --device cuda --processes 1 --broken  # must fail
 
-The model's switches come from the environment as train_gpt.py reads it (RECIPE, loops, XSA, TTT_LR, ...); TTT is
-always on, and the size, the vocabulary (64 ids) and the geometry are made tiny. Two geometries:
+The environment is read as train_gpt.py reads it (Hyperparameters.from_env: RECIPE, loops, XSA, TTT_LR, ...; a
+misspelt variable is refused as train_gpt.py refuses it); TTT is always on, EVAL_ONLY is set, and the size, the
+vocabulary (64 ids), the data, the tokenizer and the geometry are made tiny. Geometries:
   aligned: a 32-token window every 8 tokens, 64-prediction chunks (the stride divides window and chunk);
   ragged:  a 24-token window every 7 tokens, 50-prediction chunks (the stride divides neither, the chunk is no
-           multiple of the window: windows straddle chunk boundaries, and TTT trains on 48 of a chunk's 50).
-Each has a ragged last chunk. The conditions:
+           multiple of the window: windows straddle chunk boundaries, and TTT trains on 48 of a chunk's 50);
+  user:    when the environment sets TRAIN_SEQ_LEN, EVAL_SEQ_LEN, EVAL_STRIDE or TTT_CHUNK_TOKENS, those values
+           (the others: aligned's) on a split of three and a half chunks.
+Each has a ragged last chunk. On a CPU the loss runs as torch, and also as the Triton kernel under
+TRITON_INTERPRET=1 when Triton is installed: one process, a split of 16 targets (the interpreter takes ~4 ms a row),
+the original run only, for the conditions a kernel can break (single pass, normalized, reported is observed).
+
+What is watched: score_windows hands its observer each scored target's position and its log-probabilities over the
+whole vocabulary, taken where the score is computed (the loss of every id as the target), so a mixture, a cache or
+a temperature is checked as it scores. The bytes of every target are counted here, from the tokenizer's decoded text
+of the split (the UTF-8 bytes each token adds to its document's decoded text), never by a function of the checked
+script. The conditions:
   1. causal (score before update): the distribution over the whole vocabulary that scores the token at position t
-     depends only on the tokens before t. For each probe p the tokens from p on are changed, the whole scoring runs
+     depends only on the tokens before t. For each probe p the tokens from p on are changed, the whole run is made
      again, and every distribution of a target at or before p must stay the same, bit for bit (CPU arithmetic is
      deterministic, and the changed run has the same shapes). Probes: both sides of every chunk boundary
      (c*size - 1, c*size, c*size + 1), the last token TTT trains on in each chunk, the last chunk, and a seeded
-     sample of other positions. Distributions, not losses: a loss at t changes with the token at t anyway.
-  2. single pass: every target is scored once; the tokens and bytes counted are then those of the plain evaluation.
-  3. normalized: each distribution sums to 1.
-  4. reported is observed: the path's final_..._exact line is the watched pass: its val_loss is minus the mean
-     log-probability of the targets in the watched distributions, its val_bpb that over their bytes. It is checked
-     twice: with the environment's TTT, and with a TTT that makes the score worse (TTT_LR=10), so that a line that
-     reports the better of the TTT pass and another pass shows the other one.
+     sample of other positions. Each is changed to random tokens; the first of each chunk, and the first probe,
+     also to the model's most likely tokens and to tokens copied from elsewhere in the split, which flip a choice
+     made on the whole split (a temperature or a learning rate picked by its score). A changed run stops when the
+     scored model takes an optimizer step after every target up to the probe was scored on the path it is on: what
+     it does, not which function it calls. A path a changed run never scored up to its probe fails, named.
+  2. single pass: every target of the split in DATA_PATH is scored once, and the bytes counted here for them are
+     the split's decoded bytes.
+  3. normalized: each distribution sums to 1 (a target scored with probability 0 is said so, never a NaN).
+  4. reported is observed: the log's final_..._exact line of the path (exactly one) is the watched pass: its
+     val_loss is minus the mean log-probability of the targets in the watched distributions, its val_bpb that over
+     the bytes counted here. It is checked twice: with the environment's TTT, and with a TTT that makes the score
+     worse (TTT_LR=10), so that a line that reports the better of the TTT pass and another pass shows the other one.
   5. TTT adapts: TTT changed some distribution (else 1 passed for nothing: TTT_LR=0, TTT_EPOCHS=0, one chunk).
      --allow-no-adaptation lets it pass, saying so.
+A traceback of the checked script fails the conditions it blocks and shows its last line; the check never ends in
+a traceback of its own on a broken copy.
 
-On CUDA (--device cuda) the model is built as a training run builds it: GPT(args, "triton", torch.bfloat16,
-compile_scoring=True), scoring and TTT under DistContext.autocast(). Hidden states are then bf16, with 8 significant
-bits, and a legitimate difference between two runs (the order of the atomic adds in a TTT backward) can move an
-element by one rounding step, 2^-8 of its size. The tiny model's logits are under 4 in size (a rms-normed hidden
-state of 32 elements against embedding rows of norm about 1), so one step moves a logit by at most 4 * 2^-8 = 2^-6
-and a log-probability (a logit less a log-sum-exp of logits) by at most twice that: the causal condition allows
-2^-5 = 0.031 per log-probability on CUDA and prints the largest difference it saw. A real leak moves them further:
---broken fails by more than ten times that (tests/test_legality.py measures it on the CPU). The observer computes the
-log-probabilities on another matrix shape than the score, so cuBLAS may round their bf16 logits apart: the reported
-val_loss may differ from the observed one by the same 2^-5 there (a better-of-two report differs by nats).
+On CUDA (--device cuda) the scoring runs as a training run's does: the environment's LOSS_IMPL (auto: Triton), bf16
+autocast (torch.compile stays off: each of the check's many short runs would compile again). Hidden states are then
+bf16, with 8 significant bits, and a legitimate difference between two runs (the order of the atomic adds in a TTT
+backward) can move an element by one rounding step, 2^-8 of its size. The tiny model's logits are under 4 in size (a
+rms-normed hidden state of 32 elements against embedding rows of norm about 1), so one step moves a logit by at most
+4 * 2^-8 = 2^-6 and a log-probability (a logit less a log-sum-exp of logits) by at most twice that: the causal
+condition allows 2^-5 = 0.031 per log-probability on CUDA and prints the largest difference it saw. A real leak
+moves them further: --broken fails by more than ten times that (tests/test_legality.py measures it on the CPU). The
+observer's log-probabilities come from another matrix shape than the score, so cuBLAS may round their bf16 logits
+apart: the reported val_loss may differ from the observed one by the same 2^-5 there (a better-of-two report differs
+by nats).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
+import faulthandler
 import importlib.util
+import io
 import math
 import os
 import random
@@ -58,10 +81,13 @@ import re
 import subprocess
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 64
@@ -73,9 +99,16 @@ TINY = dict(
     ROPE_DIMS="0",
     EVAL_SEQ_LEN="0",
     TTT_ENABLED="1",
+    EVAL_ONLY="1",
     COMPILE="0",
-    RUN_ID="legality",
+    MATRIX_BITS="8",
+    EMBED_BITS="8",
+    COMPRESSOR="zlib",
+    GPTQ_CALIBRATION_BATCHES="0",
 )
+GEOMETRY_NAMES = ("TRAIN_SEQ_LEN", "EVAL_SEQ_LEN", "EVAL_STRIDE", "TTT_CHUNK_TOKENS")
+USER_GEOMETRY_MAX_TOKENS = 8192  # on a CPU: a few seconds a run
+WORKER_TIMEOUT_S = int(os.environ.get("LEGALITY_WORKER_TIMEOUT_S", "900"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +121,7 @@ class Geometry:
     def settings(self) -> dict[str, str]:
         return dict(
             TRAIN_SEQ_LEN=str(self.window),
+            EVAL_SEQ_LEN="0",
             EVAL_STRIDE=str(self.stride),
             TTT_CHUNK_TOKENS=str(self.chunk),
             TRAIN_BATCH_TOKENS=str(8 * self.window),
@@ -99,6 +133,9 @@ GEOMETRIES = {
     "aligned": Geometry(window=32, stride=8, chunk=64, tokens=7 * 32 + 1),  # chunks 3 x 64 and 32
     "ragged": Geometry(window=24, stride=7, chunk=50, tokens=7 * 24 + 1),  # chunks 3 x 50 and 18
 }
+# The Triton kernel in its interpreter takes ~4 ms a row, and the observer scores every id of every target: 16 targets
+# (two chunks), the original run only, for the conditions a kernel can break (normalized, reported, single pass).
+INTERPRETED = {"interpreted": Geometry(window=8, stride=4, chunk=8, tokens=2 * 8 + 1)}
 PATHS = ("roundtrip", "sliding_window", "ttt")
 HURTING_TTT = dict(TTT_LR="10", TTT_EPOCHS="1")  # steps far too large: TTT then scores worse than sliding windows
 INTERIOR_PROBES = 4
@@ -106,6 +143,20 @@ INTERIOR_PROBES = 4
 BF16_LOGP_TOLERANCE = 2.0**-5
 REPORT_RTOL_FP32 = 1e-6  # fp32 per-token losses summed in fp64 in another order; the line prints 8 decimals
 LINE = re.compile(r"final_\w+?_(roundtrip|sliding_window|ttt)_exact val_loss:(\S+) val_bpb:(\S+)")
+# The challenge's shard format (train_gpt.py reads it): a header of 256 int32 (magic, version, count), uint16 ids.
+SHARD_MAGIC, SHARD_VERSION, SHARD_HEADER_INTS = 20240520, 1, 256
+BOS_ID = 1
+WORDS = (
+    "the of and a to in is was he for it with as his on be at by had are but from or have an they which one you "
+    "were all we her she there would their will when who him been has more if no out so said what up its about into "
+    "than them can only other new some could time these two may first then do any like my now over such our man me "
+    "even most made after also did many before must through back years where much your way well down should because "
+    "each just those people how too little state good very make world still own see men work long get here between"
+).split()
+
+
+class CheckError(Exception):
+    """A command line or environment the check cannot run with: printed as `error: ...`, exit 2."""
 
 
 def load_script(path: Path):
@@ -118,56 +169,109 @@ def load_script(path: Path):
     return module
 
 
-# ==== What runs in each worker process (T: the checked train_gpt module) ===========================================
+# ==== The data: a tiny tokenizer, a validation split per geometry, and its bytes counted from decoded text =========
 
 
-def tiny_args(T, environ: dict[str, str], geometry: Geometry, device: str = "cpu", **overrides: str):
-    """The environment's config (RECIPE, switches, TTT settings) at the tiny size and the geometry's shape."""
-    ours = {f.name.upper() for f in dataclasses.fields(T.Hyperparameters)}
-    loss = dict(LOSS_IMPL="triton" if device == "cuda" else "torch")
-    settings = {k: v for k, v in environ.items() if k in ours} | TINY | geometry.settings() | loss | overrides
-    return T.Hyperparameters.from_env(settings)
+def documents(count: int, seed: int = 0) -> list[str]:
+    """Sentences of common words: a vocabulary of 64 pieces covers them without unknown ones."""
+    r = random.Random(seed)
+    punctuation = [".", ",", "!", "?", ";"]
+
+    def sentence() -> str:
+        words = WORDS[: r.randint(20, len(WORDS))]
+        return " ".join(r.choice(words) for _ in range(r.randint(4, 12))) + r.choice(punctuation)
+
+    return [" ".join(sentence() for _ in range(r.randint(1, 4))) for _ in range(count)]
 
 
-def tiny_model(T, args, device: torch.device):
-    """A GPT whose predictions depend on every earlier token (random matrices and gains, the zero ones too), built
-    as train_and_score builds it: on CUDA the Triton loss, bf16 activations and a compiled scoring pass."""
-    torch.manual_seed(0)
-    cuda = device.type == "cuda"
-    model = T.GPT(args, "triton" if cuda else "torch", torch.bfloat16 if cuda else torch.float32, cuda)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape) * (p.size(-1) ** -0.5 if p.ndim == 2 else 0.5) + (p.ndim < 2))
-    model.looping = args.num_loops > 0
-    return model.to(device)
+def make_tokenizer(path: Path):
+    """A BPE tokenizer of VOCAB pieces, trained with the published tokenizers' normalization and ids."""
+    import sentencepiece as spm
 
-
-def tiny_val(T, args, ctx, tokens: torch.Tensor):
-    """The validation split as preflight holds it, its bytes per token as a byte sidecar gives them (train_gpt.py
-    holds the tokenizer's count in the same tensor): random, 0 for some tokens (BOS, CaseOps markers), and fixed by
-    the position, not the token, so the check's count is its own, never one the trainer derives from the tokens."""
-    token_bytes = torch.randint(0, 4, (len(tokens),), generator=torch.Generator().manual_seed(1), dtype=torch.int32)
-    batch_seqs = args.val_batch_size // (ctx.world_size * ctx.grad_accum_steps) // args.val_seq_len
-    return T.ValData(tokens, token_bytes.to(ctx.device), {"val_bytes": "sidecar"}, args.val_seq_len, max(batch_seqs, 1))
-
-
-def tiny_tokens(geometry: Geometry) -> torch.Tensor:
-    return torch.randint(0, VOCAB, (geometry.tokens,), generator=torch.Generator().manual_seed(2))
-
-
-def make_run(T, args, ctx, val, log):
-    """train_gpt's Run for scoring only. Its fields are named here and nowhere else in the check."""
-    return T.Run(
-        args=args,
-        ctx=ctx,
-        log=log,
-        val=val,
-        train_files=[],
-        loss_impl=args.loss_impl,
-        loss_impl_reason="legality_check",
-        tokenizer_verified="",
-        artifact=None,
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(documents(400)),
+        model_writer=model,
+        vocab_size=VOCAB,
+        model_type="bpe",
+        character_coverage=1.0,
+        byte_fallback=False,
+        split_digits=True,
+        normalization_rule_name="nmt_nfkc",
+        add_dummy_prefix=False,
+        remove_extra_whitespaces=True,
+        pad_id=0,
+        bos_id=BOS_ID,
+        eos_id=2,
+        unk_id=3,
+        minloglevel=2,
     )
+    path.write_bytes(model.getvalue())
+    return spm.SentencePieceProcessor(model_file=str(path))
+
+
+def split_tokens(sp, count: int) -> torch.Tensor:
+    """`count` tokens of documents, each BOS and its ids, as the shards hold them (the last one cut)."""
+    ids, seed = [], 1
+    while len(ids) < count:
+        for doc in documents(50, seed):
+            ids += [BOS_ID] + sp.encode(doc)
+        seed += 1
+    return torch.tensor(ids[:count], dtype=torch.int64)
+
+
+def write_shard(path: Path, tokens: torch.Tensor) -> None:
+    header = np.zeros(SHARD_HEADER_INTS, dtype="<i4")
+    header[:3] = (SHARD_MAGIC, SHARD_VERSION, tokens.numel())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(header.tobytes() + tokens.numpy().astype("<u2").tobytes())
+
+
+def decoded_bytes(sp, tokens: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(bytes of each token, the split's decoded bytes): token t stands for the UTF-8 bytes it adds to the decoded
+    text of its document (from the last BOS before it); BOS adds none. Counted here, from the tokenizer's decoding,
+    not by any function of the checked script; the total is the bytes of every document as the split decodes."""
+    ids = tokens.tolist()
+    counted = [0] * len(ids)
+    total, start = 0, 0
+    for end in range(len(ids) + 1):
+        if end == len(ids) or ids[end] == BOS_ID:
+            doc, previous = ids[start + 1 : end] if start < end and ids[start] == BOS_ID else ids[start:end], 0
+            offset = end - len(doc)
+            for k in range(len(doc)):
+                now = len(sp.decode(doc[: k + 1]).encode("utf-8"))
+                counted[offset + k], previous = now - previous, now
+            total += len(sp.decode(doc).encode("utf-8"))
+            start = end
+    return torch.tensor(counted, dtype=torch.int64), total
+
+
+def user_geometry(environ: dict[str, str], device: str) -> Geometry | None:
+    """The environment's window, stride and chunk (the others: aligned's) on a split of 3.5 chunks; None if unset."""
+    if not any(environ.get(name, "").strip() for name in GEOMETRY_NAMES):
+        return None
+    base, values = GEOMETRIES["aligned"], {}
+    for name in GEOMETRY_NAMES:
+        raw = environ.get(name, "").strip()
+        try:
+            values[name] = int(raw) if raw else 0
+        except ValueError:
+            raise CheckError(f"{name}={raw!r} is not an integer: set it to a whole number of tokens.") from None
+    window = values["EVAL_SEQ_LEN"] or values["TRAIN_SEQ_LEN"] or base.window
+    chunk = values["TTT_CHUNK_TOKENS"] or base.chunk
+    stride = values["EVAL_STRIDE"] if "EVAL_STRIDE" in environ else base.stride
+    if window < 2 or stride < 1 or chunk < window or stride > window:
+        raise CheckError(
+            f"the geometry of the environment (window {window}, EVAL_STRIDE={stride}, TTT_CHUNK_TOKENS={chunk}) "
+            "cannot be checked: it needs 1 <= EVAL_STRIDE <= the window <= TTT_CHUNK_TOKENS."
+        )
+    tokens = -(-(3 * chunk + chunk // 2) // window) * window + 1
+    if device == "cpu" and tokens > USER_GEOMETRY_MAX_TOKENS:
+        raise CheckError(
+            f"the geometry of the environment needs a split of {tokens} tokens (3.5 chunks of TTT_CHUNK_TOKENS="
+            f"{chunk}), over {USER_GEOMETRY_MAX_TOKENS} on a CPU: run it with --device cuda, or smaller values."
+        )
+    return Geometry(window=window, stride=stride, chunk=chunk, tokens=tokens)
 
 
 def probes(geometry: Geometry) -> list[int]:
@@ -185,74 +289,140 @@ def probes(geometry: Geometry) -> list[int]:
     last = (chunks - 1) * size
     chosen.add(last + 1 + (total - last) // 2)
     others = sorted(set(range(2, total + 1)) - chosen)
-    chosen |= set(random.Random(3).sample(others, INTERIOR_PROBES))
+    chosen |= set(random.Random(3).sample(others, min(INTERIOR_PROBES, len(others))))
     return sorted(chosen)
 
 
-def changed_from(tokens: torch.Tensor, probe: int) -> torch.Tensor:
-    """The tokens with every one from `probe` on replaced by another id."""
+def probe_runs(geometry: Geometry) -> list[tuple[int, str]]:
+    """(probe, how its tokens change): random everywhere; likely and copied at each chunk's first target and the
+    first probe (a long changed tail: what flips a choice made on the whole split)."""
+    every = probes(geometry)
+    flips = {every[0]} | {c * geometry.chunk + 1 for c in range(1, -(-(geometry.tokens - 1) // geometry.chunk))}
+    return [(p, "random") for p in every] + [(p, kind) for p in sorted(flips) for kind in ("likely", "copied")]
+
+
+def changed_from(tokens: torch.Tensor, probe: int, kind: str, likely: torch.Tensor | None = None) -> torch.Tensor:
+    """The tokens with every one from `probe` on replaced: by another random id, by the model's most likely token at
+    that position (where none was observed, a random one), or by the tokens half the split further on."""
     changed = tokens.clone()
     shift = torch.randint(1, VOCAB, (len(tokens) - probe,), generator=torch.Generator().manual_seed(4))
     changed[probe:] = (changed[probe:] + shift) % VOCAB
+    if kind == "likely" and likely is not None:
+        changed[probe:] = torch.where(likely[probe:] >= 0, likely[probe:], changed[probe:])
+    elif kind == "copied":
+        changed[probe:] = tokens.roll(len(tokens) // 2)[probe:]
     return changed
 
 
-def observer(model, record: dict, kind: str, upto: int | None):
-    """score_windows' observer for one path: each scored target's log-probabilities over the whole vocabulary, from
-    the model's own loss at that moment (every id as the target), kept for targets at or before `upto` (all: None).
-    Every batch is computed whole, so a changed run computes the kept rows with the same shapes as the original."""
-
-    def observe(positions: torch.Tensor, hidden: torch.Tensor) -> None:
-        if upto is not None and int(positions.min()) > upto:
-            return  # nothing here is compared
-        every_id = torch.arange(VOCAB, device=hidden.device).repeat(len(positions))
-        losses = model.loss(hidden.repeat_interleave(VOCAB, 0), every_id, per_token=True).view(-1, VOCAB)
-        keep = positions <= upto if upto is not None else torch.ones_like(positions, dtype=torch.bool)
-        record.setdefault(kind, []).append((positions[keep].cpu(), -losses[keep].float().cpu()))
-
-    return observe
+# ==== What runs in each worker process (T: the checked train_gpt module) ===========================================
 
 
-class EnoughObserved(Exception):
-    """A changed run has scored every target up to its probe: what it would score next is not compared."""
+class EnoughObserved(BaseException):
+    """A changed run has scored every target up to its probe and steps the scored model: what it would score next is
+    not compared. A BaseException, so that the checked script's `except Exception` neither logs nor keeps it."""
 
 
-@contextlib.contextmanager
-def stopping_after(T, probe: int | None):
-    """Ends a changed run (EnoughObserved) when TTT is about to train on a chunk that starts after the probe: every
-    window that scores a target at or before the probe was assigned to an earlier chunk and is scored by then. Where
-    a broken TTT scores such a target later, the changed run lacks it, and the causal condition fails on that. Every
-    rank raises at the same call, outside any collective, so no process waits for another."""
-    train_on_chunk = T.train_on_chunk
+def tiny_args(T, environ: dict[str, str], geometry: Geometry, **overrides: str):
+    """The environment's config (RECIPE, switches, TTT settings) at the tiny size and the geometry's shape, read as
+    train_gpt.py reads it: a misspelt or invalid variable raises its ConfigError."""
+    return T.Hyperparameters.from_env(environ | TINY | geometry.settings() | overrides)
 
-    def train_until_probe(run, model, sgd, begin, *rest, **kwargs):
-        if probe is not None and begin > probe:
+
+def tiny_model(T, args, device: torch.device):
+    """A GPT whose predictions depend on every earlier token (random matrices and gains, the zero ones too)."""
+    torch.manual_seed(0)
+    model = T.GPT(args)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape) * (p.size(-1) ** -0.5 if p.ndim == 2 else 0.5) + (p.ndim < 2))
+    model.looping = args.num_loops > 0
+    return model.to(device)
+
+
+class Watcher:
+    """The observer that score_artifact hands to each scoring path, and the optimizer hook that ends a changed run.
+    `upto`: the probe of a changed run (None: the original run, everything kept)."""
+
+    def __init__(self, upto: int | None, total: int, device: torch.device):
+        self.upto, self.record, self.kind, self.model = upto, {}, None, None
+        self.covered = {}  # path -> (total + 1,) bool: targets at or before the probe this rank scored
+        self.total, self.device = total, device
+
+    def observe(self, kind: str):
+        self.kind = kind
+        covered = self.covered.setdefault(kind, torch.zeros(self.total + 1, dtype=torch.bool))
+
+        def seen(positions: torch.Tensor, logp: torch.Tensor) -> None:
+            positions = positions.detach().cpu().long()
+            if not len(positions):
+                return
+            logp = logp.detach().float().cpu().reshape(len(positions), -1)
+            keep = positions <= self.upto if self.upto is not None else torch.ones_like(positions, dtype=torch.bool)
+            self.record.setdefault(kind, []).append((positions[keep], logp[keep]))
+            covered[positions[keep].clamp(0, self.total)] = True
+
+        return seen
+
+    def step_hook(self, optimizer, args, kwargs) -> None:
+        """Before any optimizer step: one on the scored model, once every target up to the probe was scored on the
+        current path by some rank, ends a changed run. Every rank steps together (the gradient is all-reduced
+        first), so every rank asks and raises at the same step."""
+        if self.upto is None or self.model is None or self.kind is None:
+            return
+        ours = {id(p) for p in self.model.parameters()}
+        if not any(id(p) in ours for group in optimizer.param_groups for p in group["params"]):
+            return
+        covered = self.covered.get(self.kind, torch.zeros(self.total + 1, dtype=torch.bool))[1 : self.upto + 1]
+        covered = covered.to(self.device, torch.int32)
+        if dist.is_initialized():
+            dist.all_reduce(covered, op=dist.ReduceOp.MAX)  # scored by some rank
+        if bool(covered.all()):
             raise EnoughObserved
-        return train_on_chunk(run, model, sgd, begin, *rest, **kwargs)
 
-    T.train_on_chunk = train_until_probe  # score_with_ttt looks it up by name when it runs
+
+def short_error(exc: BaseException) -> str:
+    """The exception's last frame in the checked script and its message, on one line."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "check_legality" not in f.filename]
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}{where}"
+
+
+def run_main(T, environ: dict[str, str], watcher: Watcher, tokens: torch.Tensor | None, log_path: Path):
+    """The checked script's main() as `python3 train_gpt.py` runs it under `environ`, every scoring path watched;
+    tokens: the validation split's tokens replace what preflight read (a changed run). (error or None, log lines)."""
+    saved_env = dict(os.environ)
+    preflight, score_artifact, destroy = T.preflight, T.score_artifact, dist.destroy_process_group
+
+    def changed_preflight(args, ctx):
+        run = preflight(args, ctx)
+        if tokens is not None:
+            changed = tokens[: run.val.tokens.numel()].to(run.val.tokens.dtype)
+            run = dataclasses.replace(run, val=dataclasses.replace(run.val, tokens=changed))
+        return run
+
+    def watched(run, model, header, weights, observe=None):
+        watcher.model = model
+        return score_artifact(run, model, header, weights, watcher.observe)
+
+    hook = register_optimizer_step_pre_hook(watcher.step_hook)
+    T.preflight, T.score_artifact = changed_preflight, watched
+    dist.destroy_process_group = lambda *a, **k: None  # the worker's process group serves every run
+    os.environ.clear()
+    os.environ.update(environ)
+    error = None
     try:
-        yield
+        T.main()
     except EnoughObserved:
         pass
+    except BaseException as exc:  # the checked script's own failure: reported with the conditions it blocks
+        error = short_error(exc)
     finally:
-        T.train_on_chunk = train_on_chunk
-
-
-def score_and_watch(T, run, model, weights: dict, upto: int | None = None) -> tuple[dict, list[str]]:
-    """train_gpt.score_artifact on the run, every path watched; (what was observed, the lines it wrote). A changed run
-    (upto: its probe) keeps only the targets at or before the probe and stops when it has scored them all."""
-    record = {}
-    header = {"looping": model.looping, "weights": "raw", "matrix_bits": 8, "compressor": "zlib"}
-
-    def observe(kind: str):
-        if kind not in PATHS:
-            raise ValueError(f"score_artifact asked to observe {kind!r}, not one of {PATHS}: update the check")
-        return observer(model, record, kind, upto)
-
-    with stopping_after(T, upto):
-        T.score_artifact(run, model, header, weights, observe)
-    return record, list(run.log.lines)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        hook.remove()
+        T.preflight, T.score_artifact, dist.destroy_process_group = preflight, score_artifact, destroy
+    lines = log_path.read_text(encoding="utf-8").splitlines() if log_path.is_file() else []
+    return error, lines
 
 
 def broken_ttt(T):
@@ -274,59 +444,124 @@ def broken_ttt(T):
     return score_with_ttt
 
 
-def worker(out: Path, script: Path, device: str, broken: bool, geometries: list[str]) -> None:
-    """Each geometry: score_artifact on the original tokens, on each probe's changed ones and with a hurting TTT;
-    rank 0 saves what every rank observed and the lines it wrote."""
-    T = load_script(script)
+def likely_tokens(record: dict, total: int) -> torch.Tensor:
+    """(total + 1,) the most likely id at each position in the original run's first observed distribution (-1: none)."""
+    likely = torch.full((total + 1,), -1, dtype=torch.int64)
+    for kind in ("roundtrip", "sliding_window", "ttt"):
+        positions, logp = record.get(kind, (None, torch.zeros(0)))
+        if logp.numel():
+            fresh = (positions <= total) & (likely[positions.clamp(0, total)] < 0)
+            likely[positions[fresh]] = logp[fresh].argmax(-1)
+    return likely
+
+
+def worker_geometry(T, ctx, folder: Path, name: str, environ: dict[str, str], geometry: Geometry, device: str):
+    """One geometry: the artifact (written by the checked script), then main() on the original split, on each
+    probe's changed one and with a hurting TTT. What this rank observed, and rank 0's log lines."""
+    data, path = folder / name, folder / f"artifact_{name}.ptz"
+    settings = dict(DATA_PATH=str(data), TOKENIZER_PATH=str(folder / "tokenizer.model"), ARTIFACT_PATH=str(path))
+    base = environ | TINY | geometry.settings() | settings | dict(LOG_DIR=str(folder / "logs"))
+    tokens = torch.from_numpy(np.fromfile(data / "fineweb_val_000000.bin", "<u2", offset=4 * SHARD_HEADER_INTS))
+    tokens = tokens.to(torch.int64)
+    total = tokens.numel() - 1
+    args = T.Hyperparameters.from_env(base | {"RUN_ID": "artifact"})
+    if ctx.rank == 0:
+        model = tiny_model(T, args, torch.device("cpu"))
+        obj = T.quantize_state_dict(model.state_dict(), args, T.parameter_roles(model))
+        T.save_artifact(obj, T.artifact_header(args, "raw", model.looping), str(path))
+    if dist.is_initialized():
+        dist.barrier()
+
+    def run(tag: str, upto=None, changed=None, **overrides):
+        run_id = f"{name}_{tag}"  # unique in this worker's folder: a log is never overwritten
+        watcher = Watcher(upto, total, ctx.device)
+        error, lines = run_main(
+            T, base | overrides | {"RUN_ID": run_id}, watcher, changed, Path(base["LOG_DIR"]) / f"{run_id}.txt"
+        )
+        return watcher.record, error, lines if ctx.rank == 0 else []
+
+    found = dict(
+        original=run("original"), config={k: getattr(args, k) for k in ("ttt_lr", "ttt_epochs", "ttt_momentum")}
+    )
+    if name in INTERPRETED:
+        return found
+    found |= dict(hurting=run("hurting", **HURTING_TTT), probes={})
+    likely = likely_tokens(merge_records(gather(found["original"][0])), total)
+    for probe, kind in probe_runs(geometry):
+        record, error, _ = run(f"p{probe}{kind}", upto=probe, changed=changed_from(tokens, probe, kind, likely))
+        found["probes"][(probe, kind)] = (record, error)
+    return found
+
+
+def gather(record: dict) -> list[dict]:
+    if not dist.is_initialized():
+        return [record]
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, record)
+    return every
+
+
+def worker(out: Path, script: Path, device: str, broken: bool, geometries: list[str], folder: Path) -> None:
+    """Each geometry in this process; each rank saves what it observed (out.rankN) and any error of the script."""
+    faulthandler.dump_traceback_later(WORKER_TIMEOUT_S - 60, exit=True)  # a rank waiting for another: say where
+    rank = int(os.environ.get("RANK", "0"))
+    target = Path(f"{out}.rank{rank}")
+    saved = dict(error=None, config_error=None, geometries={}, device=device)
+    try:
+        T = load_script(script)
+    except BaseException as exc:
+        saved["error"] = "the checked script could not be loaded: " + short_error(exc)
+        torch.save(saved, target)
+        return
     if broken:
         T.score_with_ttt = broken_ttt(T)  # score_artifact looks it up by name when it runs
-
-    class Lines(T.Logger):  # rank 0's log, kept in memory: the lines score_artifact wrote
-        def __init__(self):
-            super().__init__(None)
-            self.lines = []
-
-        def text(self, message: str, console: bool = True) -> None:
-            self.lines.append(message)
-
+    environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     ctx = T.dist_context()
     if device == "cpu":
         ctx = dataclasses.replace(ctx, device=torch.device("cpu"))
-    T.init_distributed(ctx)
-    environ = dict(os.environ)
-    results = {}
+        T.dist_context = lambda: ctx  # a CPU check on a machine with a GPU stays on the CPU
+    T.init_distributed(ctx)  # one process group for every run of this worker
+    initialize = T.init_distributed
+    # Each run's init_distributed meets the others at a barrier, as the process group's rendezvous would: no rank
+    # starts its log before every rank's pre-flight has checked that it does not exist.
+    T.init_distributed = lambda ctx: dist.barrier() if dist.is_initialized() else initialize(ctx)
     for name in geometries:
-        geometry = GEOMETRIES[name]
-        args = tiny_args(T, environ, geometry, device)
-        tokens = tiny_tokens(geometry)
-        model = tiny_model(T, args, ctx.device)
-        weights = {k: v.clone() for k, v in model.state_dict().items()}  # score_artifact loads them every run
-
-        def watch(args, tokens, upto=None):
-            return score_and_watch(
-                T, make_run(T, args, ctx, tiny_val(T, args, ctx, tokens), Lines()), model, weights, upto
-            )
-
-        val = tiny_val(T, args, ctx, tokens)
-        results[name] = dict(
-            original=watch(args, tokens),
-            probes={p: watch(args, changed_from(tokens, p), upto=p)[0] for p in probes(geometry)},
-            hurting=watch(tiny_args(T, environ, geometry, device, **HURTING_TTT), tokens),
-            tokens=tokens,
-            target_bytes=val.token_bytes[1:].cpu(),  # tiny_val's own bytes of each target
-            config=dict(ttt_lr=args.ttt_lr, ttt_epochs=args.ttt_epochs, ttt_momentum=args.ttt_momentum),
-        )
-    gathered = [None] * ctx.world_size
-    if ctx.distributed:
-        dist.all_gather_object(gathered, results)
+        geometry = (GEOMETRIES | INTERPRETED).get(name) or user_geometry(environ, device)
+        try:
+            tiny_args(T, environ, geometry)
+        except T.ConfigError as exc:  # as train_gpt.py would refuse it: the user's to fix, not a verdict
+            saved["config_error"] = str(exc)
+            break
+        try:
+            saved["geometries"][name] = worker_geometry(T, ctx, folder, name, environ, geometry, device)
+        except BaseException as exc:  # the script's failure outside a run, or the check's own: on stderr in full
+            traceback.print_exc()
+            saved["geometries"][name] = dict(error="the check could not run the script: " + short_error(exc))
+    torch.save(saved, target)
+    if dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
-    else:
-        gathered = [results]
-    if ctx.rank == 0:
-        torch.save(dict(ranks=gathered, device=ctx.device.type), out)
 
 
 # ==== The check: workers, then the conditions on what they observed ================================================
+
+
+@dataclasses.dataclass
+class Split:
+    tokens: torch.Tensor
+    bytes: torch.Tensor  # (N,) bytes of each token as the target, counted here
+    total_bytes: int  # the split's decoded bytes
+
+
+def make_data(folder: Path, geometries: dict[str, Geometry]) -> dict[str, Split]:
+    """The tokenizer and a validation shard per geometry in folder; each split's tokens and bytes."""
+    sp = make_tokenizer(folder / "tokenizer.model")
+    splits = {}
+    for name, geometry in geometries.items():
+        tokens = split_tokens(sp, geometry.tokens)
+        write_shard(folder / name / "fineweb_val_000000.bin", tokens)
+        splits[name] = Split(tokens, *decoded_bytes(sp, tokens))
+    return splits
 
 
 def run_workers(
@@ -335,68 +570,135 @@ def run_workers(
     script: Path = ROOT / "train_gpt.py",
     device: str = "cpu",
     broken: bool = False,
-    geometries: list[str] = list(GEOMETRIES),
+    geometries: list[str] | None = None,
+    loss: str = "torch",
 ) -> dict:
-    """The worker in `processes` processes (gloo on the CPU, NCCL on CUDA); what every rank observed, merged."""
+    """The worker in `processes` processes (gloo on the CPU, NCCL on CUDA); what every rank observed, merged per
+    geometry with the split's tokens and bytes. loss "triton" on a CPU: the Triton kernel under TRITON_INTERPRET=1."""
+    chosen = geometries if isinstance(geometries, dict) else resolve_geometries(environ, device, geometries)
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "observed.pt"
+        folder = Path(tmp)
+        splits = make_data(folder, chosen)
+        out = folder / "observed.pt"
         command = [sys.executable, __file__, "--worker", str(out), "--script", str(script), "--device", device]
-        command += ["--geometries", ",".join(geometries)] + ["--broken"] * broken
+        command += ["--geometries", ",".join(chosen), "--folder", str(folder)] + ["--broken"] * broken
         if processes > 1:
             command[1:1] = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
         env = {k: v for k, v in environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-        result = subprocess.run(
-            command, env=dict(env, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=600
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"the legality worker ({processes} processes) failed:\n{result.stderr[-3000:]}")
-        saved = torch.load(out, weights_only=False)
-    return merge(saved["ranks"], saved["device"])
+        env |= dict(OMP_NUM_THREADS="1")
+        if device == "cpu":
+            env |= dict(LOSS_IMPL=loss) | (dict(TRITON_INTERPRET="1") if loss == "triton" else {})
+        try:
+            result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
+            failure = None if result.returncode == 0 else f"exit {result.returncode}: {last_line(result.stderr)}"
+        except subprocess.TimeoutExpired:
+            failure = f"the worker ran past {WORKER_TIMEOUT_S} s (a rank waiting for another?)"
+        saved = []
+        for rank in range(processes):
+            path = Path(f"{out}.rank{rank}")
+            saved.append(torch.load(path, weights_only=False) if path.is_file() else None)
+    if saved[0] is not None and saved[0]["config_error"]:
+        raise CheckError(saved[0]["config_error"])
+    return merge(saved, splits, device, failure)
 
 
-def merge(ranks: list[dict], device: str) -> dict:
-    """Every rank's observations of a run as one (positions, log-probabilities) pair per path; rank 0's lines."""
+def last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "(nothing on stderr)"
 
-    def joined(record: dict) -> dict:
-        return {
-            kind: (torch.cat([p for p, _ in pieces]), torch.cat([lp for _, lp in pieces]))
-            for kind, pieces in record.items()
-        }
 
-    def run_of(pick) -> dict:
-        records = [pick(rank) for rank in ranks]
-        return {kind: [piece for record in records for piece in record.get(kind, [])] for kind in PATHS}
+def resolve_geometries(environ: dict[str, str], device: str, names: list[str] | None = None) -> dict[str, Geometry]:
+    """{name: geometry} of the names (all: None), the user's when the environment sets one of GEOMETRY_NAMES."""
+    user = user_geometry(environ, device)
+    known = dict(GEOMETRIES) | ({"user": user} if user else {})
+    names = list(known) if names is None else names
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        hint = "" if user or "user" not in unknown else " (user: set TRAIN_SEQ_LEN, EVAL_STRIDE or TTT_CHUNK_TOKENS)"
+        raise CheckError(f"--geometries {','.join(names)}: {', '.join(unknown) or 'none'} not one of "
+                         f"{', '.join(known)}{hint}.")  # fmt: skip
+    return {n: known[n] for n in names}
 
+
+def merge_records(records: list[dict]) -> dict:
+    """Every rank's observations of a run as one (positions, log-probabilities) pair per path observed."""
+    joined = {}
+    for kind in sorted({k for record in records for k in record}):
+        pieces = [piece for record in records for piece in record.get(kind, []) if len(piece[0])]
+        widths = {lp.shape[-1] for _, lp in pieces}
+        if not pieces or len(widths) > 1:  # rows of different widths are no distributions over one vocabulary
+            joined[kind] = (torch.zeros(0, dtype=torch.int64), torch.zeros(0, VOCAB))
+            continue
+        joined[kind] = (torch.cat([p for p, _ in pieces]), torch.cat([lp for _, lp in pieces]))
+    return joined
+
+
+def merge(saved: list[dict | None], splits: dict[str, Split], device: str, failure: str | None) -> dict:
+    """{geometry: result}; a result holds `error` where the worker or the script failed for the whole geometry."""
     merged = {}
-    for name, first in ranks[0].items():
-        merged[name] = dict(first, device=device)
-        for run in ("original", "hurting"):
-            merged[name][run] = (joined(run_of(lambda rank: rank[name][run][0])), first[run][1])
-        merged[name]["probes"] = {p: joined(run_of(lambda rank: rank[name]["probes"][p])) for p in first["probes"]}
+    first = saved[0] or {}
+    missing = [r for r, s in enumerate(saved) if s is None]
+    for name, split in splits.items():
+        result = dict(device=device, tokens=split.tokens, bytes=split.bytes, total_bytes=split.total_bytes)
+        ranks = [s["geometries"].get(name) for s in saved if s is not None]
+        error = first.get("error") or next((r["error"] for r in ranks if r and "error" in r), None)
+        if missing or any(r is None for r in ranks) or error:
+            result["error"] = error or f"the worker failed ({failure or 'no result from ranks ' + str(missing)})"
+            merged[name] = result
+            continue
+        for run in [r for r in ("original", "hurting") if r in ranks[0]]:
+            result[run] = (
+                merge_records([r[run][0] for r in ranks]),
+                ranks[0][run][2],
+                next((r[run][1] for r in ranks if r[run][1]), None),
+            )
+        result["probes"] = None if "probes" not in ranks[0] else {
+            key: (merge_records([r["probes"][key][0] for r in ranks]), next((r["probes"][key][1] for r in ranks if
+                  r["probes"][key][1]), None))
+            for key in ranks[0].get("probes", {})
+        }  # fmt: skip
+        result["config"] = ranks[0]["config"]
+        merged[name] = result
     return merged
 
 
-def by_position(observed: tuple[torch.Tensor, torch.Tensor]) -> dict[int, torch.Tensor]:
+def by_position(observed: tuple[torch.Tensor, torch.Tensor] | None) -> dict[int, torch.Tensor]:
     """{position: its first observed distribution}."""
-    positions, logp = observed
     rows = {}
+    if observed is None:
+        return rows
+    positions, logp = observed
     for position, row in zip(positions.tolist(), logp):
         rows.setdefault(position, row)
     return rows
 
 
-def causal_differences(result: dict, path: str) -> list[tuple[int, int, float]]:
-    """(probe, target, the largest |difference| of its log-probabilities from the original run's) for every target at
-    or before each probe that the original run scored; inf where the changed run did not score it, or made a NaN."""
-    original = by_position(result["original"][0][path])
+def difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest |a - b| of two log-probability rows; equal entries (two -inf: probability 0 in both) are 0, never
+    NaN; a NaN anywhere is inf."""
+    if a.shape != b.shape:
+        return math.inf
+    diff = torch.where(a == b, torch.zeros_like(a), (a - b).abs())
+    diff = torch.where(torch.isnan(diff), torch.full_like(diff, math.inf), diff)
+    return float(diff.max()) if diff.numel() else 0.0
+
+
+def causal_differences(result: dict, path: str) -> list[tuple[int, str, int, float, str]]:
+    """(probe, its kind, target, the largest |difference| of its log-probabilities from the original run's, why) for
+    every target at or before each probe that the original run scored; inf where the changed run did not score it."""
+    original = by_position(result["original"][0].get(path))
     found = []
-    for probe, changed_run in result["probes"].items():
-        changed = by_position(changed_run[path])
+    for (probe, kind), (changed_run, error) in result["probes"].items():
+        changed = by_position(changed_run.get(path))
         for position in range(1, probe + 1):
             if position in original:
                 row = changed.get(position)
-                diff = math.inf if row is None else float((row - original[position]).abs().max())
-                found.append((probe, position, diff if diff == diff else math.inf))
+                if row is None:
+                    why = f"the {path} path was not observed before the probe" if not changed else "not observed"
+                    why += f" (the changed run raised {error})" if error else ""
+                    found.append((probe, kind, position, math.inf, why))
+                else:
+                    found.append((probe, kind, position, difference(row, original[position]), ""))
     return found
 
 
@@ -404,67 +706,104 @@ def reported(lines: list[str]) -> dict[str, list[tuple[float, float]]]:
     """{path: [(val_loss, val_bpb) of each final_..._exact line]}."""
     found = {}
     for line in lines:
-        match = LINE.fullmatch(line)
+        match = LINE.fullmatch(line.strip())
         if match:
             found.setdefault(match[1], []).append((float(match[2]), float(match[3])))
     return found
 
 
 def observed_score(rows: dict[int, torch.Tensor], tokens: torch.Tensor, target_bytes: torch.Tensor):
-    """(val_loss, val_bpb) of the watched distributions: minus the targets' mean log-probability, and in bits per byte."""
+    """(val_loss, val_bpb) of the watched distributions: minus the targets' mean log-probability, and in bits per byte
+    over the bytes counted here."""
+    if not rows:
+        return math.nan, math.nan
     loss_sum = -sum(float(row[tokens[position]]) for position, row in rows.items())
     count = len(rows)
-    num_bytes = sum(int(target_bytes[position - 1]) for position in rows)
-    return loss_sum / count, loss_sum / count / math.log(2.0) * count / num_bytes
+    num_bytes = sum(int(target_bytes[position]) for position in rows)
+    return loss_sum / count, loss_sum / count / math.log(2.0) * count / max(num_bytes, 1)
+
+
+def close(reported_value: float, observed_value: float, tolerance: float) -> bool:
+    if reported_value == observed_value:  # inf for inf: a target scored with probability 0
+        return True
+    return abs(reported_value - observed_value) <= tolerance * max(1.0, abs(observed_value)) + 1e-8
 
 
 def report_matches(lines, observed, path, tokens, target_bytes, tolerance) -> tuple[bool, str]:
-    lines = reported(lines).get(path, [])
-    if len(lines) != 1:
-        return False, f"{len(lines)} final_..._{path}_exact lines"
-    loss, bpb = observed_score(by_position(observed[path]), tokens, target_bytes)
-    close = all(abs(r - o) <= tolerance * max(1.0, abs(o)) + 1e-8 for r, o in zip(lines[0], (loss, bpb)))
-    return close, f"reported {lines[0][0]:.8f} {lines[0][1]:.8f}, observed {loss:.8f} {bpb:.8f}"
+    found = reported(lines).get(path, [])
+    if len(found) != 1:
+        shown = f" ({', '.join(f'{loss:.8f} {bpb:.8f}' for loss, bpb in found)})" if found else ""
+        return False, f"{len(found)} final_..._{path}_exact lines in the log{shown}"
+    rows = by_position(observed.get(path))
+    if not rows:
+        return False, f"the {path} path was not observed"
+    loss, bpb = observed_score(rows, tokens, target_bytes)
+    holds = close(found[0][0], loss, tolerance) and close(found[0][1], bpb, tolerance)
+    return holds, f"reported {found[0][0]:.8f} {found[0][1]:.8f}, observed {loss:.8f} {bpb:.8f}"
+
+
+def blocked(result: dict, path: str) -> dict[str, tuple[bool, str]]:
+    why = result["error"]
+    names = ["causal_score_before_update", "single_pass", "normalized", "reported_is_observed"]
+    return {name: (False, f"blocked: {why}") for name in names + (["ttt_adapts"] if path == "ttt" else [])}
 
 
 def conditions(result: dict, path: str, allow_no_adaptation: bool = False) -> dict[str, tuple[bool, str]]:
     """{condition: (holds, evidence)} of one path in one geometry, from the worker's observations."""
+    if result.get("error"):
+        return blocked(result, path)
     cuda = result["device"] == "cuda"
     tolerance = BF16_LOGP_TOLERANCE if cuda else 0.0
-    tokens, target_bytes = result["tokens"], result["target_bytes"]
-    observed, lines = result["original"]
+    tokens, target_bytes = result["tokens"], result["bytes"]
+    observed, lines, error = result["original"]
+    raised = f"; the original run raised {error}" if error else ""
     targets = tokens.numel() - 1
-    positions = observed[path][0]
-    counts = torch.bincount(positions, minlength=targets + 1)
-    once = len(positions) == targets and bool((counts[1:] == 1).all()) and counts[0] == 0
-    rows = by_position(observed[path])
-    num_bytes = sum(int(target_bytes[p - 1]) for p in rows)
+    positions = observed.get(path, (torch.zeros(0, dtype=torch.int64), None))[0]
+    counts = torch.bincount(positions.clamp(0, targets + 1), minlength=targets + 2)
+    once = len(positions) == targets and bool((counts[1 : targets + 1] == 1).all())
+    rows = by_position(observed.get(path))
+    num_bytes = sum(int(target_bytes[p]) for p in rows if 0 <= p <= targets)
     single = (
-        once,
-        f"{len(set(positions.tolist()))} targets of {targets} scored, {len(positions)} scorings; "
-        f"tokens {len(rows)}, bytes {num_bytes} (plain evaluation: {targets}, {int(target_bytes.sum())})",
+        once and num_bytes == result["total_bytes"] and not error,
+        f"{len(set(positions.tolist()))} targets of {targets} in DATA_PATH's split scored, {len(positions)} "
+        f"scorings; bytes {num_bytes} of the split's {result['total_bytes']} (decoded here){raised}",
     )
-    worst_sum = max(abs(float(torch.logsumexp(row, 0))) for row in rows.values())
-    normalized = (worst_sum < 1e-5, f"max |log sum p| {worst_sum:.1e}")
+    sums = [float(torch.logsumexp(row, 0)) for row in rows.values()]
+    worst_sum = max((abs(s) if s == s else math.inf for s in sums), default=math.inf)
+    zero = [p for p, row in rows.items() if 0 <= p <= targets and float(row[tokens[p]]) == -math.inf]
+    normalized = (
+        worst_sum < 1e-5,
+        (f"max |log sum p| {worst_sum:.1e}" if rows else f"the {path} path was not observed")
+        + (f"; {len(zero)} target(s) scored with probability 0 (first: {zero[0]}): an infinite loss" if zero else ""),
+    )
 
-    differences = causal_differences(result, path)
-    leaks = [(probe, position, diff) for probe, position, diff in differences if diff > tolerance]
-    worst = max(diff for _, _, diff in differences)
-    bound = "bit for bit" if tolerance == 0 else f"within {tolerance:.4f} (bf16)"
-    causal = (
-        bool(differences) and not leaks,
-        f"{len(differences)} distributions at or before the changed position, {len(result['probes'])} probes, "
-        f"compared {bound}; largest difference {worst:.3g}"
-        + (
-            ""
-            if not leaks
-            else "; tokens changed from {} moved the distribution of target {} by {:.3g}".format(*leaks[0])
-        ),
-    )
     report_tolerance = BF16_LOGP_TOLERANCE if cuda else REPORT_RTOL_FP32
     honest, evidence = report_matches(lines, observed, path, tokens, target_bytes, report_tolerance)
-    hurt_observed, hurt_lines = result["hurting"]
+    if result.get("probes") is None:  # the interpreted Triton loss: the conditions a kernel can break
+        evidence += "; causality, adaptation and the hurting TTT are checked with the torch loss"
+        return {"single_pass": single, "normalized": normalized, "reported_is_observed": (honest, evidence)}
+    differences = causal_differences(result, path)
+    leaks = [d for d in differences if d[3] > tolerance]
+    worst = max((d[3] for d in differences), default=math.inf)
+    bound = "bit for bit" if tolerance == 0 else f"within {tolerance:.4f} (bf16)"
+    if not rows:
+        causal_evidence = f"the {path} path was not observed{raised}"
+    elif not leaks:
+        causal_evidence = (
+            f"{len(differences)} distributions at or before the changed position, {len(result['probes'])} probes, "
+            f"compared {bound}; largest difference {worst:.3g}"
+        )
+    else:
+        probe, kind, position, diff, why = leaks[0]
+        causal_evidence = f"{len(leaks)} of {len(differences)} compared {bound}; " + (
+            f"probe {probe} ({kind}): target {position}: {why}"
+            if why
+            else f"tokens changed from {probe} ({kind}) moved the distribution of target {position} by {diff:.3g}"
+        )
+    causal = (bool(differences) and not leaks, causal_evidence)
+    hurt_observed, hurt_lines, hurt_error = result["hurting"]
     hurt_honest, hurt_evidence = report_matches(hurt_lines, hurt_observed, path, tokens, target_bytes, report_tolerance)
+    hurt_evidence += f" (it raised {hurt_error})" if hurt_error else ""
     found = {
         "causal_score_before_update": causal,
         "single_pass": single,
@@ -475,8 +814,8 @@ def conditions(result: dict, path: str, allow_no_adaptation: bool = False) -> di
         ),
     }
     if path == "ttt":
-        sliding = by_position(observed["sliding_window"])
-        moved = [p for p, row in rows.items() if p in sliding and float((row - sliding[p]).abs().max()) > tolerance]
+        sliding = by_position(observed.get("sliding_window"))
+        moved = [p for p, row in rows.items() if p in sliding and difference(row, sliding[p]) > tolerance]
         adapted = len(moved) > 0
         found["ttt_adapts"] = (
             adapted or allow_no_adaptation,
@@ -491,6 +830,17 @@ def conditions(result: dict, path: str, allow_no_adaptation: bool = False) -> di
     return found
 
 
+def loss_paths(device: str, processes: tuple[int, ...]) -> list[tuple[int, str]]:
+    """(processes, loss) to run: every process count with the torch loss; on a CPU with Triton installed also the
+    Triton kernel in its interpreter (one process: it is slow); on CUDA the environment's LOSS_IMPL."""
+    if device == "cuda":
+        return [(n, "env") for n in processes]
+    runs = [(n, "torch") for n in processes]
+    if importlib.util.find_spec("triton") is not None:
+        runs.append((1, "triton"))
+    return runs
+
+
 def check(
     environ: dict[str, str],
     script: Path = ROOT / "train_gpt.py",
@@ -498,27 +848,50 @@ def check(
     device: str = "cpu",
     broken: bool = False,
     allow_no_adaptation: bool = False,
-    geometries: list[str] = list(GEOMETRIES),
+    geometries: list[str] | None = None,
+    losses: list[tuple[int, str]] | None = None,
 ) -> tuple[list[str], int]:
-    """The check's lines (one a geometry, path, condition and process count, each ok or FAIL) and how many failed."""
+    """The check's lines (one a loss path, geometry, scoring path, condition and process count, each ok or FAIL) and
+    how many failed. Raises CheckError for what the user must fix first."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise CheckError("--device cuda: no CUDA device here (torch.cuda.is_available() is False): run it on a GPU "
+                         "machine, or leave --device out for the CPU check.")  # fmt: skip
+    if not Path(script).is_file():
+        raise CheckError(f"--script {script}: no such file: point it at a copy of train_gpt.py.")
+    chosen = resolve_geometries(environ, device, geometries)
     lines = [f"checking {script} on {device}" + (" with a BROKEN TTT (trains before it scores)" if broken else "")]
-    for name in geometries:
-        g = GEOMETRIES[name]
+    for name, g in chosen.items():
         lines.append(
             f"geometry {name}: window {g.window}, stride {g.stride}, chunks of {g.chunk}, {g.tokens} tokens, "
             f"probes {probes(g)}"
         )
+    runs = losses or loss_paths(device, processes)
+    if any(loss == "triton" for _, loss in runs):
+        g = INTERPRETED["interpreted"]
+        lines.append(f"geometry interpreted (the Triton loss under TRITON_INTERPRET=1): window {g.window}, stride "
+                     f"{g.stride}, chunks of {g.chunk}, {g.tokens} tokens, no probes")  # fmt: skip
     failed = 0
-    for count in processes:
-        observed = run_workers(count, environ, script, device, broken, geometries)
+    for count, loss in runs:
+        observed = run_workers(count, environ, script, device, broken, None if loss != "triton" else INTERPRETED, loss)
         for name, result in observed.items():
             for path in PATHS:
                 for condition, (holds, evidence) in conditions(result, path, allow_no_adaptation).items():
                     failed += not holds
                     mark = "ok  " if holds else "FAIL"
-                    lines.append(f"{mark} {condition} {path} geometry:{name} processes:{count}: {evidence}")
+                    lines.append(f"{mark} {condition} {path} geometry:{name} processes:{count} loss:{loss}: {evidence}")
     lines.append(f"{'legal' if not failed else 'NOT LEGAL'}: {failed} condition(s) failed")
     return lines, failed
+
+
+def parse_processes(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or any(n not in (1, 2, 4, 8) for n in counts):
+        raise CheckError(f"--processes {text}: give process counts from 1, 2, 4, 8 (they must divide 8, as "
+                         "train_gpt.py's), comma-separated, e.g. --processes 1,2.")  # fmt: skip
+    return counts
 
 
 def main() -> int:
@@ -528,21 +901,31 @@ def main() -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--script", type=Path, default=ROOT / "train_gpt.py", help="the train_gpt.py to check")
-    parser.add_argument("--processes", default="1,2", help="process counts to check (default: 1,2)")
+    parser.add_argument("--processes", default="1,2", help="process counts to check, of 1, 2, 4, 8 (default: 1,2)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the GPU path (docstring)")
-    parser.add_argument("--geometries", default=",".join(GEOMETRIES), help="of " + ", ".join(GEOMETRIES))
+    parser.add_argument("--geometries", help="of " + ", ".join(GEOMETRIES) + ", user (default: all)")
     parser.add_argument("--broken", action="store_true", help="check a TTT that trains on each chunk first: must fail")
     parser.add_argument("--allow-no-adaptation", action="store_true", help="pass although TTT changed nothing")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     cli = parser.parse_args()
-    geometries = cli.geometries.split(",")
+    geometries = cli.geometries.split(",") if cli.geometries is not None else None
     if cli.worker:
-        worker(cli.worker, cli.script, cli.device, cli.broken, geometries)
+        worker(cli.worker, cli.script, cli.device, cli.broken, geometries, cli.folder)
         return 0
-    processes = tuple(map(int, cli.processes.split(",")))
-    lines, failed = check(
-        dict(os.environ), cli.script, processes, cli.device, cli.broken, cli.allow_no_adaptation, geometries
-    )
+    try:
+        lines, failed = check(
+            dict(os.environ),
+            cli.script,
+            parse_processes(cli.processes),
+            cli.device,
+            cli.broken,
+            cli.allow_no_adaptation,
+            geometries,
+        )
+    except CheckError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print("\n".join(lines))
     return 1 if failed else 0
 
