@@ -433,7 +433,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="encoding processes (default: all cores)")
     p.add_argument("--overwrite", action="store_true", help="replace shards already in --output")
     p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
-    return p.parse_args(argv)
+    args, extra = p.parse_known_args(argv)
+    if extra:  # most often an unquoted --input glob: the shell expanded it, and its first file became --input
+        p.error(
+            f"unrecognized arguments: {' '.join(extra[:2])}{' ...' * (len(extra) > 2)}; quote a --input pattern "
+            "(--input 'DIR/fineweb_*.bin') so that the shell does not expand it"
+        )
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:

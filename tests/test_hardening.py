@@ -1068,3 +1068,20 @@ def test_eval_only_of_a_folder_says_it_is_a_folder(tiny_data, tmp_path):
     args = args_for(tiny_data, tmp_path, EVAL_ONLY="1", ARTIFACT_PATH=tmp_path)
     with pytest.raises(ConfigError, match=re.escape(f"ARTIFACT_PATH={tmp_path}: a folder. Point it at the .ptz file")):
         train_gpt.preflight(args, ONE_CPU)
+
+
+def test_an_unquoted_retokenize_input_glob_gets_a_hint_to_quote_it(tmp_path, capsys):
+    """Row 22: `--input DIR/fineweb_*.bin` unquoted: the shell expands it, and the error was only "unrecognized
+    arguments" with no hint."""
+    import retokenize
+
+    files = [str(tmp_path / f"fineweb_train_00000{i}.bin") for i in range(4)]
+    common = ["--from-model", "a.model", "--to-model", "b.model", "--output", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as exit_:
+        retokenize.parse_args([*common, "--input", *files])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert (
+        f"unrecognized arguments: {files[1]} {files[2]} ...; quote a --input pattern (--input 'DIR/fineweb_*.bin')"
+        in err
+    )
