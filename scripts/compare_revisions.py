@@ -214,7 +214,21 @@ def script_of(revision: str, work: Path) -> Path:
     return path
 
 
-def main() -> int:
+def revision_error(revision: str) -> str | None:
+    """Why `revision` cannot be compared (not a commit here, or without train_gpt.py), or None if it can."""
+    if revision == "worktree":
+        return None
+    found = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"], cwd=ROOT, text=True, capture_output=True
+    )
+    if found.returncode != 0:
+        return f"{revision!r} is not a commit of this repository (git log --oneline lists them)"
+    if subprocess.run(["git", "cat-file", "-e", f"{revision}:train_gpt.py"], cwd=ROOT, capture_output=True).returncode:
+        return f"{revision} has no train_gpt.py"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 1)[1],
@@ -224,7 +238,10 @@ def main() -> int:
     parser.add_argument("other", nargs="?", default="worktree", help="another revision (default: the working tree)")
     parser.add_argument("--only", help=f"comma-separated names of {', '.join(CONFIGS)}")
     parser.add_argument("--keep", type=Path, help="run in this folder and keep it (default: a temporary one)")
-    cli = parser.parse_args()
+    cli = parser.parse_args(argv)
+    for revision in (cli.base, cli.other):
+        if (why := revision_error(revision)) is not None:
+            parser.error(why)
     names = cli.only.split(",") if cli.only else list(CONFIGS)
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:

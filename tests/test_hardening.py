@@ -1085,3 +1085,19 @@ def test_an_unquoted_retokenize_input_glob_gets_a_hint_to_quote_it(tmp_path, cap
         f"unrecognized arguments: {files[1]} {files[2]} ...; quote a --input pattern (--input 'DIR/fineweb_*.bin')"
         in err
     )
+
+
+@pytest.mark.parametrize("revision", ["nonexistentrev", "HEAD~0:README.md"])
+def test_compare_revisions_refuses_a_revision_that_is_not_a_commit(revision, capsys):
+    """Row 15: `compare_revisions.py nonexistentrev` ended in a CalledProcessError traceback from git show."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import compare_revisions
+
+    with pytest.raises(SystemExit) as exit_:
+        compare_revisions.main([revision])
+    assert exit_.value.code == 2
+    assert (
+        f"error: {revision!r} is not a commit of this repository (git log --oneline lists them)"
+        in capsys.readouterr().err
+    )
+    assert compare_revisions.revision_error("HEAD") is None and compare_revisions.revision_error("worktree") is None
