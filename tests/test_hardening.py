@@ -1101,3 +1101,20 @@ def test_compare_revisions_refuses_a_revision_that_is_not_a_commit(revision, cap
         in capsys.readouterr().err
     )
     assert compare_revisions.revision_error("HEAD") is None and compare_revisions.revision_error("worktree") is None
+
+
+def test_compare_revisions_names_log_keys_one_side_added_and_still_compares_the_rest():
+    """The artifact line gained tokenizer: and eval_seq_len: (rows 4 and 19): compare_revisions.py names them and
+    compares the values both sides log; a value that changed is still a difference."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import compare_revisions
+
+    a = ["artifact:model.ptz sha256:ab model_bytes:10", "step:1/2 val_loss:2.0", 'config:{"a": 1}']
+    b = [
+        "artifact:model.ptz sha256:ab model_bytes:10 eval_seq_len:64 tokenizer:same",
+        "step:1/2 val_loss:2.5",
+        'config:{"a": 1}',
+    ]
+    cut_a, cut_b, added = compare_revisions.common_tokens(a, b)
+    assert added == ["eval_seq_len", "tokenizer"] and cut_a[0] == cut_b[0] == a[0]
+    assert cut_a[1:] == a[1:] and cut_b[1:] == b[1:]  # the changed val_loss stays a difference
