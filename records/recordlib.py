@@ -12,6 +12,7 @@ import base64
 import json
 import lzma
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -33,6 +34,25 @@ README_PLACEHOLDER = "TODO(make_submission.py): what you changed against the cur
 SEPARATOR = "=" * 100  # ends the script source at the head of a log
 # Settings that name the run rather than configure it: two seeds of one config differ in these.
 NOT_CONFIG = {"seed", "run_id", "log_dir", "artifact_path", "logfile", "rank", "local_rank", "is_main_process"}
+# Settings whose values the config already holds resolved: RECIPE's values are in the other settings (a recipe and
+# the same values set by hand are one config), DATA_DIR's in DATA_PATH and TOKENIZER_PATH.
+RESOLVED_ELSEWHERE = {"recipe", "data_dir"}
+PATH_SETTINGS = {"data_path", "tokenizer_path"}  # the same file spelt two ways is one setting (same_path)
+
+
+def same_path(a, b) -> bool:
+    """Two spellings of one path as two runs logged them: ./data/x/ and data/x, or relative and absolute (the
+    absolute one ends with the relative one: the runs started in different folders, which the log does not say)."""
+    parts_a, parts_b = (Path(os.path.normpath(str(p))).parts for p in (a, b))
+    if Path(str(a)).is_absolute() == Path(str(b)).is_absolute():
+        return parts_a == parts_b
+    short, long = sorted((parts_a, parts_b), key=len)
+    return len(short) > 0 and long[len(long) - len(short) :] == short
+
+
+def same_setting(key: str, a, b) -> bool:
+    return key in RESOLVED_ELSEWHERE or a == b or (key in PATH_SETTINGS and None not in (a, b) and same_path(a, b))
+
 
 # =================================================================================================
 # Run logs

@@ -867,3 +867,28 @@ def test_the_plot_writes_a_png(runs, tmp_path):
     sources = [runs["seed1337"], runs["seed1338"]] + ([LOOP45] if PUBLISHED.is_dir() else [])
     assert plot_runs.main([*map(str, sources), "--output", str(output)]) == 0
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def respelt(log: Path, out: Path, **config) -> Path:
+    """The log with settings of its config: line replaced (as another spelling of the same run would log them)."""
+    text = log.read_text(encoding="utf-8")
+    line = next(line for line in text.splitlines() if line.startswith("config:{"))
+    values = json.loads(line[len("config:") :]) | config
+    out.write_text(text.replace(line, "config:" + json.dumps(values, sort_keys=True)), encoding="utf-8")
+    return out
+
+
+def test_configs_are_compared_as_resolved_values(runs, tmp_path, capsys):
+    """Issue 34 row 8: seeds whose DATA_PATH was spelt differently (relative, absolute, a trailing /), or one with
+    RECIPE=p180 and another with the same values set by hand, were refused as different configs."""
+    first = R.read_log(runs["seed1337"])
+    data = Path(first.config["data_path"])
+    relative = f"./{data.parent.name}/{data.name}/"  # as run from data's grandparent folder
+    other = respelt(runs["seed1338"], tmp_path / "seed1338.txt", data_path=relative, recipe="p180", data_dir="x")
+    assert check_submission.differing_settings(first, R.read_log(other)) == []
+    assert make_submission.main(maker_cli([runs["seed1337"], other], tmp_path / "folder")) == 0
+    assert re.search(r"^same_config +pass  2 logs", capsys.readouterr().out, re.M)
+    moved = respelt(runs["seed1338"], tmp_path / "moved.txt", data_path=f"{data.parent}_other/{data.name}")
+    assert check_submission.differing_settings(first, R.read_log(moved)) == ["data_path"]  # other data: differs
+    assert R.same_path("data/x/", "./data/x") and R.same_path("/home/u/repo/data/x", "data/x")
+    assert not R.same_path("/a/data/x", "/b/data/x") and not R.same_path("data/x", "/a/data/y")
