@@ -70,7 +70,7 @@ def load(folder: Path) -> Submission:
     code_files = [] if script is None else [script_path] + (R.local_modules(code, folder) if code is not None else [])
     submission, submission_error = R.read_submission(folder)
     track, note = find_track(folder, submission)
-    logs = [R.read_log(p) for p in R.log_paths(folder)]
+    logs = R.complete_with_rescores([R.read_log(p) for p in R.log_paths(folder)])  # a run stopped while scoring
     return Submission(
         folder, track, note, script, code, packed, pack_error, code_files, logs, submission, submission_error
     )

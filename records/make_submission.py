@@ -39,12 +39,21 @@ class MakeError(ValueError):
 def read_runs(paths: list[Path], allow_config_differences: bool = False) -> list[R.RunLog]:
     if not paths:
         raise MakeError("no logs given: pass the log of every seed (logs/RUN_ID.txt)")
-    logs = [R.read_log(p) for p in paths]
+    missing = [str(p) for p in paths if not Path(p).is_file()]
+    if missing:
+        raise MakeError(f"no such log: {', '.join(missing)}: give the log of every seed (logs/RUN_ID.txt)")
+    logs = R.complete_with_rescores([R.read_log(p) for p in paths])  # a run stopped while scoring + its re-score
     for log in logs:
         if log.script is None:
             raise MakeError(f"{log.path} holds no script at its head: the maker needs logs that train_gpt.py wrote")
         if log.failure:
-            raise MakeError(f"{log.path}: the run failed ({log.failure[:100]}); run that seed again")
+            again = (
+                f"its artifact {log.artifact_sha256[:12]} was written: score it with EVAL_ONLY=1 (same script and "
+                "config, ARTIFACT_PATH that file) and give that log too, or run that seed again"
+                if log.artifact_sha256
+                else "run that seed again"
+            )
+            raise MakeError(f"{log.path}: the run failed ({log.failure[:100]}); {again}")
         if log.config.get("eval_only") is True:
             raise MakeError(
                 f'{log.path} is an EVAL_ONLY run (its config has "eval_only": true): it scored an '
@@ -307,6 +316,7 @@ def make_folder(
     files["submission.json"] = (json.dumps(submission, indent=2) + "\n").encode("utf-8")
     files["README.md"] = readme.encode("utf-8")
     copies = {f"train_seed{log.seed}.log": log.path for log in logs}
+    copies |= {f"rescore_seed{log.seed}.log": log.rescored_by for log in logs if log.rescored_by}
     write_folder(output, files, copies)
     return output
 

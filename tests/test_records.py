@@ -892,3 +892,45 @@ def test_configs_are_compared_as_resolved_values(runs, tmp_path, capsys):
     assert check_submission.differing_settings(first, R.read_log(moved)) == ["data_path"]  # other data: differs
     assert R.same_path("data/x/", "./data/x") and R.same_path("/home/u/repo/data/x", "data/x")
     assert not R.same_path("/a/data/x", "/b/data/x") and not R.same_path("data/x", "/a/data/y")
+
+
+def stopped_while_scoring(log: Path, out: Path) -> Path:
+    """The log as if SIGTERM had come while it scored: kept to its first score line after the artifact line."""
+    lines = log.read_text(encoding="utf-8").split("\n")
+    artifact = max(i for i, line in enumerate(lines) if line.startswith("artifact:"))
+    scored = next(i for i in range(artifact, len(lines)) if lines[i].startswith("final_"))
+    tail = "interrupted:SIGTERM step:6/6 train_time:100ms scoring:sliding_window"
+    out.write_text("\n".join(lines[: scored + 1] + [tail, ""]), encoding="utf-8")
+    return out
+
+
+def test_a_seed_stopped_while_scoring_is_completed_by_a_rescore_of_its_own_artifact(runs, tmp_path, capsys):
+    """Issue 34 row 9: a seed stopped by SIGTERM during scoring (its artifact whole) was "the run failed ... run that
+    seed again", and the EVAL_ONLY log of that artifact was refused: the only way was to train again. The maker now
+    pairs the two (the same artifact sha256, script and config); the folder ships both and the checker reads them as
+    one run: its training, the re-score's score and eval_time."""
+    stopped = stopped_while_scoring(runs["seed1339"], tmp_path / "seed1339.txt")
+    seeds = [runs["seed1337"], runs["seed1338"], stopped]
+    assert make_submission.main(maker_cli(seeds, tmp_path / "refused")) == 2
+    err = capsys.readouterr().err
+    assert f"{stopped}: the run failed (interrupted:SIGTERM" in err and "score it with EVAL_ONLY=1" in err
+    folder = make([*seeds, runs["eval_only"]], tmp_path / "completed")
+    assert sorted(p.name for p in R.log_paths(folder)) == [
+        "rescore_seed1339.log",
+        "train_seed1337.log",
+        "train_seed1338.log",
+        "train_seed1339.log",
+    ]
+    assert failing(folder) == CPU_FAILS
+    [completed] = [log for log in check_submission.load(folder).logs if log.seed == 1339]
+    rescore, trained = R.read_log(runs["eval_only"]), R.read_log(runs["seed1339"])
+    assert completed.val_bpb == rescore.val_bpb == trained.val_bpb and completed.eval_ms == rescore.eval_ms
+    assert completed.train_ms == trained.train_ms and completed.failure is None
+    other = tmp_path / "other_artifact.txt"  # a re-score of another artifact does not complete it
+    other.write_text(
+        runs["eval_only"].read_text(encoding="utf-8").replace(f"sha256:{rescore.artifact_sha256}", "sha256:" + "0" * 64)
+    )
+    assert [log.failure is not None for log in R.complete_with_rescores([R.read_log(stopped), R.read_log(other)])] == [
+        True,
+        False,
+    ]
