@@ -934,3 +934,34 @@ def test_a_seed_stopped_while_scoring_is_completed_by_a_rescore_of_its_own_artif
         True,
         False,
     ]
+
+
+def test_the_maker_refuses_a_bad_date_a_nameless_name_a_packed_script_and_a_missing_log(runs, tmp_path, capsys):
+    """Issue 34 row 23: --date 2026-13-45 was accepted, --name "Ünï code ✓" lost its letters, --pack of a packed
+    script packed it again, and a missing log was a raw Errno."""
+    logs = [runs["seed1337"]]
+    with pytest.raises(SystemExit) as exit_:
+        make_submission.main(maker_cli(logs, tmp_path / "f", "--date", "2026-13-45"))
+    assert exit_.value.code == 2
+    assert "argument --date: '2026-13-45' is not a date written YYYY-MM-DD" in capsys.readouterr().err
+    assert make_submission.folder_slug("Ünï code ✓") == "Uni_code"
+    with pytest.raises(make_submission.MakeError, match="has no letter or digit"):
+        make_submission.folder_slug("✓ ✓")
+    assert make_submission.main(["--pack", str(runs["packed"]), "--output", str(tmp_path / "again.py")]) == 2
+    assert f"error: {runs['packed']} is packed already" in capsys.readouterr().err
+    assert not (tmp_path / "again.py").exists()
+    assert make_submission.main(maker_cli([tmp_path / "nowhere.txt"], tmp_path / "g")) == 2
+    assert f"error: no such log: {tmp_path / 'nowhere.txt'}: give the log of every seed" in capsys.readouterr().err
+
+
+def test_the_plot_notes_runs_scored_on_different_validation_sets(runs, tmp_path):
+    """Issue 34 row 24: two submissions scored on different validation sets were drawn side by side with no note."""
+    text = runs["seed1338"].read_text(encoding="utf-8")
+    tokens = R.read_log(runs["seed1338"]).val_tokens
+    other = tmp_path / "other_split.txt"
+    other.write_text(text.replace(f" val_tokens:{tokens} ", f" val_tokens:{tokens + 6400} "), encoding="utf-8")
+    same = {runs["seed1337"]: [R.read_log(runs["seed1337"])], runs["seed1338"]: [R.read_log(runs["seed1338"])]}
+    assert plot_runs.validation_note(same) is None
+    note = plot_runs.validation_note({runs["seed1337"]: same[runs["seed1337"]], other: [R.read_log(other)]})
+    assert note.startswith(f"{runs['seed1337']} and {other} were scored on different validation sets: ")
+    assert f"{tokens + 6400:,} in other_split.txt" in note
