@@ -965,3 +965,13 @@ def test_the_plot_notes_runs_scored_on_different_validation_sets(runs, tmp_path)
     note = plot_runs.validation_note({runs["seed1337"]: same[runs["seed1337"]], other: [R.read_log(other)]})
     assert note.startswith(f"{runs['seed1337']} and {other} were scored on different validation sets: ")
     assert f"{tokens + 6400:,} in other_split.txt" in note
+
+
+def test_records_readme_packing_figures_are_those_of_train_gpt_py():
+    """Issue 34: records/README.md said 86,694 -> about 31,600 bytes when train_gpt.py packed 96,424 -> 36,631. The
+    figures must stay within 5% of what --pack gives for train_gpt.py as it is (every change moves them a little)."""
+    text = (ROOT / "records" / "README.md").read_text(encoding="utf-8")
+    size, packed = (int(n.replace(",", "")) for n in re.search(r"\(([\d,]+) → ([\d,]+) bytes for", text).groups())
+    source = SCRIPT.read_text(encoding="utf-8")
+    assert size == pytest.approx(len(source.encode()), rel=0.05)
+    assert packed == pytest.approx(len(R.pack_script(source).encode()), rel=0.05)
