@@ -186,9 +186,11 @@ def same_payload(a: bytes, b: bytes) -> str | None:
     model_a, model_b = header_a.pop("model", {}), header_b.pop("model", {})
     for header in (header_a, header_b):  # the payload's hash is compared above, with the payload itself
         header.pop("payload_sha256", None)
-    if header_a != header_b or any(model_a[k] != model_b[k] for k in model_a.keys() & model_b.keys()):
-        return None
-    only = [(side, sorted(x.keys() - y.keys())) for side, x, y in (("a", model_a, model_b), ("b", model_b, model_a))]
+    for x, y in ((header_a, header_b), (model_a, model_b)):  # a field only one side has (tokenizer_sha256) is named
+        if any(x[k] != y[k] for k in x.keys() & y.keys()):
+            return None
+    sides = (("a", header_a, model_a, header_b, model_b), ("b", header_b, model_b, header_a, model_a))
+    only = [(side, sorted((h.keys() - oh.keys()) | (m.keys() - om.keys()))) for side, h, m, oh, om in sides]
     return "".join(f", header settings only in {side}: {', '.join(keys)}" for side, keys in only if keys)
 
 

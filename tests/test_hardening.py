@@ -1118,3 +1118,20 @@ def test_compare_revisions_names_log_keys_one_side_added_and_still_compares_the_
     cut_a, cut_b, added = compare_revisions.common_tokens(a, b)
     assert added == ["eval_seq_len", "tokenizer"] and cut_a[0] == cut_b[0] == a[0]
     assert cut_a[1:] == a[1:] and cut_b[1:] == b[1:]  # the changed val_loss stays a difference
+
+
+def test_compare_revisions_takes_an_artifact_whose_header_gained_the_tokenizer_as_the_same_payload():
+    """Row 4 adds tokenizer_sha256 to the artifact's header: its bytes change, its payload must not."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import compare_revisions
+
+    def blob(payload: bytes, **header) -> bytes:
+        fields = dict(compressor="zlib", model=dict(num_layers=2), payload_sha256="x") | header
+        return train_gpt.ARTIFACT_MAGIC + json.dumps(fields).encode() + b"\n" + payload
+
+    old = blob(b"weights")
+    assert compare_revisions.same_payload(old, blob(b"weights", tokenizer_sha256="ab")) == (
+        ", header settings only in b: tokenizer_sha256"
+    )
+    assert compare_revisions.same_payload(old, blob(b"other weights", tokenizer_sha256="ab")) is None
+    assert compare_revisions.same_payload(old, blob(b"weights", compressor="lzma")) is None
