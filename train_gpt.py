@@ -965,7 +965,7 @@ def score_with_ttt(run: Run, model: GPT, observe=None) -> Tensor:
     T, total, size = val.seq_len, val.tokens.numel() - 1, args.ttt_chunk_tokens
     starts, chunks = window_starts(val, stride), -(-total // size)
     chunk_of = (torch.where(starts == 0, 0, starts + T - (stride or T)) // size).clamp_max(chunks - 1)
-    if chunks == 1:  # the last chunk is never trained on: nothing adapts, the score is the sliding window's (README)
+    if chunks == 1 or args.ttt_epochs == 0 or args.ttt_lr == 0:  # one chunk (never trained on) or no step: no change
         run.log.log(ttt_note="no_adaptation", val_predictions=total, ttt_chunk_tokens=size)
     sgd = torch.optim.SGD(model.parameters(), lr=args.ttt_lr, momentum=args.ttt_momentum)
     sums = torch.zeros(3, dtype=torch.float64, device=run.ctx.device)

@@ -1135,3 +1135,19 @@ def test_compare_revisions_takes_an_artifact_whose_header_gained_the_tokenizer_a
     )
     assert compare_revisions.same_payload(old, blob(b"other weights", tokenizer_sha256="ab")) is None
     assert compare_revisions.same_payload(old, blob(b"weights", compressor="lzma")) is None
+
+
+@pytest.mark.parametrize("setting", [dict(TTT_EPOCHS="0"), dict(TTT_LR="0")], ids=["no_epochs", "no_lr"])
+def test_ttt_that_takes_no_step_says_nothing_adapted(tiny_data, tmp_path, setting):
+    """Row 16: with TTT_EPOCHS=0 or TTT_LR=0 the ttt line equalled the sliding window's with no ttt_note (the one-chunk
+    case had one)."""
+    args = args_for(tiny_data, tmp_path, TTT_ENABLED="1", EVAL_STRIDE="32", TTT_CHUNK_TOKENS="4096", **setting)
+    run = dataclasses.replace(train_gpt.preflight(args, ONE_CPU), log=train_gpt.Logger(tmp_path / "ttt.txt"))
+    train_gpt.torch.manual_seed(0)
+    model = train_gpt.GPT(args)
+    sums = train_gpt.score_with_ttt(run, model)
+    assert train_gpt.torch.equal(sums, train_gpt.score_windows(model, run.val, ONE_CPU, 32))  # nothing adapted
+    total = run.val.tokens.numel() - 1
+    assert total > 4096  # several chunks: the one-chunk note is not why
+    note = f"ttt_note:no_adaptation val_predictions:{total} ttt_chunk_tokens:4096"
+    assert (tmp_path / "ttt.txt").read_text().splitlines() == [note]
