@@ -46,7 +46,8 @@ def require(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 RULES = {"> 0": lambda v: v > 0, ">= 0": lambda v: v >= 0, "in [2, 8]": lambda v: 2 <= v <= 8,
-         "in [0, 1)": lambda v: 0 <= v < 1, "in [0, 1]": lambda v: 0 <= v <= 1}
+         "in [0, 1)": lambda v: 0 <= v < 1, "in [0, 1]": lambda v: 0 <= v <= 1,
+         "in [0, 2^64)": lambda v: 0 <= v < 2**64, "non-empty": lambda v: v.strip() != ""}  # 2^64: torch's seeds
 
 def setting(default, rule: str | tuple = "", role: str = ""):  # rule: a key of RULES, or the allowed words
     return dataclasses.field(default=default, metadata=dict(rule=rule, role=role))
@@ -59,9 +60,9 @@ class Hyperparameters:
     data_path: str = ""  # "": DATA_DIR/datasets/fineweb10B_spVOCAB_SIZE
     tokenizer_path: str = ""  # "": DATA_DIR/tokenizers/fineweb_VOCAB_SIZE_bpe.model
     run_id: str = ""  # from_env makes an empty one a fresh timestamped id
-    log_dir: str = "logs"
+    log_dir: str = setting("logs", "non-empty")
     artifact_path: str = "final_model.int8.ptz"
-    seed: int = 1337
+    seed: int = setting(1337, "in [0, 2^64)")
     val_batch_size: int = setting(524_288, "> 0")  # validation tokens per step, summed over ranks and micro-steps
     val_loss_every: int = setting(1000, ">= 0")  # 0: validate only at the end
     train_log_every: int = setting(200, "> 0")
@@ -129,6 +130,7 @@ class Hyperparameters:
     eval_stride: int = setting(0, ">= 0")  # > 0: the score also from sliding windows scoring their last EVAL_STRIDE
     eval_seq_len: int = setting(0, ">= 0")  # window of validation and scoring; 0: TRAIN_SEQ_LEN
     eval_only: bool = False  # score the artifact at ARTIFACT_PATH with this config; no training
+    allow_other_tokenizer: bool = False  # EVAL_ONLY of an artifact made with another tokenizer (the log says so)
     ttt_enabled: bool = False  # score-first test-time training after the other scores: its line is the score
     ttt_lr: float = setting(0.005, ">= 0")  # SGD's, cosine-decayed over the chunks
     ttt_epochs: int = setting(3, ">= 0")  # steps on each scored chunk, each on all of it
@@ -184,16 +186,14 @@ class Hyperparameters:
         n, seq = GRAD_ACCUM_TOTAL, f"{'EVAL_SEQ_LEN' if self.eval_seq_len else 'TRAIN_SEQ_LEN'}={self.val_seq_len}"
         require(self.train_batch_tokens % (n * self.train_seq_len) == 0, f"TRAIN_BATCH_TOKENS={self.train_batch_tokens}"
                 f" must be a multiple of {n}*TRAIN_SEQ_LEN={n * self.train_seq_len}: {n} micro-batches of sequences.")
-        require(self.val_batch_size >= n * self.val_seq_len, f"VAL_BATCH_SIZE={self.val_batch_size} must be at least "
-                f"{n}*{seq}: one sequence per micro-batch.")
+        require(self.val_batch_size >= n * self.val_seq_len, f"VAL_BATCH_SIZE={self.val_batch_size} < {n}*{seq}.")
         require(self.eval_stride <= self.val_seq_len, f"EVAL_STRIDE={self.eval_stride} must be at most {seq}.")
         require(not self.ttt_enabled or self.ttt_chunk_tokens >= self.val_seq_len, f"TTT_CHUNK_TOKENS must be >={seq}.")
         for bits, sigmas in QUANT_GROUPS.values():  # the records: 12.85 for matrices, 20 for the embedding
             require(getattr(self, bits) == 8 or getattr(self, sigmas) > 0, f"{bits.upper()}={getattr(self, bits)} "
                     f"needs {sigmas.upper()} > 0: the quantile clip is int8's.")
-        require(self.max_wallclock_seconds == 0 or self.gptq_reserve_seconds < self.max_wallclock_seconds,
-                f"GPTQ_RESERVE_SECONDS={self.gptq_reserve_seconds} must be below MAX_WALLCLOCK_SECONDS="
-                f"{self.max_wallclock_seconds}: it is taken from the training time under that cap.")
+        cap, reserve = self.max_wallclock_seconds, self.gptq_reserve_seconds  # GPTQ's time is taken from training's
+        require(cap == 0 or reserve < cap, f"GPTQ_RESERVE_SECONDS={reserve} must be below MAX_WALLCLOCK_SECONDS={cap}.")
         blank = self.run_id != "" and self.run_id.strip() == ""  # "" is a fresh id (from_env makes it)
         require(not blank and "/" not in self.run_id, f"RUN_ID={self.run_id!r} must be a file name, not blank.")
 
@@ -256,9 +256,8 @@ def check_unknown_env(environ: dict[str, str], known: list[str]) -> None:
         ends = [k for k in known if k.endswith("_" + upper)]  # LR, WD: the last ones, if several share them
         near = [ENV_OTHER_TRAINERS[upper]] if upper in ENV_OTHER_TRAINERS else starts or (ends if len(ends) > 1 else [])
         near = near or difflib.get_close_matches(upper, known, n=3, cutoff=0.8)
-        if near:
-            raise ConfigError(f"unknown environment variable {name}={environ[name]!r}: did you mean "
-                              f"{' or '.join(near)}? Rename it, or unset it if it is not meant for this script.")
+        require(not near, f"unknown environment variable {name}={environ[name]!r}: did you mean {' or '.join(near)}? "
+                "Rename it, or unset it if it is not meant for this script.")
 
 # ==== Logging, processes and the run ===============================================================================
 # Rank 0 writes LOG_DIR/RUN_ID.txt and prints: an event a line of key:value tokens (units in the names), parseable.
@@ -317,20 +316,19 @@ class Logger:
 
     def text(self, message: str, console: bool = True) -> None:
         if self.path is not None:
-            if self.file is None:
-                self.file = open(self.path, "x", encoding="utf-8")  # "x": never overwrite an earlier run's log
-            self.file.write(message + "\n")  # the file first: an interrupt between the two leaves the log complete
-            self.file.flush()
+            if self.file is None:  # "x": never overwrite an earlier run's log; unbuffered: each line is on disk
+                self.file = open(self.path, "xb", buffering=0)
+            try:  # the file first: an interrupt between the two leaves the log complete
+                self.file.write(f"{message}\n".encode())
+            except OSError as exc:  # a full disk must not end a run: said once, then the lines go to the console only
+                self.file = open(os.devnull, "wb")
+                print(f"log_write_failed: {self.path} ({exc.strerror}); the run goes on, console only", file=sys.stderr)
             if console:
                 print(message, flush=True)
 
     def log(self, **fields) -> None:
         floats = {k: f"{v:.4f}" if abs(v) < 1e6 else f"{v:.0f}" for k, v in fields.items() if isinstance(v, float)}
         self.text(" ".join(f"{k}:{floats.get(k, v)}" for k, v in fields.items()))
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
 
 @dataclass
 class Run:
@@ -385,15 +383,6 @@ def load_data_shard(path: str | Path, vocab_size: int = 0) -> Tensor:
     num_tokens = read_shard_header(path, vocab_size)
     tokens = np.fromfile(path, dtype=SHARD_TOKEN_DTYPE, count=num_tokens, offset=SHARD_HEADER_BYTES)
     return torch.from_numpy(tokens.astype(np.uint16, copy=False))
-
-def write_atomic(path: str | Path, data: bytes) -> None:
-    """A temp file beside path, then a rename: no reader sees half a file, and an interrupt leaves none behind."""
-    tmp = Path(path).with_name(Path(path).name + f".tmp{os.getpid()}")  # in a folder the pre-flight made
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 def find_shards(data_path: str, split: str) -> list[Path]:
     """DATA_PATH/fineweb_{split}_*.bin of a split, "train" or "val", sorted; if none, where to read about them."""
@@ -864,9 +853,8 @@ class ValData:
 
 def load_tokenizer(path: str, vocab_size: int):
     """The SentencePiece model at path, of VOCAB_SIZE pieces, their bytes as counted checked (check_tokenizer_bytes)."""
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"TOKENIZER_PATH={path}: no such file. Point TOKENIZER_PATH at the .model file "
-                                "the shards were made with (data/README.md says where to get one).")
+    require(Path(path).is_file(), f"TOKENIZER_PATH={path}: no such file. Point TOKENIZER_PATH at the .model file the "
+            "shards were made with (data/README.md says where to get one).")
     try:
         sp = spm.SentencePieceProcessor(model_file=str(path))
     except (RuntimeError, OSError):  # a .vocab, a text file: SentencePiece cannot parse it
@@ -901,24 +889,23 @@ def check_tokenizer_bytes(sp, luts: tuple[Tensor, Tensor, Tensor], name: str = "
 def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
-def round_trip(sp, samples: list[np.ndarray], docs: int = 32) -> tuple[int, int]:
-    """(documents that decode and encode back to their ids, documents tried): up to `docs` of each sample, spread."""
-    same = tried = 0
-    for tokens in samples:
+def check_shards(sp, args: Hyperparameters, val_files: list[Path], train_files: list[Path], docs: int = 32) -> str:
+    """Every shard made by TOKENIZER_PATH (`docs` documents of each round-trip); none for training a validation one."""
+    for f in train_files:
+        copy = [v for v in val_files if v.stat().st_size == f.stat().st_size and v.read_bytes() == f.read_bytes()]
+        require(not copy, f"training shard {f} is a copy of the validation shard {copy and copy[0]}: remove it.")
+    tried = 0
+    for f in val_files + train_files:
+        tokens = np.memmap(f, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES)
         bos = np.flatnonzero(tokens == sp.bos_id())
-        for i in np.unique(np.linspace(0, len(bos) - 2, min(docs, max(len(bos) - 1, 0))).astype(int)):
-            ids = tokens[bos[i] + 1 : bos[i + 1]].tolist()
-            same, tried = same + (sp.encode(sp.decode(ids)) == ids), tried + 1
-    return same, tried
-
-def check_round_trip(sp, samples: list[np.ndarray], args: Hyperparameters) -> str:
-    """Refuses a tokenizer that did not make the shards: under half the sampled documents round-trip."""
-    same, tried = round_trip(sp, samples)
-    if same * 2 >= tried:
-        return f"round_trip_{same}/{tried}"
-    raise ConfigError(f"TOKENIZER_PATH={args.tokenizer_path} did not make the shards in {args.data_path}: {same} of "
-                      f"{tried} sampled documents decode and encode again to their own ids. Find the one that did: "
-                      f"python3 data/build_shards.py --which-tokenizer {args.data_path} (data/README.md).")
+        picked = np.unique(np.linspace(0, len(bos) - 2, min(docs, max(len(bos) - 1, 0))).astype(int))
+        ids = [tokens[bos[i] + 1 : bos[i + 1]].tolist() for i in picked]  # between two BOS: whole documents
+        same = sum(sp.encode(sp.decode(doc)) == doc for doc in ids)
+        require(same == len(ids), f"TOKENIZER_PATH={args.tokenizer_path} did not make the shards in {args.data_path}: "
+                f"{same} of {len(ids)} sampled documents decode and encode again to their own ids ({f.name}). Find the "
+                f"one that did: python3 data/build_shards.py --which-tokenizer {args.data_path} (data/README.md).")
+        tried += len(ids)
+    return f"round_trip_{tried}/{tried}"
 
 def val_token_bytes(args: Hyperparameters, files: list[Path], tokens: Tensor, sp) -> tuple[Tensor, dict]:
     """(ValData.token_bytes, bytes_from): the shards' byte sidecars if there are any (CaseOps), else tokenizer_bytes."""
@@ -978,7 +965,7 @@ def score_with_ttt(run: Run, model: GPT, observe=None) -> Tensor:
     T, total, size = val.seq_len, val.tokens.numel() - 1, args.ttt_chunk_tokens
     starts, chunks = window_starts(val, stride), -(-total // size)
     chunk_of = (torch.where(starts == 0, 0, starts + T - (stride or T)) // size).clamp_max(chunks - 1)
-    if chunks == 1:  # the last chunk is never trained on: nothing adapts, the score is the sliding window's (README)
+    if chunks == 1 or args.ttt_epochs == 0 or args.ttt_lr == 0:  # one chunk (never trained on) or no step: no change
         run.log.log(ttt_note="no_adaptation", val_predictions=total, ttt_chunk_tokens=size)
     sgd = torch.optim.SGD(model.parameters(), lr=args.ttt_lr, momentum=args.ttt_momentum)
     sums = torch.zeros(3, dtype=torch.float64, device=run.ctx.device)
@@ -1105,11 +1092,12 @@ def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
     hooks = [m.register_forward_hook(lambda m, inputs, out, name=n + ".weight": add(name, inputs[0]))
              for n, m in model.named_modules()
              if isinstance(m, CastedLinear) and m.weight.numel() > QUANT_KEEP_FLOAT_MAX_NUMEL]
-    loader = make_train_loader(args, run.train_files, ctx)
-    for _ in range(math.ceil(args.gptq_calibration_batches / ctx.world_size)):  # the ranks share the micro-batches
+    loader, batches = make_train_loader(args, run.train_files, ctx), args.gptq_calibration_batches
+    for i in range(1, math.ceil(batches / ctx.world_size) + 1):  # the ranks share the micro-batches
         x, _ = loader.next_batch(args.train_batch_tokens // GRAD_ACCUM_TOTAL, args.train_seq_len)
         with ctx.autocast():
             add("tok_emb.weight", model.hidden(x))  # the head's inputs
+        run.log.progress["gptq_calibration"] = f"{min(i * ctx.world_size, batches)}/{batches}"  # all ranks'
     for hook in hooks:
         hook.remove()
     for H in hessians.values():
@@ -1136,7 +1124,7 @@ def decompress(blob: bytes, name: str, planes: int, size: int) -> bytes:
 
 def artifact_header(args: Hyperparameters, weights: str, looping: bool) -> dict:
     return dict(args.settings("export"), byte_shuffle=COMPRESSORS[args.compressor][2], weights=weights,
-                looping=looping, model=args.settings("model"))
+                looping=looping, tokenizer_sha256=file_sha256(args.tokenizer_path), model=args.settings("model"))
 
 def payload_bytes(obj: dict) -> bytes:
     buffer = io.BytesIO()
@@ -1149,13 +1137,18 @@ def save_artifact(obj: dict, header: dict, path: str) -> tuple[int, int]:
     payload = compress(raw, header["compressor"])
     header = dict(header, payload_bytes=len(raw), payload_sha256=hashlib.sha256(payload).hexdigest())
     blob = ARTIFACT_MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + payload
-    write_atomic(path, blob)
+    tmp = Path(path).with_name(Path(path).name + f".tmp{os.getpid()}")  # then a rename: no reader sees half a file
+    try:  # and an interrupt or a full disk leaves no temp file
+        tmp.write_bytes(blob)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return len(raw), len(blob)
 
 def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, dict[str, Tensor]]:
     """(header, weights) of the artifact at path; its model must be the config's and its payload the one written."""
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"ARTIFACT_PATH={path}: no such file. Point it at the .ptz file that a run wrote.")
+    require(Path(path).is_file(), f"ARTIFACT_PATH={path}: {'a folder' if Path(path).is_dir() else 'no such file'}. "
+            "Point it at the .ptz file that a run wrote.")
     blob, ours = Path(path).read_bytes(), args.settings("model") | {"embedding_dim": 0}  # retired; 0: no projection
     require(blob.startswith(ARTIFACT_MAGIC), f"ARTIFACT_PATH={path} is not an artifact of this script (no "
             f"'{ARTIFACT_MAGIC.decode().strip()}' header, as older ones or another script's): re-export it.")
@@ -1174,6 +1167,9 @@ def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, dict[str, Ten
         raise ConfigError(damaged.format(str(exc)[:200])) from None
     require(not diff, f"ARTIFACT_PATH={path} holds another model: {', '.join(diff)}. Set these variables as the run "
             "that made it did (its log's config: line has them all).")
+    made_with, ours = header.get("tokenizer_sha256"), file_sha256(args.tokenizer_path)  # None: an older artifact
+    require(made_with in (None, ours) or args.allow_other_tokenizer, f"ARTIFACT_PATH={path} was made with another "
+            f"tokenizer (sha256 {made_with}) than TOKENIZER_PATH: set it as that run did, or ALLOW_OTHER_TOKENIZER=1.")
     return header, weights
 
 # ==== Training ======================================================================================================
@@ -1325,9 +1321,9 @@ def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
         log.log(stopping_early="wallclock_cap", train_time=f"{training_ms:.0f}ms", step=f"{step}/{args.iterations}")
     return step, ema, training_ms
 
-def export(run: Run, model: GPT, weights: str, train_ms: float) -> None:
-    """GPTQ's Hessians (every rank) and rounding (rank 0), timed as part of training; rank 0 writes the artifact."""
-    args, ctx = run.args, run.ctx
+def export(run: Run, model: GPT, weights: str, train_ms: float) -> str:
+    """GPTQ's Hessians (every rank) and rounding (rank 0), timed as training; rank 0 writes the artifact: where."""
+    args, ctx, written = run.args, run.ctx, [run.args.artifact_path]
     t0 = ctx.clock()
     hessians = collect_hessians(run, model) if args.gptq_calibration_batches > 0 else None
     hessian_ms = 1000 * (ctx.clock() - t0)
@@ -1344,16 +1340,24 @@ def export(run: Run, model: GPT, weights: str, train_ms: float) -> None:
             moved = f"{args.artifact_path}.{file_sha256(args.artifact_path)[:12]}"
             os.replace(args.artifact_path, moved)
             run.log.log(artifact_previous_moved_to=moved)
-        raw_bytes, model_bytes = save_artifact(obj, artifact_header(args, weights, model.looping), args.artifact_path)
-        log_artifact(run, model_bytes, raw_bytes)
-    if ctx.distributed:
-        dist.barrier()
+        try:
+            save_artifact(obj, artifact_header(args, weights, model.looping), args.artifact_path)
+        except OSError as exc:  # a full disk must not lose the model: it goes to the temp folder, named in the log
+            written = [str(Path(tempfile.gettempdir(), f"{args.run_id}.ptz"))]
+            run.log.log(artifact_write_failed=args.artifact_path, reason=str(exc.strerror).replace(" ", "_"))
+            save_artifact(obj, artifact_header(args, weights, model.looping), written[0])
+    if ctx.distributed:  # also the barrier: no rank reads the artifact before it is written
+        dist.broadcast_object_list(written, src=0)
+    return written[0]
 
-def log_artifact(run: Run, model_bytes: int, raw_bytes: int) -> None:
-    path, total, limit = run.args.artifact_path, len(Path(__file__).read_bytes()) + model_bytes, ARTIFACT_LIMIT_BYTES
-    run.log.log(artifact=path, sha256=file_sha256(path), code_bytes=total - model_bytes, model_bytes=model_bytes,
-                total_bytes=total, limit_bytes=limit, within_limit="yes" if total <= limit else "NO",
-                payload_raw_bytes=raw_bytes, compression_ratio=f"{raw_bytes / model_bytes:.3f}")
+def log_artifact(run: Run, path: str, artifact: tuple[dict, dict]) -> tuple[dict, dict]:
+    header, model_bytes, code_bytes = artifact[0], Path(path).stat().st_size, len(Path(__file__).read_bytes())
+    total, raw, made_with = code_bytes + model_bytes, header["payload_bytes"], header.get("tokenizer_sha256", "none")
+    run.log.log(artifact=path, sha256=file_sha256(path), code_bytes=code_bytes, model_bytes=model_bytes,
+                total_bytes=total, limit_bytes=ARTIFACT_LIMIT_BYTES, within_limit="NO" if total > ARTIFACT_LIMIT_BYTES
+                else "yes", payload_raw_bytes=raw, compression_ratio=f"{raw / model_bytes:.3f}", eval_seq_len=
+                run.val.seq_len, tokenizer="same" if made_with == file_sha256(run.args.tokenizer_path) else made_with)
+    return artifact  # tokenizer: "same" as TOKENIZER_PATH, else the sha256 of its own (none: an older artifact)
 
 def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor], observe=None) -> None:
     """Each scoring path asked for, timed: roundtrip, sliding_window, ttt (the last scores); observe: legality's."""
@@ -1383,14 +1387,11 @@ def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor
 # Every input is checked before a process group or a GPU is touched; errors end as "error: ..." (exit 2).
 
 def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
-    artifact, train_files = None, []
-    if args.eval_only:  # the artifact to score: ours, whole, of the config's model, its compressor installed
-        artifact = read_artifact(args.artifact_path, args)
-    else:  # every training shard now, not an hour into the run; an empty set would loop forever
-        train_files = find_shards(args.data_path, "train")
-        if sum(read_shard_header(path, args.vocab_size) for path in train_files) == 0:
-            raise ShardError(f"the training shards in {args.data_path} hold no tokens: rebuild or re-download them.")
-        compressor(args.compressor)  # an optional one must be installed before training, not after
+    train_files = [] if args.eval_only else find_shards(args.data_path, "train")  # every one now, not an hour in
+    if train_files and sum(read_shard_header(path, args.vocab_size) for path in train_files) == 0:  # a loop forever
+        raise ShardError(f"the training shards in {args.data_path} hold no tokens: rebuild or re-download them.")
+    if not args.eval_only:  # an optional compressor must be installed before training, not after
+        compressor(args.compressor)
     folder_named = args.artifact_path.endswith(("/", os.sep)) or Path(args.artifact_path).is_dir()
     require(args.eval_only or not folder_named, f"ARTIFACT_PATH={args.artifact_path} names a folder: name the file.")
     for name, folder in ("LOG_DIR", Path(args.log_dir)), ("ARTIFACT_PATH", Path(args.artifact_path).parent):
@@ -1407,8 +1408,8 @@ def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
             f"is shorter than one {seq}={T} sequence (+1) per rank: use more validation data or a smaller {seq}.")
     sp = load_tokenizer(args.tokenizer_path, args.vocab_size)
     token_bytes, bytes_from = val_token_bytes(args, val_files, tokens, sp)
-    samples = [tokens.numpy()] + [np.memmap(f, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES) for f in train_files[:1]]
-    verified = check_round_trip(sp, samples, args)
+    verified = check_shards(sp, args, val_files, train_files)
+    artifact = read_artifact(args.artifact_path, args) if args.eval_only else None  # its model, tokenizer, payload
     loss_impl, why = resolve_loss_impl(args, ctx.device)
     log_path = Path(args.log_dir) / f"{args.run_id}.txt"
     require(not log_path.exists(), f"{log_path} already exists: set another RUN_ID (logs are never overwritten).")
@@ -1439,8 +1440,7 @@ def train_and_score(run: Run) -> None:
     torch.manual_seed(args.seed)
     model = GPT(args, run.loss_impl, torch.bfloat16 if on_cuda else torch.float32, compiled).to(ctx.device)
     if args.eval_only:
-        log_artifact(run, Path(args.artifact_path).stat().st_size, run.artifact[0]["payload_bytes"])
-        return score_artifact(run, model, *run.artifact)
+        return score_artifact(run, model, *log_artifact(run, args.artifact_path, run.artifact))
     raw_bytes = len(payload_bytes(quantize_state_dict(model.state_dict(), args, parameter_roles(model))))
     code_bytes = len(Path(__file__).read_bytes())
     room = max(ARTIFACT_LIMIT_BYTES - code_bytes, 1)  # bytes left for the weights
@@ -1461,8 +1461,8 @@ def train_and_score(run: Run) -> None:
     if ema is not None:  # from here on the model holds the average: it is what is exported and scored
         ema.copy_to_model()
         log_validation(run, model, steps, "ema")
-    export(run, model, "raw" if ema is None else "ema", train_ms)
-    score_artifact(run, model, *read_artifact(args.artifact_path, args))
+    path = export(run, model, "raw" if ema is None else "ema", train_ms)
+    score_artifact(run, model, *log_artifact(run, path, read_artifact(path, args)))
 
 def main() -> None:
     def raise_interrupt(signum, frame):  # SIGINT and SIGTERM alike: unwind, log the step reached, clean up
@@ -1470,6 +1470,7 @@ def main() -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, raise_interrupt)
+    require(len(sys.argv) == 1, f"train_gpt.py takes no arguments ({' '.join(sys.argv[1:])}): settings are env vars")
     run = preflight(Hyperparameters.from_env(), dist_context())
     try:
         train_and_score(run)
@@ -1481,8 +1482,7 @@ def main() -> None:
     except KeyboardInterrupt as exc:
         run.log.log(interrupted=exc.args[0], **run.log.progress)
         raise
-    finally:
-        run.log.close()
+    finally:  # the log needs no closing: unbuffered, each line is on disk once written
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
 

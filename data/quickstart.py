@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import math
 import os
 import platform
 import queue
@@ -338,11 +339,10 @@ def train(data_path: Path, tokenizer: Path, vocab_size: int, seconds: float, run
                 m = re.search(rf"(?:^|\s){key}:(\d+)", line)
                 if m:
                     figures[key] = m.group(1)
-    if proc.returncode != 0:
-        raise SystemExit(
-            f"quickstart: train_gpt.py failed (exit code {proc.returncode}); its output is above "
-            f"and in logs/{run_id}.txt"
-        )
+    if proc.returncode != 0:  # a pre-flight error (exit 2) writes no log: point at one only if it exists
+        log = Path("logs") / f"{run_id}.txt"
+        where = f"above and in {log}" if (REPO_ROOT / log).exists() else "above"
+        raise SystemExit(f"quickstart: train_gpt.py failed (exit code {proc.returncode}); its output is {where}")
     return figures
 
 
@@ -360,6 +360,18 @@ def shortfall_note(steps: int, seconds: float, threads: str) -> str:
     )
 
 
+def positive_seconds(text: str) -> float:
+    """--seconds: a finite number above 0. train_gpt.py reads MAX_WALLCLOCK_SECONDS=0 as no cap at all: the tiny
+    model's 100,000 steps, hours on a CPU; a negative one is a pre-flight error."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0 (0 would mean no cap: hours)")
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -368,7 +380,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="auto",
         help="auto: FineWeb sp1024 when it is in data/, else the standard-library text",
     )
-    p.add_argument("--seconds", type=float, default=120, help="training wallclock cap (MAX_WALLCLOCK_SECONDS)")
+    p.add_argument("--seconds", type=positive_seconds, default=120, help="training wallclock cap, > 0 (seconds)")
     p.add_argument("--rebuild", action="store_true", help="rebuild the standard-library dataset")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="encoding processes")
     return p.parse_args(argv)

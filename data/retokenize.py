@@ -508,7 +508,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="--to-model is a CaseOps tokenizer (data/caseops.py): case-transform the text before encoding it, and "
         "write a byte sidecar fineweb_val_bytes_*.bin beside each validation shard",
     )
-    return p.parse_args(argv)
+    args, extra = p.parse_known_args(argv)
+    if extra:  # most often an unquoted --input glob: the shell expanded it, and its first file became --input
+        p.error(
+            f"unrecognized arguments: {' '.join(extra[:2])}{' ...' * (len(extra) > 2)}; quote a --input pattern "
+            "(--input 'DIR/fineweb_*.bin') so that the shell does not expand it"
+        )
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -70,7 +70,7 @@ def load(folder: Path) -> Submission:
     code_files = [] if script is None else [script_path] + (R.local_modules(code, folder) if code is not None else [])
     submission, submission_error = R.read_submission(folder)
     track, note = find_track(folder, submission)
-    logs = [R.read_log(p) for p in R.log_paths(folder)]
+    logs = R.complete_with_rescores([R.read_log(p) for p in R.log_paths(folder)])  # a run stopped while scoring
     return Submission(
         folder, track, note, script, code, packed, pack_error, code_files, logs, submission, submission_error
     )
@@ -260,7 +260,7 @@ def differing_settings(first: R.RunLog, log: R.RunLog) -> list[str]:
     """The settings in which two logs' configs differ, leaving out those that name the run (R.NOT_CONFIG):
     what same_config fails on, and what make_submission.py refuses before it makes a folder."""
     keys = (set(first.config) | set(log.config)) - R.NOT_CONFIG
-    return sorted(k for k in keys if first.config.get(k) != log.config.get(k))
+    return sorted(k for k in keys if not R.same_setting(k, first.config.get(k), log.config.get(k)))
 
 
 def check_same_config(s: Submission) -> Verdict:

@@ -23,6 +23,7 @@ import re
 import shlex
 import shutil
 import sys
+import unicodedata
 from pathlib import Path
 
 import check_submission
@@ -39,12 +40,21 @@ class MakeError(ValueError):
 def read_runs(paths: list[Path], allow_config_differences: bool = False) -> list[R.RunLog]:
     if not paths:
         raise MakeError("no logs given: pass the log of every seed (logs/RUN_ID.txt)")
-    logs = [R.read_log(p) for p in paths]
+    missing = [str(p) for p in paths if not Path(p).is_file()]
+    if missing:
+        raise MakeError(f"no such log: {', '.join(missing)}: give the log of every seed (logs/RUN_ID.txt)")
+    logs = R.complete_with_rescores([R.read_log(p) for p in paths])  # a run stopped while scoring + its re-score
     for log in logs:
         if log.script is None:
             raise MakeError(f"{log.path} holds no script at its head: the maker needs logs that train_gpt.py wrote")
         if log.failure:
-            raise MakeError(f"{log.path}: the run failed ({log.failure[:100]}); run that seed again")
+            again = (
+                f"its artifact {log.artifact_sha256[:12]} was written: score it with EVAL_ONLY=1 (same script and "
+                "config, ARTIFACT_PATH that file) and give that log too, or run that seed again"
+                if log.artifact_sha256
+                else "run that seed again"
+            )
+            raise MakeError(f"{log.path}: the run failed ({log.failure[:100]}); {again}")
         if log.config.get("eval_only") is True:
             raise MakeError(
                 f'{log.path} is an EVAL_ONLY run (its config has "eval_only": true): it scored an '
@@ -291,8 +301,7 @@ def make_folder(
         raise MakeError(f"--track {track!r} is not one of {', '.join(R.TRACKS)}")
     logs = read_runs(log_paths, allow_config_differences)
     if output is None:
-        slug = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_")
-        output = ROOT / "records" / f"track_{track}" / f"{date}_{slug}"
+        output = ROOT / "records" / f"track_{track}" / f"{date}_{folder_slug(name)}"
     if output.exists():
         raise MakeError(f"{output} already exists: give another --output or --name (a folder is never overwritten)")
     script = logs[0].script.encode("utf-8")
@@ -307,8 +316,26 @@ def make_folder(
     files["submission.json"] = (json.dumps(submission, indent=2) + "\n").encode("utf-8")
     files["README.md"] = readme.encode("utf-8")
     copies = {f"train_seed{log.seed}.log": log.path for log in logs}
+    copies |= {f"rescore_seed{log.seed}.log": log.rescored_by for log in logs if log.rescored_by}
     write_folder(output, files, copies)
     return output
+
+
+def folder_slug(name: str) -> str:
+    """The folder name's part from --name: letters without their accents (Ü -> U), digits, one _ between words."""
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode("ascii")
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", ascii_name).strip("_")
+    if not slug:
+        raise MakeError(f"--name {name!r} has no letter or digit to name the folder: give one that has, or --output")
+    return slug
+
+
+def iso_date(text: str) -> str:
+    """--date: a real day, written YYYY-MM-DD (the folder's name starts with it)."""
+    try:
+        return datetime.date.fromisoformat(text).isoformat()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date written YYYY-MM-DD, such as 2026-11-23") from None
 
 
 def write_folder(output: Path, files: dict[str, bytes], copies: dict[str, Path]) -> None:
@@ -337,6 +364,8 @@ def write_folder(output: Path, files: dict[str, bytes], copies: dict[str, Path])
 
 def pack_file(script: Path, output: Path) -> str:
     source = script.read_text(encoding="utf-8")
+    if R.PACKED_DATA.search(source):  # packing it again would ship a wrapper of a wrapper
+        raise MakeError(f"{script} is packed already: pack the readable script it came from")
     packed = R.pack_script(source)
     if R.unpack_script(packed) != source:  # never ship a wrapper that does not give back the source
         raise MakeError(f"packing {script} did not round-trip")
@@ -364,7 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--github-id", help="your GitHub user name")
     parser.add_argument("--blurb", help="one or two sentences: what the submission does")
     parser.add_argument("--track", default=R.RECORD_TRACK, help=f"{' or '.join(R.TRACKS)} (default: %(default)s)")
-    parser.add_argument("--date", default=datetime.date.today().isoformat(), help="default: today, %(default)s")
+    parser.add_argument(
+        "--date", type=iso_date, default=datetime.date.today().isoformat(), help="default: today, %(default)s"
+    )
     parser.add_argument("--output", type=Path, help="the folder to make (or, with --pack, the packed script)")
     parser.add_argument("--pack", type=Path, metavar="SCRIPT", help="pack SCRIPT instead, before the runs")
     parser.add_argument(

@@ -15,6 +15,7 @@ import math
 import sys
 from pathlib import Path
 
+import check_submission
 import recordlib as R
 
 
@@ -35,6 +36,22 @@ def read_runs(paths: list[Path]) -> list[R.RunLog]:
         else:
             raise PlotError(f"{path} is neither a log nor a folder")
     return logs
+
+
+def validation_note(groups: dict[Path, list[R.RunLog]]) -> str | None:
+    """A note when two of the inputs were scored on different validation sets (the checker's rule for two
+    submissions): their bpb curves then do not compare."""
+    texts = {}
+    for path, logs in groups.items():
+        scored = [log for log in logs if log.val_bpb is not None]
+        losses, bpbs = [log.val_loss for log in scored], [log.val_bpb for log in scored]
+        texts[path] = check_submission.ScoredText.of(logs, losses, bpbs)
+    (first, ours), *others = texts.items()
+    for path, text in others:
+        differ, _ = check_submission.validation_differences(ours, text, path.name)
+        if differ:
+            return f"{first} and {path} were scored on different validation sets: {'; '.join(differ)}"
+    return None
 
 
 def label(log: R.RunLog, logs: list[R.RunLog]) -> str:
@@ -100,13 +117,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", "-o", type=Path, default=Path("runs.png"), help="the PNG (default: %(default)s)")
     args = parser.parse_args(argv)
     try:
-        logs = read_runs(args.runs)
+        groups = {path: read_runs([path]) for path in args.runs}
+        logs = [log for group in groups.values() for log in group]
         skipped = plot(logs, args.output)
     except PlotError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for line in skipped:
         print(f"not drawn: {line}", file=sys.stderr)
+    if note := validation_note(groups):
+        print(f"note: {note}; their bpb do not compare", file=sys.stderr)
     print(f"wrote {args.output}: {len(logs)} run(s)")
     return 0
 

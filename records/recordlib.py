@@ -12,8 +12,9 @@ import base64
 import json
 import lzma
 import math
+import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 
@@ -33,6 +34,25 @@ README_PLACEHOLDER = "TODO(make_submission.py): what you changed against the cur
 SEPARATOR = "=" * 100  # ends the script source at the head of a log
 # Settings that name the run rather than configure it: two seeds of one config differ in these.
 NOT_CONFIG = {"seed", "run_id", "log_dir", "artifact_path", "logfile", "rank", "local_rank", "is_main_process"}
+# Settings whose values the config already holds resolved: RECIPE's values are in the other settings (a recipe and
+# the same values set by hand are one config), DATA_DIR's in DATA_PATH and TOKENIZER_PATH.
+RESOLVED_ELSEWHERE = {"recipe", "data_dir"}
+PATH_SETTINGS = {"data_path", "tokenizer_path"}  # the same file spelt two ways is one setting (same_path)
+
+
+def same_path(a, b) -> bool:
+    """Two spellings of one path as two runs logged them: ./data/x/ and data/x, or relative and absolute (the
+    absolute one ends with the relative one: the runs started in different folders, which the log does not say)."""
+    parts_a, parts_b = (Path(os.path.normpath(str(p))).parts for p in (a, b))
+    if Path(str(a)).is_absolute() == Path(str(b)).is_absolute():
+        return parts_a == parts_b
+    short, long = sorted((parts_a, parts_b), key=len)
+    return len(short) > 0 and long[len(long) - len(short) :] == short
+
+
+def same_setting(key: str, a, b) -> bool:
+    return key in RESOLVED_ELSEWHERE or a == b or (key in PATH_SETTINGS and None not in (a, b) and same_path(a, b))
+
 
 # =================================================================================================
 # Run logs
@@ -53,6 +73,7 @@ VAL_BPB = re.compile(r"(?:^|\s)val_bpb:\s*([0-9.]+)")
 # 2026-04 records quantized (and quantized_sliding_window, last, when it is on).
 SCORE = re.compile(r"^(final_\w+_exact|quantized\w*) val_loss:\s*([0-9.]+) val_bpb:\s*([0-9.]+)")
 ARTIFACT = re.compile(r"^artifact:\S|^Total submission size \S+: \d+ bytes")
+ARTIFACT_SHA256 = re.compile(r"^artifact:\S+ sha256:([0-9a-f]{64})\b")
 MODEL_BYTES = re.compile(r"(?:^|\s)model_bytes:(\d+)|^Serialized model \S+: (\d+) bytes")
 CODE_BYTES = re.compile(r"(?:^|\s)code_bytes:(\d+)|^Code size: (\d+) bytes")
 TOTAL_BYTES = re.compile(r"(?:^|\s)total_bytes:(\d+)|^Total submission size \S+: (\d+) bytes")
@@ -97,6 +118,8 @@ class RunLog:
     val_tokens: int | None = None  # the validation tokens the score counts
     torch_version: str | None = None
     failure: str | None = None  # an error: or interrupted: line
+    artifact_sha256: str | None = None  # ours: the artifact: line's
+    rescored_by: Path | None = None  # the EVAL_ONLY log whose score completes this run (complete_with_rescores)
     train_loss: list[Point] = field(default_factory=list)
     val_bpb_curve: list[Point] = field(default_factory=list)
 
@@ -180,6 +203,8 @@ def read_log(path: str | Path) -> RunLog:
     for i, line in enumerate(lines):
         if FAILURE.match(line):
             log.failure = line
+        if match := ARTIFACT_SHA256.match(line):
+            log.artifact_sha256 = match.group(1)
         if match := SCORE.match(line):
             log.score_label, log.val_loss, log.val_bpb = match.group(1), float(match.group(2)), float(match.group(3))
         step = None
@@ -223,6 +248,38 @@ def read_log(path: str | Path) -> RunLog:
         if point.train_ms is None:
             point.train_ms = times.get(point.step)
     return log
+
+
+def complete_with_rescores(logs: list[RunLog]) -> list[RunLog]:
+    """A run stopped after its export (its artifact: line is logged, then an error or an interrupt, say while TTT
+    scored), completed by the EVAL_ONLY log that scored that same artifact (its sha256) with the same script and
+    config: one log with the run's training and the re-score's score and eval_time. The EVAL_ONLY logs so used are
+    left out; every other log stays as it is."""
+    rescores = {log.artifact_sha256: log for log in logs if is_rescore(log)}
+    completed, used = [], set()
+    for log in logs:
+        rescore = rescores.get(log.artifact_sha256) if log.failure and log.steps is not None else None
+        if rescore is not None and rescore.script == log.script and same_config(log, rescore, ignore={"eval_only"}):
+            score = dict(score_label=rescore.score_label, val_loss=rescore.val_loss, val_bpb=rescore.val_bpb)
+            log = replace(log, **score, eval_ms=rescore.eval_ms, failure=None, rescored_by=rescore.path)
+            used.add(rescore.path)
+        completed.append(log)
+    return [log for log in completed if log.path not in used]
+
+
+def is_rescore(log: RunLog) -> bool:
+    """An EVAL_ONLY run of ours that scored an artifact to the end."""
+    return (
+        log.config.get("eval_only") is True
+        and bool(log.artifact_sha256)
+        and log.val_bpb is not None
+        and not log.failure
+    )
+
+
+def same_config(a: RunLog, b: RunLog, ignore: set[str] = frozenset()) -> bool:
+    keys = (set(a.config) | set(b.config)) - NOT_CONFIG - ignore
+    return all(same_setting(k, a.config.get(k), b.config.get(k)) for k in keys)
 
 
 def log_paths(folder: Path) -> list[Path]:

@@ -91,8 +91,11 @@ CONFIGS = {
     "eval_only": (dict(GPTQ_BROTLI, EVAL_ONLY="1"), 1),
     "two_processes": (dict(TINY, TRAIN_SHUFFLE="1", GPTQ_CALIBRATION_BATCHES="4", WARMUP_STEPS="0"), 2),
 }
-CLOCK_OR_CODE = re.compile(r"(^|_)(time|avg|est|code_bytes|total_bytes|compression_needed|tokens_per_s|within_cap)$")
+CLOCK_OR_CODE = re.compile(
+    r"(^|_)(time|avg|est|code_bytes|total_bytes|compression_needed|tokens_per_s|within_cap|tokenizer_verified)$"
+)  # tokenizer_verified: how many documents the pre-flight round-trips, the reach of a check, not a run's number
 SEPARATOR = "=" * 100
+EVENT = re.compile(r"[a-z0-9_]+:\S*( [a-z0-9_]+:\S*)*")  # a key:value line of the log (not config:{json})
 # Log keys renamed since an earlier revision: old -> new, applied to both sides' logs before they are compared.
 RENAMED = {"evaluation_8gpu_est": "total_eval_time_8gpu_est"}
 # Lines that say something about the run without a number of it (a diagnostic one side added): named in the note, and
@@ -144,6 +147,8 @@ def compare(name: str, sides: list[Path], work: Path, data_env: dict[str, str]) 
     (log_a, artifact_a), (log_b, artifact_b) = results
     sha_a, sha_b = hashlib.sha256(artifact_a).hexdigest(), hashlib.sha256(artifact_b).hexdigest()
     log_a, log_b, note = common_config(log_a, log_b)
+    log_a, log_b, added = common_tokens(log_a, log_b)
+    note += f"; log keys only in one side: {', '.join(added)}" if added else ""
     diagnostics = sorted({line.split(" ")[0] for line in log_a + log_b if line.startswith(DIAGNOSTIC_LINES)})
     log_a, log_b = ([line for line in log if not line.startswith(DIAGNOSTIC_LINES)] for log in (log_a, log_b))
     note += f"; diagnostic lines left out: {', '.join(diagnostics)}" if diagnostics else ""
@@ -181,10 +186,29 @@ def same_payload(a: bytes, b: bytes) -> str | None:
     model_a, model_b = header_a.pop("model", {}), header_b.pop("model", {})
     for header in (header_a, header_b):  # the payload's hash is compared above, with the payload itself
         header.pop("payload_sha256", None)
-    if header_a != header_b or any(model_a[k] != model_b[k] for k in model_a.keys() & model_b.keys()):
-        return None
-    only = [(side, sorted(x.keys() - y.keys())) for side, x, y in (("a", model_a, model_b), ("b", model_b, model_a))]
+    for x, y in ((header_a, header_b), (model_a, model_b)):  # a field only one side has (tokenizer_sha256) is named
+        if any(x[k] != y[k] for k in x.keys() & y.keys()):
+            return None
+    sides = (("a", header_a, model_a, header_b, model_b), ("b", header_b, model_b, header_a, model_a))
+    only = [(side, sorted((h.keys() - oh.keys()) | (m.keys() - om.keys()))) for side, h, m, oh, om in sides]
     return "".join(f", header settings only in {side}: {', '.join(keys)}" for side, keys in only if keys)
+
+
+def common_tokens(log_a: list[str], log_b: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """Event lines (key:value tokens) of the same event (the same first key) cut to the keys both have (a value one
+    side added to a line, such as the artifact line's tokenizer:), and the names of the keys cut."""
+    cut, out_a, out_b = set(), list(log_a), list(log_b)
+    for i, (a, b) in enumerate(zip(log_a, log_b)):
+        if a == b or not (EVENT.fullmatch(a) and EVENT.fullmatch(b)):
+            continue
+        keys_a, keys_b = ({token.split(":", 1)[0] for token in line.split(" ")} for line in (a, b))
+        if a.split(":", 1)[0] != b.split(":", 1)[0]:
+            continue
+        cut |= keys_a ^ keys_b
+        out_a[i], out_b[i] = (
+            " ".join(t for t in line.split(" ") if t.split(":", 1)[0] in keys_a & keys_b) for line in (a, b)
+        )
+    return out_a, out_b, sorted(cut)
 
 
 def common_config(log_a: list[str], log_b: list[str]) -> tuple[list[str], list[str], str]:
@@ -214,7 +238,21 @@ def script_of(revision: str, work: Path) -> Path:
     return path
 
 
-def main() -> int:
+def revision_error(revision: str) -> str | None:
+    """Why `revision` cannot be compared (not a commit here, or without train_gpt.py), or None if it can."""
+    if revision == "worktree":
+        return None
+    found = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"], cwd=ROOT, text=True, capture_output=True
+    )
+    if found.returncode != 0:
+        return f"{revision!r} is not a commit of this repository (git log --oneline lists them)"
+    if subprocess.run(["git", "cat-file", "-e", f"{revision}:train_gpt.py"], cwd=ROOT, capture_output=True).returncode:
+        return f"{revision} has no train_gpt.py"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 1)[1],
@@ -224,7 +262,10 @@ def main() -> int:
     parser.add_argument("other", nargs="?", default="worktree", help="another revision (default: the working tree)")
     parser.add_argument("--only", help=f"comma-separated names of {', '.join(CONFIGS)}")
     parser.add_argument("--keep", type=Path, help="run in this folder and keep it (default: a temporary one)")
-    cli = parser.parse_args()
+    cli = parser.parse_args(argv)
+    for revision in (cli.base, cli.other):
+        if (why := revision_error(revision)) is not None:
+            parser.error(why)
     names = cli.only.split(",") if cli.only else list(CONFIGS)
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:

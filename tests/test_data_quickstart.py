@@ -371,3 +371,33 @@ def test_the_readme_reports_the_reference_run():
     reference = quickstart.REFERENCE_RUN
     assert f"about {reference['steps']} steps and `val_bpb` about {reference['val_bpb']}" in section
     assert f"{reference['seconds']} s of training" in section
+
+
+@pytest.mark.parametrize("seconds", ["0", "-5", "nan", "soon"])
+def test_seconds_that_are_not_a_positive_cap_are_refused(seconds, capsys):
+    """Issue 34 rows 12 and 22: --seconds 0 started an uncapped 100,000-step run (hours on a CPU; train_gpt.py reads
+    MAX_WALLCLOCK_SECONDS=0 as no cap), --seconds -5 a run that failed its pre-flight."""
+    with pytest.raises(SystemExit) as exit_:
+        quickstart.parse_args(["--seconds", seconds])
+    assert exit_.value.code == 2
+    assert f"argument --seconds: {seconds!r} is not a number of seconds above 0" in capsys.readouterr().err
+    assert quickstart.parse_args(["--seconds", "0.5"]).seconds == 0.5
+
+
+def test_a_failed_run_points_at_its_log_only_if_one_was_written(tmp_path, monkeypatch):
+    """Issue 34 row 22: a pre-flight error (exit 2, no log file) was followed by "its output is above and in
+    logs/RUN.txt", a file that does not exist."""
+    repo = tmp_path / "repo"
+    fake_trainer(
+        repo, "import sys\nprint('error: MAX_WALLCLOCK_SECONDS=-5.0 must be >= 0.', file=sys.stderr)\nsys.exit(2)\n"
+    )
+    monkeypatch.setattr(quickstart, "REPO_ROOT", repo)
+    machine(monkeypatch, 2, 0.0)
+    with pytest.raises(SystemExit) as exit_:
+        quickstart.train(tmp_path, tmp_path / "t.model", 512, 5.0, "run")
+    assert str(exit_.value) == "quickstart: train_gpt.py failed (exit code 2); its output is above"
+    (repo / "logs").mkdir()
+    (repo / "logs" / "run.txt").write_text("a log\n")
+    with pytest.raises(SystemExit) as exit_:
+        quickstart.train(tmp_path, tmp_path / "t.model", 512, 5.0, "run")
+    assert str(exit_.value).endswith("its output is above and in logs/run.txt")

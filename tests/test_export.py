@@ -306,7 +306,9 @@ def test_an_artifact_round_trips_through_its_header(tiny_data, tmp_path, compres
     assert path.read_bytes().startswith(train_gpt.ARTIFACT_MAGIC)
     loaded_header, state = train_gpt.read_artifact(str(path), args)  # the config that made it matches
     payload = path.read_bytes().split(b"\n", 2)[2]  # after the magic line and the header line
-    assert loaded_header == dict(header, payload_bytes=raw_bytes, payload_sha256=hashlib.sha256(payload).hexdigest())
+    sha = hashlib.sha256(payload).hexdigest()
+    assert loaded_header == dict(header, payload_bytes=raw_bytes, payload_sha256=sha)
+    assert loaded_header["tokenizer_sha256"] == hashlib.sha256(tiny_data.tokenizer_path.read_bytes()).hexdigest()
     assert loaded_header["compressor"] == compressor
     assert loaded_header["byte_shuffle"] == train_gpt.COMPRESSORS[compressor][2]
     expected = train_gpt.dequantize_state_dict(obj)
@@ -322,7 +324,7 @@ def test_an_artifact_without_the_header_or_without_a_file_is_an_error_naming_art
     with pytest.raises(ConfigError, match=f"ARTIFACT_PATH={re.escape(str(headerless))} is not an artifact"):
         train_gpt.read_artifact(str(headerless), args)
     missing = tmp_path / "missing.ptz"
-    with pytest.raises(FileNotFoundError, match=f"ARTIFACT_PATH={re.escape(str(missing))}"):
+    with pytest.raises(ConfigError, match=f"ARTIFACT_PATH={re.escape(str(missing))}: no such file"):
         train_gpt.read_artifact(str(missing), args)
 
 

@@ -2,13 +2,18 @@
 Each test fails without the check it covers; test_readme_fault_table_is_true keeps README.md's
 "Bad input and faults" table true, row by row.
 
-Run: python3 -m pytest -q tests/test_hardening.py   (CPU only; about 90 s on 2 cores: 7 tiny training runs)
+Issues 20, 24 and 34 (each test names its row): a fresh machine's faults, a full disk among them.
+
+Run: python3 -m pytest -q -n 2 tests/test_hardening.py   (CPU only; 2 min 18 s on 2 shared cores: tiny runs)
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import hashlib
+import io
 import json
 import os
 import platform
@@ -26,6 +31,7 @@ import torch
 
 import train_gpt
 from helpers import OUR_NAMES, ROOT, TinyData, cpu_run, tiny_env
+from helpers import encode_documents as helpers_encode
 from test_end_to_end import FINAL_LINE, SCRIPT, Run, run_script
 
 sys.path.insert(0, str(ROOT / "data"))
@@ -165,13 +171,15 @@ def test_a_right_size_tokenizer_that_did_not_make_the_shards_is_refused_naming_t
 def test_shards_without_a_manifest_are_checked_by_the_round_trip_too(tiny_data, tmp_path):
     assert not (tiny_data.data_path / "manifest.json").exists()
     sp = spm.SentencePieceProcessor(model_file=str(tiny_data.tokenizer_path))
-    val = train_gpt.load_data_shard(tiny_data.data_path / "fineweb_val_000000.bin").numpy()
-    same, tried = train_gpt.round_trip(sp, [val])
+    args = args_for(tiny_data, tmp_path)
+    val = [tiny_data.data_path / "fineweb_val_000000.bin"]
     # all but the last document (it may go on in a next shard), at most 32 of them (the stdlib corpus has more)
-    assert same == tried == min(len(tiny_data.val_docs) - 1, 32)
-    other = tmp_path / "other.model"
-    other_sp = train_tokenizer(tiny_data.val_docs, other)
-    assert train_gpt.round_trip(other_sp, [val])[0] * 2 < tried
+    tried = min(len(tiny_data.val_docs) - 1, 32)
+    assert train_gpt.check_shards(sp, args, val, []) == f"round_trip_{tried}/{tried}"
+    other_sp = train_tokenizer(tiny_data.val_docs, tmp_path / "other.model")
+    with pytest.raises(ConfigError, match=rf"(\d+) of {tried} sampled documents decode") as error:
+        train_gpt.check_shards(other_sp, args, val, [])
+    assert int(re.search(r"(\d+) of", str(error.value)).group(1)) * 2 < tried
 
 
 SHARED = ROOT.parent / "shared" / "data"
@@ -196,14 +204,14 @@ def test_sp1024_shards_with_the_sp8192_tokenizer_are_refused_naming_sp1024(tmp_p
         )
     )
     sp = spm.SentencePieceProcessor(model_file=str(sp8192))
-    val = train_gpt.load_data_shard(tmp_path / "fineweb_val_000000.bin").numpy()
+    val = [tmp_path / "fineweb_val_000000.bin"]
     with pytest.raises(ConfigError) as error:
-        train_gpt.check_round_trip(sp, [val], args)
+        train_gpt.check_shards(sp, args, val, [])
     # issue 21: RECIPE=record on sp1024 shards is this case; the data README gives the records' sp8192 download
     assert f"python3 data/build_shards.py --which-tokenizer {tmp_path}" in str(error.value)
     assert "(data/README.md)" in str(error.value)
     sp1024 = spm.SentencePieceProcessor(model_file=str(SHARED / "tokenizers" / "fineweb_1024_bpe.model"))
-    assert train_gpt.check_round_trip(sp1024, [val], args) == "round_trip_32/32"
+    assert train_gpt.check_shards(sp1024, args, val, []) == "round_trip_32/32"
 
 
 # =================================================================================================
@@ -336,7 +344,7 @@ def test_an_interrupted_save_leaves_no_temp_file_and_the_old_artifact(tmp_path, 
 
     monkeypatch.setattr(train_gpt.os, "replace", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        train_gpt.save_artifact({"w": train_gpt.torch.ones(3)}, {"compressor": "zlib"}, str(path))
+        train_gpt.save_artifact({"quantized": {}, "w": train_gpt.torch.ones(3)}, {"compressor": "zlib"}, str(path))
     assert os.listdir(tmp_path) == [path.name] and path.read_bytes() == b"an earlier run's artifact"
 
 
@@ -624,6 +632,23 @@ def trigger(key: str, data: TinyData, tmp_path: Path, request) -> str:
         (tmp_path / "logs").mkdir()
         (tmp_path / "logs" / "test.txt").write_text("")
         return error_text(lambda: train_gpt.preflight(args(), ONE_CPU))
+    if key == "copy of a validation":
+        folder = copy_data(data, tmp_path)
+        shutil.copy(folder / "fineweb_val_000000.bin", folder / "fineweb_train_000002.bin")
+        return error_text(lambda: train_gpt.preflight(args(DATA_PATH=folder), ONE_CPU))
+    if key == "another tokenizer":
+        made = args(TOKENIZER_PATH=request.getfixturevalue("other_tokenizer")[0])
+        path = saved_artifact(made, tmp_path / "a.ptz")
+        other = error_text(lambda: train_gpt.preflight(args(EVAL_ONLY="1", ARTIFACT_PATH=path), ONE_CPU))
+        return (
+            other + "\n" + error_text(lambda: train_gpt.preflight(args(EVAL_ONLY="1", ARTIFACT_PATH=tmp_path), ONE_CPU))
+        )
+    if key == "arguments":
+        env = {k: v for k, v in os.environ.items() if k not in OUR_NAMES} | tiny_env(data, tmp_path)
+        return subprocess.run([sys.executable, str(SCRIPT), "--help"], env=env, capture_output=True, text=True).stderr
+    if key in ("disk fills up", "full at export"):
+        _, out, err, _ = request.getfixturevalue("disk_full_run")
+        return err if key == "disk fills up" else out
     if key == "not finite":
         return error_text(lambda: train_gpt.check_finite(train_gpt.torch.tensor(3), ONE_CPU))
     if key == "SIGTERM":
@@ -646,12 +671,17 @@ ROW_KEYS = [
     "not a SentencePiece",
     "another vocabulary",
     "did not make",
+    "copy of a validation",
     "miscount",
     "exists",
     "cannot be made",
     "names a folder",
     "damaged",
+    "another tokenizer",
+    "arguments",
     "artifact",
+    "disk fills up",
+    "full at export",
     "not finite",
     "SIGTERM",
     "defaults",
@@ -846,3 +876,291 @@ def test_an_interrupt_while_scoring_leaves_the_scoring_path_in_the_progress(tiny
         train_gpt.score_artifact(run, model, header, model.state_dict(), observe)
     assert run.log.progress == {"step": "20/20", "scoring": "sliding_window"}
     assert (tmp_path / "s.txt").read_text().startswith("roundtrip_val_loss:")  # the round trip had been scored
+
+
+# =================================================================================================
+# Issue 34: a fresh machine, round 4 (each test names its row of the issue's table)
+# =================================================================================================
+
+
+class DiskFillsAfter(io.BytesIO):
+    """A log file on a disk that fills up: the first `lines` writes reach it, then each fails as on a full disk."""
+
+    def __init__(self, lines: int):
+        super().__init__()
+        self.left = lines
+
+    def write(self, data):
+        self.left -= 1
+        if self.left < 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(data)
+
+
+@pytest.fixture(scope="module")
+def disk_full_run(tiny_data, tmp_path_factory):
+    """A run whose log disk fills after its 7th line and whose ARTIFACT_PATH cannot be written (ENOSPC), in process:
+    (its Run, what it printed, the folder, the temp folder the artifact fell back to)."""
+    directory = tmp_path_factory.mktemp("disk_full")
+    args = args_for(tiny_data, directory, ITERATIONS=4, GPTQ_CALIBRATION_BATCHES=3)
+    run = train_gpt.preflight(args, ONE_CPU)
+    run.log.file = DiskFillsAfter(7)  # the source, 4 header lines, 2 steps
+    real_replace = os.replace
+
+    def full_disk(src, dst):  # the temp file was written; its rename into ARTIFACT_PATH finds the disk full
+        if str(dst) == args.artifact_path:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_replace(src, dst)
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(train_gpt.os, "replace", full_disk)
+    patch.setattr(train_gpt.tempfile, "gettempdir", lambda: str(directory / "tmp"))
+    (directory / "tmp").mkdir()
+    out, err, threads = io.StringIO(), io.StringIO(), train_gpt.torch.get_num_threads()
+    train_gpt.torch.set_num_threads(1)  # as the subprocess runs do: two pytest workers share the cores
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            train_gpt.train_and_score(run)
+    finally:
+        patch.undo()
+        train_gpt.torch.set_num_threads(threads)
+    return run, out.getvalue(), err.getvalue(), directory
+
+
+def test_a_log_disk_that_fills_during_training_does_not_end_the_run(disk_full_run):
+    """Row 2: a failed log write ended training at step 45/60 with three chained tracebacks, and no artifact. Now it is
+    said once on stderr and the run goes on to the artifact and the score, its lines still on the console."""
+    run, out, err, directory = disk_full_run
+    [said] = [line for line in err.splitlines() if line.startswith("log_write_failed:")]
+    assert said == f"log_write_failed: {run.log.path} (No space left on device); the run goes on, console only"
+    assert "\nstep:2/4 " in out and "\nstep:4/4 " in out and FINAL_LINE.fullmatch(out.splitlines()[-1])
+
+
+def test_an_artifact_path_on_a_full_disk_writes_the_artifact_to_a_fallback_and_scores_it(disk_full_run):
+    """Row 1: the export's OSError (Errno 28) lost the model. Now the log names the failed place and the fallback one
+    (the temp folder), the artifact there is whole, and it is what the run scores."""
+    run, out, err, directory = disk_full_run
+    fallback = directory / "tmp" / f"{run.args.run_id}.ptz"
+    failed = f"artifact_write_failed:{run.args.artifact_path} reason:No_space_left_on_device"
+    [line] = [line for line in out.splitlines() if line.startswith("artifact:")]
+    assert failed in out and line.startswith(f"artifact:{fallback} sha256:")
+    assert out.index(failed) < out.index(line) < out.index("final_int8_zlib_roundtrip_exact")
+    assert not Path(run.args.artifact_path).exists()
+    header, _ = train_gpt.read_artifact(str(fallback), run.args)
+    assert header["tokenizer_sha256"] == hashlib.sha256(Path(run.args.tokenizer_path).read_bytes()).hexdigest()
+
+
+def test_an_interrupt_during_gptq_calibration_says_how_far_it_went(disk_full_run, tiny_data, tmp_path):
+    """Row 10: GPTQ_CALIBRATION_BATCHES=100000000000 was silent after the last validation line until killed, and the
+    interrupt logged the last training step, no sign of GPTQ. The interrupt's line now says how far calibration went."""
+    run, out, _, _ = disk_full_run
+    assert run.log.progress["gptq_calibration"] == "3/3" and "gptq_hessians:" in out  # the whole run: every batch
+    args = args_for(tiny_data, tmp_path, GPTQ_CALIBRATION_BATCHES=100_000_000_000)
+    run = cpu_run(args, train_files=[tiny_data.data_path / "fineweb_train_000000.bin"])
+    run.log.progress = {"step": "10/10", "train_time": "5ms"}
+    calls = []
+
+    def interrupted(self, *shape):
+        calls.append(1)
+        if len(calls) == 6:
+            raise KeyboardInterrupt("SIGINT")
+        return real_next_batch(self, *shape)
+
+    real_next_batch = train_gpt.DistributedTokenLoader.next_batch
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(KeyboardInterrupt):
+        patch.setattr(train_gpt.DistributedTokenLoader, "next_batch", interrupted)
+        train_gpt.export(run, train_gpt.GPT(args), "raw", 5.0)
+    assert run.log.progress == {"step": "10/10", "train_time": "5ms", "gptq_calibration": "5/100000000000"}
+
+
+@pytest.fixture(scope="module")
+def other_tokenizer(tiny_data, tmp_path_factory) -> tuple[Path, object]:
+    """A tokenizer of the same size and settings trained on other text: other ids for the same pieces."""
+    path = tmp_path_factory.mktemp("other_tokenizer") / "other.model"
+    return path, train_tokenizer(tiny_data.train_docs[::-1][: len(tiny_data.train_docs) // 2], path)
+
+
+@pytest.mark.parametrize("name", ["fineweb_val_000001.bin", "fineweb_train_000001.bin"])
+def test_any_shard_made_by_another_tokenizer_of_the_same_size_is_refused(tiny_data, tmp_path, other_tokenizer, name):
+    """Rows 5 and 7: one of two validation shards made by another tokenizer passed (round_trip_54/64 over a half
+    threshold), and only the first training shard was checked. Now each shard's sampled documents must all round-trip."""
+    folder = copy_data(tiny_data, tmp_path)
+    half = len(tiny_data.val_docs) // 2 if "val" in name else len(tiny_data.train_docs) // 2
+    docs = tiny_data.val_docs[:half] if "val" in name else tiny_data.train_docs[half:]
+    build_shards.write_data_shard(folder / name, helpers_encode(other_tokenizer[1], docs))
+    args = args_for(tiny_data, tmp_path, DATA_PATH=folder)
+    with pytest.raises(ConfigError) as error:
+        train_gpt.preflight(args, ONE_CPU)
+    message = str(error.value)
+    assert f"TOKENIZER_PATH={tiny_data.tokenizer_path} did not make the shards in {folder}" in message
+    same, tried = map(
+        int, re.search(rf"(\d+) of (\d+) sampled documents decode and .* own ids \({name}\)", message).groups()
+    )
+    assert same < tried  # every document must round-trip: one that does not is enough
+
+
+def test_a_training_shard_that_is_a_copy_of_a_validation_shard_is_refused(tiny_data, tmp_path):
+    """Row 6: the validation shard copied in as a training shard trained on the validation set (2.874 bpb against
+    3.191) without a word. A training shard byte-identical to a validation one is an error naming both."""
+    folder = copy_data(tiny_data, tmp_path)
+    shutil.copy(folder / "fineweb_val_000000.bin", folder / "fineweb_train_000002.bin")
+    with pytest.raises(
+        ConfigError, match=r"training shard .*fineweb_train_000002.bin is a copy of the validation shard"
+    ):
+        train_gpt.preflight(args_for(tiny_data, tmp_path, DATA_PATH=folder), ONE_CPU)
+    (folder / "fineweb_train_000002.bin").unlink()
+    (folder / "fineweb_train_000002.bin").symlink_to(folder / "fineweb_val_000000.bin")  # a link is a copy too
+    with pytest.raises(ConfigError, match="is a copy of the validation shard"):
+        train_gpt.preflight(args_for(tiny_data, tmp_path, DATA_PATH=folder, RUN_ID="link"), ONE_CPU)
+
+
+def saved_artifact(args: Hyperparameters, path: Path, drop: str = "") -> Path:
+    model = train_gpt.GPT(args)
+    header = train_gpt.artifact_header(args, "raw", False)
+    header.pop(drop, None)
+    train_gpt.save_artifact(train_gpt.quantize_state_dict(model.state_dict(), args, {}), header, str(path))
+    return path
+
+
+def test_eval_only_refuses_an_artifact_made_with_another_tokenizer_unless_told(tiny_data, tmp_path, other_tokenizer):
+    """Row 4: an artifact trained with tokenizer A was scored on data and tokenizer C of the same size without a word.
+    The header records the tokenizer's sha256; ALLOW_OTHER_TOKENIZER=1 scores it anyway and the log says so; an artifact
+    older than the field loads, and its log line says it recorded none."""
+    made = args_for(tiny_data, tmp_path, TOKENIZER_PATH=other_tokenizer[0])
+    path = saved_artifact(made, tmp_path / "a.ptz")
+    args = args_for(tiny_data, tmp_path, EVAL_ONLY="1", ARTIFACT_PATH=path)
+    with pytest.raises(ConfigError) as error:
+        train_gpt.preflight(args, ONE_CPU)
+    ours, theirs = (hashlib.sha256(p.read_bytes()).hexdigest() for p in (tiny_data.tokenizer_path, other_tokenizer[0]))
+    assert str(error.value) == (
+        f"ARTIFACT_PATH={path} was made with another tokenizer (sha256 {theirs}) than TOKENIZER_PATH: set it as that "
+        "run did, or ALLOW_OTHER_TOKENIZER=1."
+    )
+    assert ours != theirs
+    for name, artifact, said in (
+        ("allowed", path, f"tokenizer:{theirs}"),  # the log names the one it was made with
+        ("older", saved_artifact(made, tmp_path / "old.ptz", drop="tokenizer_sha256"), "tokenizer:none"),
+        ("same", saved_artifact(args, tmp_path / "same.ptz"), "tokenizer:same"),
+    ):
+        allowed = args_for(tiny_data, tmp_path, EVAL_ONLY="1", ARTIFACT_PATH=artifact, ALLOW_OTHER_TOKENIZER="1")
+        run = dataclasses.replace(train_gpt.preflight(allowed, ONE_CPU), log=train_gpt.Logger(tmp_path / f"{name}.txt"))
+        train_gpt.log_artifact(run, str(artifact), run.artifact)
+        line = (tmp_path / f"{name}.txt").read_text()
+        assert said in line and f"eval_seq_len:{run.val.seq_len}" in line, line
+
+
+def test_arguments_are_refused_before_anything_runs(tiny_data, tmp_path):
+    """Row 11: `--help` started a full run (moving the last artifact aside) and `ITERATIONS=3` as an argument was
+    ignored. Settings are environment variables: any argument is an error, exit 2, before the pre-flight."""
+    for arguments in (["--help"], ["ITERATIONS=3"]):
+        env = {k: v for k, v in os.environ.items() if k not in OUR_NAMES} | tiny_env(tiny_data, tmp_path)
+        result = subprocess.run(
+            [sys.executable, str(SCRIPT), *arguments], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert result.returncode == 2 and result.stdout == ""
+        assert result.stderr == f"error: train_gpt.py takes no arguments ({arguments[0]}): settings are env vars\n"
+    assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("seed", ["-1", "99999999999999999999"])
+def test_a_seed_outside_what_torch_and_numpy_take_is_an_error_naming_seed(seed):
+    """Row 13: SEED=-1 (numpy's ValueError with TRAIN_SHUFFLE=1) and SEED=1e20 (torch's overflow) were tracebacks."""
+    with pytest.raises(ConfigError, match=re.escape(f"SEED={seed} must be in [0, 2^64).")):
+        Hyperparameters.from_env({"SEED": seed, "TRAIN_SHUFFLE": "1"})
+    Hyperparameters.from_env({"SEED": str(2**64 - 1)})  # the largest torch.manual_seed takes
+
+
+def test_an_empty_log_dir_is_an_error_not_the_current_folder():
+    """Row 21: LOG_DIR= (empty) wrote the log into the current folder."""
+    with pytest.raises(ConfigError, match=re.escape("LOG_DIR=' ' must be non-empty.")):
+        Hyperparameters.from_env({"LOG_DIR": " "})
+
+
+def test_eval_only_of_a_folder_says_it_is_a_folder(tiny_data, tmp_path):
+    """Row 18: EVAL_ONLY with ARTIFACT_PATH=<a folder> said "no such file" of a folder that exists."""
+    args = args_for(tiny_data, tmp_path, EVAL_ONLY="1", ARTIFACT_PATH=tmp_path)
+    with pytest.raises(ConfigError, match=re.escape(f"ARTIFACT_PATH={tmp_path}: a folder. Point it at the .ptz file")):
+        train_gpt.preflight(args, ONE_CPU)
+
+
+def test_an_unquoted_retokenize_input_glob_gets_a_hint_to_quote_it(tmp_path, capsys):
+    """Row 22: `--input DIR/fineweb_*.bin` unquoted: the shell expands it, and the error was only "unrecognized
+    arguments" with no hint."""
+    import retokenize
+
+    files = [str(tmp_path / f"fineweb_train_00000{i}.bin") for i in range(4)]
+    common = ["--from-model", "a.model", "--to-model", "b.model", "--output", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as exit_:
+        retokenize.parse_args([*common, "--input", *files])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert (
+        f"unrecognized arguments: {files[1]} {files[2]} ...; quote a --input pattern (--input 'DIR/fineweb_*.bin')"
+        in err
+    )
+
+
+@pytest.mark.parametrize("revision", ["nonexistentrev", "HEAD~0:README.md"])
+def test_compare_revisions_refuses_a_revision_that_is_not_a_commit(revision, capsys):
+    """Row 15: `compare_revisions.py nonexistentrev` ended in a CalledProcessError traceback from git show."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import compare_revisions
+
+    with pytest.raises(SystemExit) as exit_:
+        compare_revisions.main([revision])
+    assert exit_.value.code == 2
+    assert (
+        f"error: {revision!r} is not a commit of this repository (git log --oneline lists them)"
+        in capsys.readouterr().err
+    )
+    assert compare_revisions.revision_error("HEAD") is None and compare_revisions.revision_error("worktree") is None
+
+
+def test_compare_revisions_names_log_keys_one_side_added_and_still_compares_the_rest():
+    """The artifact line gained tokenizer: and eval_seq_len: (rows 4 and 19): compare_revisions.py names them and
+    compares the values both sides log; a value that changed is still a difference."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import compare_revisions
+
+    a = ["artifact:model.ptz sha256:ab model_bytes:10", "step:1/2 val_loss:2.0", 'config:{"a": 1}']
+    b = [
+        "artifact:model.ptz sha256:ab model_bytes:10 eval_seq_len:64 tokenizer:same",
+        "step:1/2 val_loss:2.5",
+        'config:{"a": 1}',
+    ]
+    cut_a, cut_b, added = compare_revisions.common_tokens(a, b)
+    assert added == ["eval_seq_len", "tokenizer"] and cut_a[0] == cut_b[0] == a[0]
+    assert cut_a[1:] == a[1:] and cut_b[1:] == b[1:]  # the changed val_loss stays a difference
+
+
+def test_compare_revisions_takes_an_artifact_whose_header_gained_the_tokenizer_as_the_same_payload():
+    """Row 4 adds tokenizer_sha256 to the artifact's header: its bytes change, its payload must not."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import compare_revisions
+
+    def blob(payload: bytes, **header) -> bytes:
+        fields = dict(compressor="zlib", model=dict(num_layers=2), payload_sha256="x") | header
+        return train_gpt.ARTIFACT_MAGIC + json.dumps(fields).encode() + b"\n" + payload
+
+    old = blob(b"weights")
+    assert compare_revisions.same_payload(old, blob(b"weights", tokenizer_sha256="ab")) == (
+        ", header settings only in b: tokenizer_sha256"
+    )
+    assert compare_revisions.same_payload(old, blob(b"other weights", tokenizer_sha256="ab")) is None
+    assert compare_revisions.same_payload(old, blob(b"weights", compressor="lzma")) is None
+
+
+@pytest.mark.parametrize("setting", [dict(TTT_EPOCHS="0"), dict(TTT_LR="0")], ids=["no_epochs", "no_lr"])
+def test_ttt_that_takes_no_step_says_nothing_adapted(tiny_data, tmp_path, setting):
+    """Row 16: with TTT_EPOCHS=0 or TTT_LR=0 the ttt line equalled the sliding window's with no ttt_note (the one-chunk
+    case had one)."""
+    args = args_for(tiny_data, tmp_path, TTT_ENABLED="1", EVAL_STRIDE="32", TTT_CHUNK_TOKENS="4096", **setting)
+    run = dataclasses.replace(train_gpt.preflight(args, ONE_CPU), log=train_gpt.Logger(tmp_path / "ttt.txt"))
+    train_gpt.torch.manual_seed(0)
+    model = train_gpt.GPT(args)
+    sums = train_gpt.score_with_ttt(run, model)
+    assert train_gpt.torch.equal(sums, train_gpt.score_windows(model, run.val, ONE_CPU, 32))  # nothing adapted
+    total = run.val.tokens.numel() - 1
+    assert total > 4096  # several chunks: the one-chunk note is not why
+    note = f"ttt_note:no_adaptation val_predictions:{total} ttt_chunk_tokens:4096"
+    assert (tmp_path / "ttt.txt").read_text().splitlines() == [note]

@@ -888,3 +888,111 @@ def test_the_plot_writes_a_png(runs, tmp_path):
     sources = [runs["seed1337"], runs["seed1338"]] + ([LOOP45] if PUBLISHED.is_dir() else [])
     assert plot_runs.main([*map(str, sources), "--output", str(output)]) == 0
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def respelt(log: Path, out: Path, **config) -> Path:
+    """The log with settings of its config: line replaced (as another spelling of the same run would log them)."""
+    text = log.read_text(encoding="utf-8")
+    line = next(line for line in text.splitlines() if line.startswith("config:{"))
+    values = json.loads(line[len("config:") :]) | config
+    out.write_text(text.replace(line, "config:" + json.dumps(values, sort_keys=True)), encoding="utf-8")
+    return out
+
+
+def test_configs_are_compared_as_resolved_values(runs, tmp_path, capsys):
+    """Issue 34 row 8: seeds whose DATA_PATH was spelt differently (relative, absolute, a trailing /), or one with
+    RECIPE=p180 and another with the same values set by hand, were refused as different configs."""
+    first = R.read_log(runs["seed1337"])
+    data = Path(first.config["data_path"])
+    relative = f"./{data.parent.name}/{data.name}/"  # as run from data's grandparent folder
+    other = respelt(runs["seed1338"], tmp_path / "seed1338.txt", data_path=relative, recipe="p180", data_dir="x")
+    assert check_submission.differing_settings(first, R.read_log(other)) == []
+    assert make_submission.main(maker_cli([runs["seed1337"], other], tmp_path / "folder")) == 0
+    assert re.search(r"^same_config +pass  2 logs", capsys.readouterr().out, re.M)
+    moved = respelt(runs["seed1338"], tmp_path / "moved.txt", data_path=f"{data.parent}_other/{data.name}")
+    assert check_submission.differing_settings(first, R.read_log(moved)) == ["data_path"]  # other data: differs
+    assert R.same_path("data/x/", "./data/x") and R.same_path("/home/u/repo/data/x", "data/x")
+    assert not R.same_path("/a/data/x", "/b/data/x") and not R.same_path("data/x", "/a/data/y")
+
+
+def stopped_while_scoring(log: Path, out: Path) -> Path:
+    """The log as if SIGTERM had come while it scored: kept to its first score line after the artifact line."""
+    lines = log.read_text(encoding="utf-8").split("\n")
+    artifact = max(i for i, line in enumerate(lines) if line.startswith("artifact:"))
+    scored = next(i for i in range(artifact, len(lines)) if lines[i].startswith("final_"))
+    tail = "interrupted:SIGTERM step:6/6 train_time:100ms scoring:sliding_window"
+    out.write_text("\n".join(lines[: scored + 1] + [tail, ""]), encoding="utf-8")
+    return out
+
+
+def test_a_seed_stopped_while_scoring_is_completed_by_a_rescore_of_its_own_artifact(runs, tmp_path, capsys):
+    """Issue 34 row 9: a seed stopped by SIGTERM during scoring (its artifact whole) was "the run failed ... run that
+    seed again", and the EVAL_ONLY log of that artifact was refused: the only way was to train again. The maker now
+    pairs the two (the same artifact sha256, script and config); the folder ships both and the checker reads them as
+    one run: its training, the re-score's score and eval_time."""
+    stopped = stopped_while_scoring(runs["seed1339"], tmp_path / "seed1339.txt")
+    seeds = [runs["seed1337"], runs["seed1338"], stopped]
+    assert make_submission.main(maker_cli(seeds, tmp_path / "refused")) == 2
+    err = capsys.readouterr().err
+    assert f"{stopped}: the run failed (interrupted:SIGTERM" in err and "score it with EVAL_ONLY=1" in err
+    folder = make([*seeds, runs["eval_only"]], tmp_path / "completed")
+    assert sorted(p.name for p in R.log_paths(folder)) == [
+        "rescore_seed1339.log",
+        "train_seed1337.log",
+        "train_seed1338.log",
+        "train_seed1339.log",
+    ]
+    assert failing(folder) == CPU_FAILS
+    [completed] = [log for log in check_submission.load(folder).logs if log.seed == 1339]
+    rescore, trained = R.read_log(runs["eval_only"]), R.read_log(runs["seed1339"])
+    assert completed.val_bpb == rescore.val_bpb == trained.val_bpb and completed.eval_ms == rescore.eval_ms
+    assert completed.train_ms == trained.train_ms and completed.failure is None
+    other = tmp_path / "other_artifact.txt"  # a re-score of another artifact does not complete it
+    other.write_text(
+        runs["eval_only"].read_text(encoding="utf-8").replace(f"sha256:{rescore.artifact_sha256}", "sha256:" + "0" * 64)
+    )
+    assert [log.failure is not None for log in R.complete_with_rescores([R.read_log(stopped), R.read_log(other)])] == [
+        True,
+        False,
+    ]
+
+
+def test_the_maker_refuses_a_bad_date_a_nameless_name_a_packed_script_and_a_missing_log(runs, tmp_path, capsys):
+    """Issue 34 row 23: --date 2026-13-45 was accepted, --name "Ünï code ✓" lost its letters, --pack of a packed
+    script packed it again, and a missing log was a raw Errno."""
+    logs = [runs["seed1337"]]
+    with pytest.raises(SystemExit) as exit_:
+        make_submission.main(maker_cli(logs, tmp_path / "f", "--date", "2026-13-45"))
+    assert exit_.value.code == 2
+    assert "argument --date: '2026-13-45' is not a date written YYYY-MM-DD" in capsys.readouterr().err
+    assert make_submission.folder_slug("Ünï code ✓") == "Uni_code"
+    with pytest.raises(make_submission.MakeError, match="has no letter or digit"):
+        make_submission.folder_slug("✓ ✓")
+    assert make_submission.main(["--pack", str(runs["packed"]), "--output", str(tmp_path / "again.py")]) == 2
+    assert f"error: {runs['packed']} is packed already" in capsys.readouterr().err
+    assert not (tmp_path / "again.py").exists()
+    assert make_submission.main(maker_cli([tmp_path / "nowhere.txt"], tmp_path / "g")) == 2
+    assert f"error: no such log: {tmp_path / 'nowhere.txt'}: give the log of every seed" in capsys.readouterr().err
+
+
+def test_the_plot_notes_runs_scored_on_different_validation_sets(runs, tmp_path):
+    """Issue 34 row 24: two submissions scored on different validation sets were drawn side by side with no note."""
+    text = runs["seed1338"].read_text(encoding="utf-8")
+    tokens = R.read_log(runs["seed1338"]).val_tokens
+    other = tmp_path / "other_split.txt"
+    other.write_text(text.replace(f" val_tokens:{tokens} ", f" val_tokens:{tokens + 6400} "), encoding="utf-8")
+    same = {runs["seed1337"]: [R.read_log(runs["seed1337"])], runs["seed1338"]: [R.read_log(runs["seed1338"])]}
+    assert plot_runs.validation_note(same) is None
+    note = plot_runs.validation_note({runs["seed1337"]: same[runs["seed1337"]], other: [R.read_log(other)]})
+    assert note.startswith(f"{runs['seed1337']} and {other} were scored on different validation sets: ")
+    assert f"{tokens + 6400:,} in other_split.txt" in note
+
+
+def test_records_readme_packing_figures_are_those_of_train_gpt_py():
+    """Issue 34: records/README.md said 86,694 -> about 31,600 bytes when train_gpt.py packed 96,424 -> 36,631. The
+    figures must stay within 5% of what --pack gives for train_gpt.py as it is (every change moves them a little)."""
+    text = (ROOT / "records" / "README.md").read_text(encoding="utf-8")
+    size, packed = (int(n.replace(",", "")) for n in re.search(r"\(([\d,]+) → ([\d,]+) bytes for", text).groups())
+    source = SCRIPT.read_text(encoding="utf-8")
+    assert size == pytest.approx(len(source.encode()), rel=0.05)
+    assert packed == pytest.approx(len(R.pack_script(source).encode()), rel=0.05)
