@@ -409,7 +409,8 @@ def run_main(T, environ: dict[str, str], watcher: Watcher, tokens: torch.Tensor 
     dist.destroy_process_group = lambda *a, **k: None  # the worker's process group serves every run
     os.environ.clear()
     os.environ.update(environ)
-    error = None
+    error, saved_argv = None, sys.argv
+    sys.argv = [str(T.__file__)]  # as `python3 train_gpt.py` starts it: the script takes no arguments
     try:
         T.main()
     except EnoughObserved:
@@ -417,6 +418,7 @@ def run_main(T, environ: dict[str, str], watcher: Watcher, tokens: torch.Tensor 
     except BaseException as exc:  # the checked script's own failure: reported with the conditions it blocks
         error = short_error(exc)
     finally:
+        sys.argv = saved_argv
         os.environ.clear()
         os.environ.update(saved_env)
         hook.remove()

@@ -80,7 +80,6 @@ def test_bench_record_reads_our_last_step_as_train_gpt_logs_it(tmp_path):
     log = train_gpt.Logger(tmp_path / "log.txt")
     log.log(step="4/4", train_loss=4.8309, train_time="80ms", step_avg="20.00ms", tokens_per_s="3210000")
     log.log(step="4/4", val_loss=5.2701, val_bpb=2.1215, weights="raw", train_time="80ms", step_avg="20.00ms")
-    log.close()
     lines = (tmp_path / "log.txt").read_text().splitlines()
     got = bench_record.last_step(lines, bench_record.OURS_TRAIN, bench_record.OURS_VAL, 4)
     assert got == dict(tokens_per_s=3210000, train_loss=4.8309, val_bpb=2.1215)
