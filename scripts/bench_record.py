@@ -19,8 +19,6 @@ and spread of the val_bpb difference. Needs CUDA and torchrun; logs stay in --wo
 from __future__ import annotations
 
 import argparse
-import base64
-import lzma
 import os
 import re
 import statistics
@@ -32,7 +30,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-HEADER_INTS = 256  # the shard format of train_gpt.py: 256 int32, then uint16 tokens
+sys.path[:0] = [str(ROOT), str(ROOT / "data"), str(ROOT / "records")]
+import build_shards  # noqa: E402  (write_data_shard: the trainer's shard format)
+import recordlib  # noqa: E402  (unpack_script: the records' lzma + base85 packing)
+import train_gpt  # noqa: E402  (load_data_shard)
+
 FA3_IMPORT = "from flash_attn_interface import flash_attn_func as flash_attn_3_func"
 SDPA_SHIM = (
     "def flash_attn_3_func(q, k, v, causal=False):\n"
@@ -51,10 +53,7 @@ RECORD_VAL = re.compile(r"^(\d+)/\d+ val_loss: ([\d.]+) val_bpb: ([\d.]+)")
 def record_source(path: Path) -> str:
     """The record's Python source: unpacked if it ships as lzma + base85, FA3 replaced by SDPA if FA3 is missing."""
     text = path.read_text(encoding="utf-8")
-    packed = re.search(r'b85decode\("(.*?)"\)', text, re.S)
-    if packed:
-        filters = [{"id": lzma.FILTER_LZMA2}]
-        text = lzma.decompress(base64.b85decode(packed.group(1)), format=lzma.FORMAT_RAW, filters=filters).decode()
+    text = recordlib.unpack_script(text) or text
     try:
         import flash_attn_interface  # noqa: F401
     except ImportError:
@@ -66,15 +65,10 @@ def record_source(path: Path) -> str:
 
 def split_training_tokens(files: list[Path], out: Path, parts: int) -> list[Path]:
     """The training tokens of `files`, in order, cut into `parts` shards of the same format in `out`."""
-    header = np.fromfile(files[0], dtype="<i4", count=HEADER_INTS)
-    tokens = np.concatenate([np.fromfile(f, dtype="<u2", offset=4 * HEADER_INTS) for f in files])
-    written = []
-    for i, part in enumerate(np.array_split(tokens, parts)):
-        header[2] = len(part)
-        written.append(out / f"fineweb_train_{i:06d}.bin")
-        with open(written[-1], "wb") as f:
-            f.write(header.tobytes())
-            f.write(part.astype("<u2").tobytes())
+    tokens = np.concatenate([train_gpt.load_data_shard(f).numpy() for f in files])
+    written = [out / f"fineweb_train_{i:06d}.bin" for i in range(parts)]
+    for path, part in zip(written, np.array_split(tokens, parts)):
+        build_shards.write_data_shard(path, part)
     return written
 
 
