@@ -1354,9 +1354,10 @@ def log_artifact(run: Run, path: str, artifact: tuple[dict, dict]) -> tuple[dict
     header, model_bytes, code_bytes = artifact[0], Path(path).stat().st_size, len(Path(__file__).read_bytes())
     total, raw, made_with = code_bytes + model_bytes, header["payload_bytes"], header.get("tokenizer_sha256", "none")
     run.log.log(artifact=path, sha256=file_sha256(path), code_bytes=code_bytes, model_bytes=model_bytes,
-                total_bytes=total, limit_bytes=ARTIFACT_LIMIT_BYTES, within_limit="NO" if total > ARTIFACT_LIMIT_BYTES
-                else "yes", payload_raw_bytes=raw, compression_ratio=f"{raw / model_bytes:.3f}", eval_seq_len=
-                run.val.seq_len, tokenizer="same" if made_with == file_sha256(run.args.tokenizer_path) else made_with)
+                total_bytes=total, limit_bytes=ARTIFACT_LIMIT_BYTES,
+                within_limit="yes" if total <= ARTIFACT_LIMIT_BYTES else "NO", payload_raw_bytes=raw,
+                compression_ratio=f"{raw / model_bytes:.3f}", eval_seq_len=run.val.seq_len,
+                tokenizer="same" if made_with == file_sha256(run.args.tokenizer_path) else made_with)
     return artifact  # tokenizer: "same" as TOKENIZER_PATH, else the sha256 of its own (none: an older artifact)
 
 def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor], observe=None) -> None:
