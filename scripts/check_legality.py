@@ -1,6 +1,6 @@
 """Is train_gpt.py's evaluation legal? It runs the checked script's own main() under EVAL_ONLY on an artifact of a
-tiny random model that the script itself wrote, on a validation split made with a tiny SentencePiece tokenizer, with
-1 and 2 processes, in two geometries (three with the user's), watches every distribution that scores a token on the
+tiny random model that the script itself wrote, on a validation split made with a tiny SentencePiece tokenizer (or a
+prefix of the one in your DATA_PATH), with 1 and 2 processes, in two geometries (three with the user's), watches every distribution that scores a token on the
 three scoring paths (the round trip, sliding windows, sliding windows with score-first test-time training), reads the
 run's log, and checks them against the conditions of the challenge's issue #1017. One line per loss path, geometry,
 scoring path and condition; exit 1 if any fails, exit 2 (an `error:` line) for a command line or environment that
@@ -9,6 +9,7 @@ train_gpt.py would refuse.
   python3 scripts/check_legality.py                        # the model and TTT settings of the environment, CPU
   RECIPE=record TTT_LR=0.01 python3 scripts/check_legality.py
   TRAIN_SEQ_LEN=16 EVAL_STRIDE=5 TTT_CHUNK_TOKENS=40 python3 scripts/check_legality.py   # a third geometry: yours
+  DATA_PATH=./data/datasets/fineweb10B_sp1024 python3 scripts/check_legality.py   # on (a prefix of) your split
   python3 scripts/check_legality.py --broken               # a TTT that trains on each chunk before scoring it
   python3 scripts/check_legality.py --script /tmp/copy.py  # check another copy of train_gpt.py
   # on one GPU, as a training run scores: the Triton loss and bf16 autocast (tolerances below)
@@ -17,7 +18,12 @@ train_gpt.py would refuse.
 
 The environment is read as train_gpt.py reads it (Hyperparameters.from_env: RECIPE, loops, XSA, TTT_LR, ...; a
 misspelt variable is refused as train_gpt.py refuses it); TTT is always on, EVAL_ONLY is set, and the size, the
-vocabulary (64 ids), the data, the tokenizer and the geometry are made tiny. Geometries:
+vocabulary (64 ids), the data, the tokenizer and the geometry are made tiny. With DATA_PATH set (and TOKENIZER_PATH,
+else train_gpt.py's default for VOCAB_SIZE), each geometry's split is instead the first tokens of that validation
+split (its shards in order), scored with that tokenizer and vocabulary, and the output says so: the data you score
+on, with its documents and its bytes (from the decoded text, or the byte sidecars with CaseOps). The observer scores
+every id of the vocabulary for every target, so the sp1024 split takes ~5 min a geometry and process count on a
+CPU. The interpreted Triton geometry below always uses a split made here. Geometries:
   aligned: a 32-token window every 8 tokens, 64-prediction chunks (the stride divides window and chunk);
   ragged:  a 24-token window every 7 tokens, 50-prediction chunks (the stride divides neither, the chunk is no
            multiple of the window: windows straddle chunk boundaries, and TTT trains on 48 of a chunk's 50);
@@ -39,9 +45,16 @@ script. The conditions:
      (c*size - 1, c*size, c*size + 1), the last token TTT trains on in each chunk, the last chunk, and a seeded
      sample of other positions. Each is changed to random tokens; the first of each chunk, and the first probe,
      also to the model's most likely tokens and to tokens copied from elsewhere in the split, which flip a choice
-     made on the whole split (a temperature or a learning rate picked by its score). A changed run stops when the
-     scored model takes an optimizer step after every target up to the probe was scored on the path it is on: what
-     it does, not which function it calls. A path a changed run never scored up to its probe fails, named.
+     made on the whole split (a temperature or a learning rate picked by its score). A choice that no probe flips
+     is caught by what it does: every update of the run (an optimizer step on any model, the scored one or a deep
+     copy of it, or a change of the scored model's weights however it is made: p.data, copy_, load_state_dict,
+     seen as a changed digest of its weights at the next observation) is compared, bit for bit, with the original
+     run's while a target up to the probe is still to be scored; one that differs trained on tokens from the probe
+     on before scoring that target (named: which update, on which model, before which target). On CUDA updates are
+     not compared (their rounding differs from run to run): the distributions are. A changed run stops when the
+     scored model takes an optimizer step, or (one process) its weights change however it is made, after every
+     target up to the probe was scored on the path it is on: what it does, not which function it calls. A path a
+     changed run never scored up to its probe fails, named.
   2. single pass: every target of the split in DATA_PATH is scored once, and the bytes counted here for them are
      the split's decoded bytes.
   3. normalized: each distribution sums to 1 (a target scored with probability 0 is said so, never a NaN).
@@ -72,12 +85,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import faulthandler
+import hashlib
 import importlib.util
 import io
 import math
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -227,16 +242,80 @@ def write_shard(path: Path, tokens: torch.Tensor) -> None:
     path.write_bytes(header.tobytes() + tokens.numpy().astype("<u2").tobytes())
 
 
+def read_shard(path: Path, count: int | None = None) -> torch.Tensor:
+    """The first `count` (all: None) values of a shard in the challenge's format, as int64."""
+    header = np.fromfile(path, "<i4", count=SHARD_HEADER_INTS)
+    if len(header) < 3 or header[0] != SHARD_MAGIC or header[1] != SHARD_VERSION:
+        raise CheckError(f"{path} is not a shard of the challenge's format (magic {SHARD_MAGIC}, version "
+                         f"{SHARD_VERSION}): rebuild it (data/README.md).")  # fmt: skip
+    size = int(header[2]) if count is None else min(count, int(header[2]))
+    return torch.from_numpy(np.fromfile(path, "<u2", count=size, offset=4 * SHARD_HEADER_INTS).astype(np.int64))
+
+
+@dataclasses.dataclass(frozen=True)
+class UserData:
+    """The validation split in the user's DATA_PATH, the split a run scores: the check scores a prefix of it."""
+
+    data_path: str
+    tokenizer_path: str
+    vocab: int
+    files: tuple[Path, ...]  # the validation shards, sorted as train_gpt.py reads them
+    sidecars: tuple[Path, ...]  # their byte sidecars (CaseOps), or none
+    tokens: int  # in all of them
+
+    def prefix(self, count: int, sidecars: bool = False) -> torch.Tensor:
+        pieces, left = [], count
+        for path in self.sidecars if sidecars else self.files:
+            pieces.append(read_shard(path, left))
+            left -= len(pieces[-1])
+            if left <= 0:
+                break
+        return torch.cat(pieces)
+
+
+def user_data(environ: dict[str, str]) -> UserData | None:
+    """The environment's DATA_PATH, TOKENIZER_PATH (else train_gpt.py's default for VOCAB_SIZE) and VOCAB_SIZE (else
+    the tokenizer's), checked; None without DATA_PATH (the check makes its own split)."""
+    raw = environ.get("DATA_PATH", "").strip()
+    if not raw:
+        return None
+    files = sorted(p for p in Path(raw).glob("fineweb_val_*.bin") if not p.name.startswith("fineweb_val_bytes_"))
+    if not files:
+        raise CheckError(f"DATA_PATH={raw}: no validation shards fineweb_val_*.bin there: point it at the folder of the "
+                         "split your runs score (data/README.md), or unset it to check on a split made here.")  # fmt: skip
+    vocab = environ.get("VOCAB_SIZE", "").strip()
+    folder = environ.get("DATA_DIR", "").strip() or "./data"
+    tokenizer = environ.get("TOKENIZER_PATH", "").strip() or f"{folder}/tokenizers/fineweb_{vocab or 1024}_bpe.model"
+    if not Path(tokenizer).is_file():
+        raise CheckError(f"TOKENIZER_PATH={tokenizer}: no such file: with DATA_PATH set, point TOKENIZER_PATH at the "
+                         ".model file its shards were made with.")  # fmt: skip
+    import sentencepiece as spm
+
+    try:
+        pieces = spm.SentencePieceProcessor(model_file=tokenizer).vocab_size()
+    except (RuntimeError, OSError):
+        raise CheckError(
+            f"TOKENIZER_PATH={tokenizer} is not a SentencePiece model: point it at the .model file."
+        ) from None
+    if vocab and vocab != str(pieces):
+        raise CheckError(f"VOCAB_SIZE={vocab}, but TOKENIZER_PATH={tokenizer} has {pieces} pieces: set VOCAB_SIZE="
+                         f"{pieces} or use the matching tokenizer.")  # fmt: skip
+    sidecars = tuple(f.with_name(f.name.replace("fineweb_val_", "fineweb_val_bytes_")) for f in files)
+    sidecars = sidecars if any(path.is_file() for path in sidecars) else ()
+    count = sum(int(np.fromfile(f, "<i4", count=3)[2]) for f in files)
+    return UserData(raw, tokenizer, pieces, tuple(files), sidecars, count)
+
+
 def decoded_bytes(sp, tokens: torch.Tensor) -> tuple[torch.Tensor, int]:
     """(bytes of each token, the split's decoded bytes): token t stands for the UTF-8 bytes it adds to the decoded
     text of its document (from the last BOS before it); BOS adds none. Counted here, from the tokenizer's decoding,
     not by any function of the checked script; the total is the bytes of every document as the split decodes."""
-    ids = tokens.tolist()
+    ids, bos = tokens.tolist(), sp.bos_id()
     counted = [0] * len(ids)
     total, start = 0, 0
     for end in range(len(ids) + 1):
-        if end == len(ids) or ids[end] == BOS_ID:
-            doc, previous = ids[start + 1 : end] if start < end and ids[start] == BOS_ID else ids[start:end], 0
+        if end == len(ids) or ids[end] == bos:
+            doc, previous = ids[start + 1 : end] if start < end and ids[start] == bos else ids[start:end], 0
             offset = end - len(doc)
             for k in range(len(doc)):
                 now = len(sp.decode(doc[: k + 1]).encode("utf-8"))
@@ -301,12 +380,12 @@ def probe_runs(geometry: Geometry) -> list[tuple[int, str]]:
     return [(p, "random") for p in every] + [(p, kind) for p in sorted(flips) for kind in ("likely", "copied")]
 
 
-def changed_from(tokens: torch.Tensor, probe: int, kind: str, likely: torch.Tensor | None = None) -> torch.Tensor:
+def changed_from(tokens: torch.Tensor, probe: int, kind: str, likely=None, vocab: int = VOCAB) -> torch.Tensor:
     """The tokens with every one from `probe` on replaced: by another random id, by the model's most likely token at
     that position (where none was observed, a random one), or by the tokens half the split further on."""
     changed = tokens.clone()
-    shift = torch.randint(1, VOCAB, (len(tokens) - probe,), generator=torch.Generator().manual_seed(4))
-    changed[probe:] = (changed[probe:] + shift) % VOCAB
+    shift = torch.randint(1, vocab, (len(tokens) - probe,), generator=torch.Generator().manual_seed(4))
+    changed[probe:] = (changed[probe:] + shift) % vocab
     if kind == "likely" and likely is not None:
         changed[probe:] = torch.where(likely[probe:] >= 0, likely[probe:], changed[probe:])
     elif kind == "copied":
@@ -322,10 +401,10 @@ class EnoughObserved(BaseException):
     not compared. A BaseException, so that the checked script's `except Exception` neither logs nor keeps it."""
 
 
-def tiny_args(T, environ: dict[str, str], geometry: Geometry, **overrides: str):
+def tiny_args(T, environ: dict[str, str], geometry: Geometry, vocab: int = VOCAB, **overrides: str):
     """The environment's config (RECIPE, switches, TTT settings) at the tiny size and the geometry's shape, read as
     train_gpt.py reads it: a misspelt or invalid variable raises its ConfigError."""
-    return T.Hyperparameters.from_env(environ | TINY | geometry.settings() | overrides)
+    return T.Hyperparameters.from_env(environ | TINY | dict(VOCAB_SIZE=str(vocab)) | geometry.settings() | overrides)
 
 
 def tiny_model(T, args, device: torch.device):
@@ -339,14 +418,44 @@ def tiny_model(T, args, device: torch.device):
     return model.to(device)
 
 
+def fingerprint(tensors) -> bytes:
+    """A digest of the tensors' values (None: absent, as a gradient may be): equal bit for bit, or not."""
+    digest = hashlib.blake2b(digest_size=16)
+    for t in tensors:
+        digest.update(b"-" if t is None else t.detach().float().cpu().contiguous().numpy().tobytes())
+    return digest.digest()
+
+
 class Watcher:
     """The observer that score_artifact hands to each scoring path, and the optimizer hook that ends a changed run.
-    `upto`: the probe of a changed run (None: the original run, everything kept)."""
+    `upto`: the probe of a changed run (None: the original run, everything kept). An update is an optimizer step on
+    any model (the scored one or a copy of it) or a change of the scored model's weights however it was made, seen
+    at the next observation. The original run records a digest of each (`trace`); a changed run compares its own to
+    `reference` (the original run's, on this rank) while a target up to the probe is still to be scored: an update
+    that differs there used tokens from the probe on before that target was scored (`leak`)."""
 
-    def __init__(self, upto: int | None, total: int, device: torch.device):
+    def __init__(self, upto: int | None, total: int, device: torch.device, reference: list | None = None):
         self.upto, self.record, self.kind, self.model = upto, {}, None, None
         self.covered = {}  # path -> (total + 1,) bool: targets at or before the probe this rank scored
         self.total, self.device = total, device
+        self.trace, self.reference, self.leak = [], reference, None
+        self.weights, self.steps_since_look = None, 0  # the scored model's weights at the last observation
+
+    def missing(self, covered: torch.Tensor) -> int | None:
+        """The first target up to the probe not yet scored on the current path (covered: per target 1..upto)."""
+        left = (covered == 0).nonzero()
+        return int(left[0]) + 1 if len(left) else None
+
+    def update(self, digest: bytes, what: str, target: int | None) -> None:
+        """The run's next update; in a changed run, one that differs from the original run's while `target` (up to
+        the probe) is still to be scored is the first leak. Compared on the CPU only (bit for bit)."""
+        index = len(self.trace)
+        self.trace.append(digest)
+        if self.upto is None or self.reference is None or self.leak is not None or target is None:
+            return
+        if index >= len(self.reference) or self.reference[index] != digest:
+            self.leak = (self.kind, target, f"{what} (update {index + 1} of the run) used tokens from the probe on "
+                         f"before target {target} was scored")  # fmt: skip
 
     def observe(self, kind: str):
         self.kind = kind
@@ -356,6 +465,7 @@ class Watcher:
             positions = positions.detach().cpu().long()
             if not len(positions):
                 return
+            self.look(positions)
             logp = logp.detach().float().cpu().reshape(len(positions), -1)
             keep = positions <= self.upto if self.upto is not None else torch.ones_like(positions, dtype=torch.bool)
             self.record.setdefault(kind, []).append((positions[keep], logp[keep]))
@@ -363,20 +473,50 @@ class Watcher:
 
         return seen
 
+    def look(self, positions: torch.Tensor) -> None:
+        """Before an observation is kept: has the scored model's weights changed since the last one, and how? With
+        every target up to the probe scored on this path, a change ends a changed run (one process: the ranks of
+        several do not observe in step, so there the optimizer hook ends it); before, it is an update to compare."""
+        if self.model is None:
+            return
+        weights = fingerprint(self.model.parameters())
+        changed, stepped = self.weights is not None and weights != self.weights, self.steps_since_look
+        self.weights, self.steps_since_look = weights, 0
+        if not changed or self.upto is None:
+            if changed:
+                self.trace.append(weights)
+            return
+        covered = self.covered[self.kind][1 : self.upto + 1]
+        if bool(covered.all()) and not dist.is_initialized():
+            raise EnoughObserved
+        early = positions[positions <= self.upto]
+        how = "an optimizer step" if stepped else "something other than an optimizer step (p.data, copy_, ...)"
+        target = int(early.min()) if len(early) else None  # none up to the probe: these weights scored none of them
+        self.update(weights, f"a change of the scored model's weights by {how}", target)
+
     def step_hook(self, optimizer, args, kwargs) -> None:
-        """Before any optimizer step: one on the scored model, once every target up to the probe was scored on the
-        current path by some rank, ends a changed run. Every rank steps together (the gradient is all-reduced
+        """Before any optimizer step, on the scored model or another (a copy): an update, compared while a target up
+        to the probe is still to be scored on the current path by every rank. One on the scored model once they are
+        all scored ends a changed run, as does a leak. Every rank steps together (the gradient is all-reduced
         first), so every rank asks and raises at the same step."""
-        if self.upto is None or self.model is None or self.kind is None:
+        if self.model is None:
             return
+        params = [p for group in optimizer.param_groups for p in group["params"]]
         ours = {id(p) for p in self.model.parameters()}
-        if not any(id(p) in ours for group in optimizer.param_groups for p in group["params"]):
+        scored = any(id(p) in ours for p in params)
+        self.steps_since_look += scored
+        digest = fingerprint([p.grad for p in params] + params)
+        if self.upto is None:
+            self.trace.append(digest)
             return
-        covered = self.covered.get(self.kind, torch.zeros(self.total + 1, dtype=torch.bool))[1 : self.upto + 1]
-        covered = covered.to(self.device, torch.int32)
+        empty = torch.zeros(self.total + 1, dtype=torch.bool)
+        covered = self.covered.get(self.kind, empty)[1 : self.upto + 1].to(self.device, torch.int32)
         if dist.is_initialized():
             dist.all_reduce(covered, op=dist.ReduceOp.MAX)  # scored by some rank
-        if bool(covered.all()):
+        target = self.missing(covered.cpu())
+        what = "an optimizer step on the scored model" if scored else "an optimizer step on another model (a copy?)"
+        self.update(digest, what, target)
+        if target is None and scored:
             raise EnoughObserved
 
 
@@ -457,12 +597,21 @@ def likely_tokens(record: dict, total: int) -> torch.Tensor:
     return likely
 
 
-def worker_geometry(T, ctx, folder: Path, name: str, environ: dict[str, str], geometry: Geometry, device: str):
+def worker_geometry(
+    T, ctx, folder: Path, name: str, environ: dict[str, str], geometry: Geometry, device: str, vocab: int
+):
     """One geometry: the artifact (written by the checked script), then main() on the original split, on each
     probe's changed one and with a hurting TTT. What this rank observed, and rank 0's log lines."""
     data, path = folder / name, folder / f"artifact_{name}.ptz"
     settings = dict(DATA_PATH=str(data), TOKENIZER_PATH=str(folder / "tokenizer.model"), ARTIFACT_PATH=str(path))
-    base = environ | TINY | geometry.settings() | settings | dict(LOG_DIR=str(folder / "logs"))
+    base = (
+        environ
+        | TINY
+        | dict(VOCAB_SIZE=str(vocab))
+        | geometry.settings()
+        | settings
+        | dict(LOG_DIR=str(folder / "logs"))
+    )
     tokens = torch.from_numpy(np.fromfile(data / "fineweb_val_000000.bin", "<u2", offset=4 * SHARD_HEADER_INTS))
     tokens = tokens.to(torch.int64)
     total = tokens.numel() - 1
@@ -474,24 +623,29 @@ def worker_geometry(T, ctx, folder: Path, name: str, environ: dict[str, str], ge
     if dist.is_initialized():
         dist.barrier()
 
-    def run(tag: str, upto=None, changed=None, **overrides):
+    def run(tag: str, upto=None, changed=None, reference=None, **overrides):
         run_id = f"{name}_{tag}"  # unique in this worker's folder: a log is never overwritten
-        watcher = Watcher(upto, total, ctx.device)
+        watcher = Watcher(upto, total, ctx.device, reference)
         error, lines = run_main(
             T, base | overrides | {"RUN_ID": run_id}, watcher, changed, Path(base["LOG_DIR"]) / f"{run_id}.txt"
         )
-        return watcher.record, error, lines if ctx.rank == 0 else []
+        return watcher, error, lines if ctx.rank == 0 else []
 
+    watcher, error, lines = run("original")
     found = dict(
-        original=run("original"), config={k: getattr(args, k) for k in ("ttt_lr", "ttt_epochs", "ttt_momentum")}
+        original=(watcher.record, error, lines),
+        config={k: getattr(args, k) for k in ("ttt_lr", "ttt_epochs", "ttt_momentum")},
     )
     if name in INTERPRETED:
         return found
-    found |= dict(hurting=run("hurting", **HURTING_TTT), probes={})
+    hurting, error, lines = run("hurting", **HURTING_TTT)
+    found |= dict(hurting=(hurting.record, error, lines), probes={})
+    reference = watcher.trace if device == "cpu" else None  # on CUDA, updates differ by rounding from run to run
     likely = likely_tokens(merge_records(gather(found["original"][0])), total)
     for probe, kind in probe_runs(geometry):
-        record, error, _ = run(f"p{probe}{kind}", upto=probe, changed=changed_from(tokens, probe, kind, likely))
-        found["probes"][(probe, kind)] = (record, error)
+        changed = changed_from(tokens, probe, kind, likely, args.vocab_size)
+        probed, error, _ = run(f"p{probe}{kind}", upto=probe, changed=changed, reference=reference)
+        found["probes"][(probe, kind)] = (probed.record, error, probed.leak)
     return found
 
 
@@ -503,7 +657,7 @@ def gather(record: dict) -> list[dict]:
     return every
 
 
-def worker(out: Path, script: Path, device: str, broken: bool, geometries: list[str], folder: Path) -> None:
+def worker(out: Path, script: Path, device: str, broken: bool, geometries: list[str], folder: Path, vocab: int) -> None:
     """Each geometry in this process; each rank saves what it observed (out.rankN) and any error of the script."""
     faulthandler.dump_traceback_later(WORKER_TIMEOUT_S - 60, exit=True)  # a rank waiting for another: say where
     rank = int(os.environ.get("RANK", "0"))
@@ -530,12 +684,12 @@ def worker(out: Path, script: Path, device: str, broken: bool, geometries: list[
     for name in geometries:
         geometry = (GEOMETRIES | INTERPRETED).get(name) or user_geometry(environ, device)
         try:
-            tiny_args(T, environ, geometry)
+            tiny_args(T, environ, geometry, vocab)
         except T.ConfigError as exc:  # as train_gpt.py would refuse it: the user's to fix, not a verdict
             saved["config_error"] = str(exc)
             break
         try:
-            saved["geometries"][name] = worker_geometry(T, ctx, folder, name, environ, geometry, device)
+            saved["geometries"][name] = worker_geometry(T, ctx, folder, name, environ, geometry, device, vocab)
         except BaseException as exc:  # the script's failure outside a run, or the check's own: on stderr in full
             traceback.print_exc()
             saved["geometries"][name] = dict(error="the check could not run the script: " + short_error(exc))
@@ -552,17 +706,33 @@ def worker(out: Path, script: Path, device: str, broken: bool, geometries: list[
 class Split:
     tokens: torch.Tensor
     bytes: torch.Tensor  # (N,) bytes of each token as the target, counted here
-    total_bytes: int  # the split's decoded bytes
+    total_bytes: int  # the bytes of the split's targets (all but its first token): its decoded bytes
 
 
-def make_data(folder: Path, geometries: dict[str, Geometry]) -> dict[str, Split]:
-    """The tokenizer and a validation shard per geometry in folder; each split's tokens and bytes."""
-    sp = make_tokenizer(folder / "tokenizer.model")
+def make_data(folder: Path, geometries: dict[str, Geometry], data: UserData | None = None) -> dict[str, Split]:
+    """The tokenizer and a validation shard per geometry in folder; each split's tokens and bytes. With the user's
+    data: their tokenizer, and each split the first tokens of DATA_PATH's (its byte sidecars' counts with CaseOps)."""
+    if data is None:
+        sp = make_tokenizer(folder / "tokenizer.model")
+    else:
+        import sentencepiece as spm
+
+        shutil.copyfile(data.tokenizer_path, folder / "tokenizer.model")
+        sp = spm.SentencePieceProcessor(model_file=str(folder / "tokenizer.model"))
     splits = {}
     for name, geometry in geometries.items():
-        tokens = split_tokens(sp, geometry.tokens)
+        if data is not None and data.tokens < geometry.tokens:
+            raise CheckError(f"DATA_PATH={data.data_path}: its validation split holds {data.tokens} tokens, the "
+                             f"geometry {name} needs {geometry.tokens}.")  # fmt: skip
+        tokens = split_tokens(sp, geometry.tokens) if data is None else data.prefix(geometry.tokens)
         write_shard(folder / name / "fineweb_val_000000.bin", tokens)
-        splits[name] = Split(tokens, *decoded_bytes(sp, tokens))
+        if data is not None and data.sidecars:  # CaseOps: the decoded text is not the original, its sidecar counts
+            counted = data.prefix(geometry.tokens, sidecars=True)
+            write_shard(folder / name / "fineweb_val_bytes_000000.bin", counted)
+            splits[name] = Split(tokens, counted, int(counted[1:].sum()))
+            continue
+        counted, total = decoded_bytes(sp, tokens)
+        splits[name] = Split(tokens, counted, total - int(counted[0]))
     return splits
 
 
@@ -576,14 +746,18 @@ def run_workers(
     loss: str = "torch",
 ) -> dict:
     """The worker in `processes` processes (gloo on the CPU, NCCL on CUDA); what every rank observed, merged per
-    geometry with the split's tokens and bytes. loss "triton" on a CPU: the Triton kernel under TRITON_INTERPRET=1."""
+    geometry with the split's tokens and bytes. loss "triton" on a CPU: the Triton kernel under TRITON_INTERPRET=1.
+    The split: a prefix of DATA_PATH's when the environment sets it (not for the interpreted geometry: the kernel's
+    interpreter would take minutes a run over a real vocabulary), else one made here."""
     chosen = geometries if isinstance(geometries, dict) else resolve_geometries(environ, device, geometries)
+    data = None if set(chosen) <= set(INTERPRETED) else user_data(environ)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        splits = make_data(folder, chosen)
+        splits = make_data(folder, chosen, data)
         out = folder / "observed.pt"
         command = [sys.executable, __file__, "--worker", str(out), "--script", str(script), "--device", device]
         command += ["--geometries", ",".join(chosen), "--folder", str(folder)] + ["--broken"] * broken
+        command += ["--vocab", str(data.vocab if data else VOCAB)]
         if processes > 1:
             command[1:1] = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
         env = {k: v for k, v in environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
@@ -655,8 +829,8 @@ def merge(saved: list[dict | None], splits: dict[str, Split], device: str, failu
                 next((r[run][1] for r in ranks if r[run][1]), None),
             )
         result["probes"] = None if "probes" not in ranks[0] else {
-            key: (merge_records([r["probes"][key][0] for r in ranks]), next((r["probes"][key][1] for r in ranks if
-                  r["probes"][key][1]), None))
+            key: (merge_records([r["probes"][key][0] for r in ranks]),
+                  *(next((r["probes"][key][i] for r in ranks if r["probes"][key][i]), None) for i in (1, 2)))
             for key in ranks[0].get("probes", {})
         }  # fmt: skip
         result["config"] = ranks[0]["config"]
@@ -690,7 +864,7 @@ def causal_differences(result: dict, path: str) -> list[tuple[int, str, int, flo
     every target at or before each probe that the original run scored; inf where the changed run did not score it."""
     original = by_position(result["original"][0].get(path))
     found = []
-    for (probe, kind), (changed_run, error) in result["probes"].items():
+    for (probe, kind), (changed_run, error, _) in result["probes"].items():
         changed = by_position(changed_run.get(path))
         for position in range(1, probe + 1):
             if position in original:
@@ -701,6 +875,16 @@ def causal_differences(result: dict, path: str) -> list[tuple[int, str, int, flo
                     found.append((probe, kind, position, math.inf, why))
                 else:
                     found.append((probe, kind, position, difference(row, original[position]), ""))
+    return found
+
+
+def updates_before_scoring(result: dict, path: str) -> list[tuple[int, str, str]]:
+    """(probe, its kind, the update) of each changed run whose first update that differed from the original run's,
+    while a target up to the probe was still to be scored, came on this path (or before any path began)."""
+    found = []
+    for (probe, kind), (_, _, leak) in result["probes"].items():
+        if leak is not None and leak[0] in (path, None):
+            found.append((probe, kind, leak[2]))
     return found
 
 
@@ -767,7 +951,7 @@ def conditions(result: dict, path: str, allow_no_adaptation: bool = False) -> di
     num_bytes = sum(int(target_bytes[p]) for p in rows if 0 <= p <= targets)
     single = (
         once and num_bytes == result["total_bytes"] and not error,
-        f"{len(set(positions.tolist()))} targets of {targets} in DATA_PATH's split scored, {len(positions)} "
+        f"{len(set(positions.tolist()))} targets of the split's {targets} scored, {len(positions)} "
         f"scorings; bytes {num_bytes} of the split's {result['total_bytes']} (decoded here){raised}",
     )
     sums = [float(torch.logsumexp(row, 0)) for row in rows.values()]
@@ -788,8 +972,16 @@ def conditions(result: dict, path: str, allow_no_adaptation: bool = False) -> di
     leaks = [d for d in differences if d[3] > tolerance]
     worst = max((d[3] for d in differences), default=math.inf)
     bound = "bit for bit" if tolerance == 0 else f"within {tolerance:.4f} (bf16)"
+    early = updates_before_scoring(result, path)
     if not rows:
         causal_evidence = f"the {path} path was not observed{raised}"
+    elif early:
+        probe, kind, what = early[0]
+        causal_evidence = (
+            f"{len(early)} of {len(result['probes'])} probes updated a model on tokens from the probe on before "
+            f"scoring every target up to it; probe {probe} ({kind}): {what}; {len(leaks)} of {len(differences)} "
+            f"distributions moved"
+        )
     elif not leaks:
         causal_evidence = (
             f"{len(differences)} distributions at or before the changed position, {len(result['probes'])} probes, "
@@ -802,7 +994,7 @@ def conditions(result: dict, path: str, allow_no_adaptation: bool = False) -> di
             if why
             else f"tokens changed from {probe} ({kind}) moved the distribution of target {position} by {diff:.3g}"
         )
-    causal = (bool(differences) and not leaks, causal_evidence)
+    causal = (bool(differences) and not leaks and not early, causal_evidence)
     hurt_observed, hurt_lines, hurt_error = result["hurting"]
     hurt_honest, hurt_evidence = report_matches(hurt_lines, hurt_observed, path, tokens, target_bytes, report_tolerance)
     hurt_evidence += f" (it raised {hurt_error})" if hurt_error else ""
@@ -861,7 +1053,16 @@ def check(
     if not Path(script).is_file():
         raise CheckError(f"--script {script}: no such file: point it at a copy of train_gpt.py.")
     chosen = resolve_geometries(environ, device, geometries)
+    data = user_data(environ)
     lines = [f"checking {script} on {device}" + (" with a BROKEN TTT (trains before it scores)" if broken else "")]
+    if data is None:
+        lines.append(f"data: a validation split made here, tokenizer of {VOCAB} pieces (set DATA_PATH to check yours)")
+    else:
+        lines.append(
+            f"data: DATA_PATH={data.data_path}: a prefix of its validation split of {data.tokens} tokens, as long as "
+            f"each geometry's split below; TOKENIZER_PATH={data.tokenizer_path}, VOCAB_SIZE={data.vocab}; bytes "
+            + ("from its byte sidecars" if data.sidecars else "counted from the decoded text")
+        )
     for name, g in chosen.items():
         lines.append(
             f"geometry {name}: window {g.window}, stride {g.stride}, chunks of {g.chunk}, {g.tokens} tokens, "
@@ -871,10 +1072,12 @@ def check(
     if any(loss == "triton" for _, loss in runs):
         g = INTERPRETED["interpreted"]
         lines.append(f"geometry interpreted (the Triton loss under TRITON_INTERPRET=1): window {g.window}, stride "
-                     f"{g.stride}, chunks of {g.chunk}, {g.tokens} tokens, no probes")  # fmt: skip
+                     f"{g.stride}, chunks of {g.chunk}, {g.tokens} tokens of a split made here, no probes")  # fmt: skip
     failed = 0
     for count, loss in runs:
-        observed = run_workers(count, environ, script, device, broken, None if loss != "triton" else INTERPRETED, loss)
+        observed = run_workers(
+            count, environ, script, device, broken, chosen if loss != "triton" else INTERPRETED, loss
+        )
         for name, result in observed.items():
             for path in PATHS:
                 for condition, (holds, evidence) in conditions(result, path, allow_no_adaptation).items():
@@ -910,10 +1113,11 @@ def main() -> int:
     parser.add_argument("--allow-no-adaptation", action="store_true", help="pass although TTT changed nothing")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--vocab", type=int, default=VOCAB, help=argparse.SUPPRESS)
     cli = parser.parse_args()
     geometries = cli.geometries.split(",") if cli.geometries is not None else None
     if cli.worker:
-        worker(cli.worker, cli.script, cli.device, cli.broken, geometries, cli.folder)
+        worker(cli.worker, cli.script, cli.device, cli.broken, geometries, cli.folder, cli.vocab)
         return 0
     try:
         lines, failed = check(
