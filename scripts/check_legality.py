@@ -30,7 +30,7 @@ CPU. The interpreted Triton geometry below always uses a split made here. Geomet
   user:    when the environment sets TRAIN_SEQ_LEN, EVAL_SEQ_LEN, EVAL_STRIDE or TTT_CHUNK_TOKENS, those values
            (the others: aligned's) on a split of three and a half chunks.
 Each has a ragged last chunk. On a CPU the loss runs as torch, and also as the Triton kernel under
-TRITON_INTERPRET=1 when Triton is installed: one process, a split of 16 targets (the interpreter takes ~4 ms a row),
+TRITON_INTERPRET=1 when Triton is installed: one process, a split of 8 targets (the interpreter takes ~4 ms a row),
 the original run only, for the conditions a kernel can break (single pass, normalized, reported is observed).
 
 What is watched: score_windows hands its observer each scored target's position and its log-probabilities over the
@@ -148,9 +148,9 @@ GEOMETRIES = {
     "aligned": Geometry(window=32, stride=8, chunk=64, tokens=7 * 32 + 1),  # chunks 3 x 64 and 32
     "ragged": Geometry(window=24, stride=7, chunk=50, tokens=7 * 24 + 1),  # chunks 3 x 50 and 18
 }
-# The Triton kernel in its interpreter takes ~4 ms a row, and the observer scores every id of every target: 16 targets
+# The Triton kernel in its interpreter takes ~4 ms a row, and the observer scores every id of every target: 8 targets
 # (two chunks), the original run only, for the conditions a kernel can break (normalized, reported, single pass).
-INTERPRETED = {"interpreted": Geometry(window=8, stride=4, chunk=8, tokens=2 * 8 + 1)}
+INTERPRETED = {"interpreted": Geometry(window=4, stride=2, chunk=4, tokens=2 * 4 + 1)}
 PATHS = ("roundtrip", "sliding_window", "ttt")
 HURTING_TTT = dict(TTT_LR="10", TTT_EPOCHS="1")  # steps far too large: TTT then scores worse than sliding windows
 INTERIOR_PROBES = 4
