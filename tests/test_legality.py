@@ -524,37 +524,50 @@ def test_the_triton_loss_in_its_interpreter_is_legal_on_main(tmp_path):
     assert not failed_lines(lines) and len(lines) == 3 * 3 + 1, "\n".join(lines)
 
 
-def test_a_legal_mixture_whose_ttt_steps_without_an_optimizer_passes(tmp_path):
+USER_GEOMETRY = dict(TRAIN_SEQ_LEN=16, EVAL_STRIDE=5, TTT_CHUNK_TOKENS=40)
+
+
+@pytest.fixture(scope="module")
+def legal_variant(tmp_path_factory) -> dict:
+    """One check, shared by the two tests below: the legal mixture's copy, on the user's data (a validation split of
+    other documents over two shards, with its own tokenizer) in the user's geometry."""
+    folder = tmp_path_factory.mktemp("legal_variant")
+    sp = check_legality.make_tokenizer(folder / "theirs.model")
+    ids = []
+    for doc in check_legality.documents(200, seed=99):  # not the documents of the check's own split
+        ids += [sp.bos_id()] + sp.encode(doc)
+    check_legality.write_shard(folder / "data" / "fineweb_val_000000.bin", torch.tensor(ids[:100]))
+    check_legality.write_shard(folder / "data" / "fineweb_val_000001.bin", torch.tensor(ids[100:1000]))
+    theirs = dict(DATA_PATH=folder / "data", TOKENIZER_PATH=folder / "theirs.model", VOCAB_SIZE=64)
+    env = clean_env(TTT_LR=0.05, **USER_GEOMETRY, **theirs)
+    script = patched_copy(LEGAL_MIXTURE, folder, "legal_mixture")
+    lines, _ = check_legality.check(env, script, processes=(1,), geometries=["user"], losses=[(1, "torch")])
+    return dict(lines=lines, env=env, sp=sp, ids=ids, data=folder / "data", script=script)
+
+
+def test_a_legal_mixture_whose_ttt_steps_without_an_optimizer_passes(legal_variant):
     """Issue 33's false alarm: TTT that scores each token by 0.5 p_adapted + 0.5 p_frozen, both before any update
     on it, is legal; the check reads the mixture's distributions from the observer and passes it. Its steps are made
     by hand (p.data.add_) after each chunk is scored: a changed run stops at the first weight change once the probe's
     targets are scored, and every change before it is the original run's."""
-    lines = check_copy(LEGAL_MIXTURE, tmp_path, "aligned", name="legal_mixture")
-    assert not failed_lines(lines), "\n".join(lines)
+    lines = legal_variant["lines"]
+    assert not failed_lines(lines) and lines[0] == f"checking {legal_variant['script']} on cpu", "\n".join(lines)
+    assert any(line.startswith("ok   causal_score_before_update ttt geometry:user") for line in lines)
 
 
-def test_the_users_data_and_geometry_are_what_is_checked_and_a_legal_run_passes(tmp_path):
+def test_the_users_data_and_geometry_are_what_is_checked(legal_variant):
     """DATA_PATH, TOKENIZER_PATH and VOCAB_SIZE from the environment: the check scores a prefix of that validation
     split (over two shards here) with that tokenizer, and says so. EVAL_STRIDE, TTT_CHUNK_TOKENS and TRAIN_SEQ_LEN
-    make the geometry "user" (the two built-in ones override them). Main passes on both."""
-    sp = check_legality.make_tokenizer(tmp_path / "theirs.model")
-    ids = []
-    for doc in check_legality.documents(200, seed=99):  # not the documents of the check's own split
-        ids += [sp.bos_id()] + sp.encode(doc)
-    check_legality.write_shard(tmp_path / "data" / "fineweb_val_000000.bin", torch.tensor(ids[:100]))
-    check_legality.write_shard(tmp_path / "data" / "fineweb_val_000001.bin", torch.tensor(ids[100:1000]))
-    theirs = dict(DATA_PATH=tmp_path / "data", TOKENIZER_PATH=tmp_path / "theirs.model", VOCAB_SIZE=64)
-    env = clean_env(TRAIN_SEQ_LEN=16, EVAL_STRIDE=5, TTT_CHUNK_TOKENS=40, **theirs)
-    geometries = check_legality.resolve_geometries(env, "cpu")
+    make the geometry "user" (the two built-in ones override them); the legal copy passes on both."""
+    geometries = check_legality.resolve_geometries(legal_variant["env"], "cpu")
     assert list(geometries) == ["aligned", "ragged", "user"]
     user = geometries["user"]
     assert (user.window, user.stride, user.chunk) == (16, 5, 40) and (user.tokens - 1) % 16 == 0
     assert user.tokens - 1 > 3 * 40 and (user.tokens - 1) % 40
-    lines, _ = check_legality.check(env | {"TTT_LR": "0.05"}, processes=(1,), geometries=["user"],
-                                    losses=[(1, "torch")])  # fmt: skip
+    lines = legal_variant["lines"]
     assert not failed_lines(lines) and any("geometry:user" in line for line in lines), "\n".join(lines)
-    assert f"data: DATA_PATH={tmp_path / 'data'}: a prefix of its validation split of 1000 tokens" in lines[1]
-    counted, _ = check_legality.decoded_bytes(sp, torch.tensor(ids[: user.tokens]))
+    assert f"data: DATA_PATH={legal_variant['data']}: a prefix of its validation split of 1000 tokens" in lines[1]
+    counted, _ = check_legality.decoded_bytes(legal_variant["sp"], torch.tensor(legal_variant["ids"][: user.tokens]))
     single = next(line for line in lines if line.startswith("ok   single_pass ttt geometry:user"))
     assert f"bytes {int(counted[1:].sum())} of the split's {int(counted[1:].sum())}" in single, single
 
