@@ -6,9 +6,10 @@ it violates and no other, never with a traceback of its own; and legal variants 
 that it must pass.
 
 Run: python3 -m pytest -q tests/test_legality.py
-CPU only: tiny models, gloo for 2 processes. Each check of a copy is one worker process (~3 s to start) that runs
-the copy's main() some 30 times (~5 s); the Triton ones run the kernel in its interpreter (~15 s). The file took
-7m10 wall on 2 cores that other work shared (load 5); the suite with it, -n 2 --dist loadfile, 7m58.
+CPU only: tiny models, gloo for 2 processes. Each check of a copy is one worker process (~3 s to start: torch, and
+torch._dynamo on the first call of the loss's custom op) that runs the copy's main() some 25 times (~3 s); the
+Triton ones run the kernel in its interpreter (~8 s). The file took 2m41-2m55 wall on 2 cores that other sessions
+shared (MEASUREMENTS.md, the test suite).
 
 When train_gpt.py changes, a mutation whose snippet no longer occurs exactly once fails loudly: re-anchor it in
 MUTATIONS below, the one place that knows train_gpt.py's source text.
