@@ -1233,15 +1233,14 @@ def train_step(run: Run, state: TrainState, loader: DistributedTokenLoader, step
             loss = state.step_model(x, y)
         total_loss += loss.detach()
         (loss / ctx.grad_accum_steps).backward()
-    for opt in state.optimizers:
+    if args.grad_clip_norm > 0:
+        params = [p for opt in state.optimizers for group in opt.param_groups for p in group["params"]]
+        torch.nn.utils.clip_grad_norm_(params, args.grad_clip_norm)
+    for opt in state.optimizers:  # this step's schedule, then the step
         for group in opt.param_groups:
             group["lr"] = group["base_lr"] * lr_scale
             if isinstance(opt, Muon):
                 group["momentum"] = muon_momentum(step, args)
-    if args.grad_clip_norm > 0:
-        params = [p for opt in state.optimizers for group in opt.param_groups for p in group["params"]]
-        torch.nn.utils.clip_grad_norm_(params, args.grad_clip_norm)
-    for opt in state.optimizers:
         opt.step()
         opt.zero_grad(set_to_none=True)
     return total_loss / ctx.grad_accum_steps
@@ -1250,8 +1249,7 @@ def warmup_and_restore(run: Run, state: TrainState) -> None:
     """WARMUP_STEPS real steps (of both layer orders with loops) compile off the clock; then all is as before."""
     args, log, model = run.args, run.log, state.model
     t0 = run.ctx.clock()
-    model_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    optimizer_states = [copy.deepcopy(opt.state_dict()) for opt in state.optimizers]
+    initial = copy.deepcopy([model.state_dict(), *(opt.state_dict() for opt in state.optimizers)])
     loader = make_train_loader(args, run.train_files, run.ctx)
     for looping in [False, True] if args.num_loops > 0 else [False]:
         model.looping = looping
@@ -1261,9 +1259,8 @@ def warmup_and_restore(run: Run, state: TrainState) -> None:
             if step < 3 or (step + 1) % 10 == 0 or step + 1 == args.warmup_steps:
                 log.log(warmup_step=f"{step + 1}/{args.warmup_steps}", looping=int(looping))
     model.looping = False
-    model.load_state_dict(model_state)
-    for opt, saved in zip(state.optimizers, optimizer_states):
-        opt.load_state_dict(saved)
+    for part, saved in zip([model, *state.optimizers], initial):  # the weights and optimizer states as they were
+        part.load_state_dict(saved)
     log.log(warmup_steps=args.warmup_steps, warmup_time=f"{1000 * (run.ctx.clock() - t0):.0f}ms")
 
 def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
