@@ -422,16 +422,13 @@ class ShuffledSequenceLoader(DistributedTokenLoader):
         super().__init__(files, ctx)
         self.rng, self.order = np.random.default_rng(seed), np.empty((0, 2), np.int64)  # (shard, start) of each one
 
-    def reshuffle(self, seq_len: int) -> None:  # every shard cut at a random phase, then one permutation of it all
-        starts = [np.arange(int(self.rng.integers(seq_len)), len(s) - seq_len, seq_len) for s in self.shards]
-        order = np.concatenate([np.stack([np.full_like(a, i), a], 1) for i, a in enumerate(starts)])
-        self.order, self.pos = order[self.rng.permutation(len(order))], 0
-
     def next_batch(self, micro_batch_tokens: int, seq_len: int) -> tuple[Tensor, Tensor]:
         n = micro_batch_tokens // seq_len
         step = n * GRAD_ACCUM_TOTAL  # a new epoch only between whole steps, so W does not change the order
-        if self.pos % step == 0 and self.pos + step > len(self.order):
-            self.reshuffle(seq_len)
+        if self.pos % step == 0 and self.pos + step > len(self.order):  # every shard cut at a random phase, shuffled
+            starts = [np.arange(int(self.rng.integers(seq_len)), len(s) - seq_len, seq_len) for s in self.shards]
+            order = np.concatenate([np.stack([np.full_like(a, i), a], 1) for i, a in enumerate(starts)])
+            self.order, self.pos = order[self.rng.permutation(len(order))], 0
             if len(self.order) < step:
                 raise ShardError(f"the training shards hold {len(self.order)} sequences of TRAIN_SEQ_LEN={seq_len}, "
                                  f"fewer than one step ({step}): add data or set TRAIN_SHUFFLE=0.")
@@ -1462,10 +1459,10 @@ def train_and_score(run: Run) -> None:
     path = export(run, model, "raw" if ema is None else "ema", train_ms)
     score_artifact(run, model, *log_artifact(run, path, read_artifact(path, args)))
 
-def main() -> None:
-    def raise_interrupt(signum, frame):  # SIGINT and SIGTERM alike: unwind, log the step reached, clean up
-        raise KeyboardInterrupt(signal.Signals(signum).name)
+def raise_interrupt(signum, frame):  # SIGINT and SIGTERM alike: unwind, log the step reached, clean up
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
+def main() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, raise_interrupt)
     require(len(sys.argv) == 1, f"train_gpt.py takes no arguments ({' '.join(sys.argv[1:])}): settings are env vars")
