@@ -41,9 +41,9 @@ except ImportError:
 class ConfigError(ValueError):
     """A setting that cannot work; the message names the variable and the fix."""
 
-def require(ok: bool, message: str) -> None:
+def require(ok: bool, message: str, error: type[Exception] = ConfigError) -> None:  # or ShardError, ...
     if not ok:
-        raise ConfigError(message)
+        raise error(message)
 
 RULES = {"> 0": lambda v: v > 0, ">= 0": lambda v: v >= 0, "in [2, 8]": lambda v: 2 <= v <= 8,
          "in [0, 1)": lambda v: 0 <= v < 1, "in [0, 1]": lambda v: 0 <= v <= 1,
@@ -238,10 +238,9 @@ def parse_env_value(name: str, raw: str, kind: type):
     if kind is int:
         with contextlib.suppress(ValueError):
             return int(text)
-    try:
+    value = math.nan  # what does not parse is refused below
+    with contextlib.suppress(ValueError):
         value = float(text)
-    except ValueError:
-        value = math.nan
     require(math.isfinite(value) and (kind is float or value.is_integer()), f"{name}={raw!r} is not {expected}.")
     return value if kind is float else int(value)
 
@@ -359,23 +358,20 @@ class ShardError(ValueError):
 def read_shard_header(path: str | Path, vocab_size: int = 0) -> int:
     """A shard's token count, its header and size checked, and with vocab_size every id (0.25 s per 100M tokens)."""
     size = Path(path).stat().st_size
-    if size < SHARD_HEADER_BYTES:
-        raise ShardError(f"{path}: {size} bytes is shorter than the {SHARD_HEADER_BYTES}-byte shard header. The file "
-                         "is truncated: delete it and download or rebuild it.")
-    header = np.fromfile(path, dtype="<i4", count=SHARD_HEADER_INTS)
-    if int(header[0]) != SHARD_MAGIC or int(header[1]) != SHARD_VERSION:
-        raise ShardError(f"{path}: header magic/version {int(header[0])}/{int(header[1])}, expected {SHARD_MAGIC}/"
-                         f"{SHARD_VERSION}. Not a shard of this format: rebuild or download it (data/README.md).")
-    num_tokens = int(header[2])
+    require(size >= SHARD_HEADER_BYTES, f"{path}: {size} bytes is shorter than the {SHARD_HEADER_BYTES}-byte shard "
+            "header. The file is truncated: delete it and download or rebuild it.", ShardError)
+    magic, version, num_tokens = (int(v) for v in np.fromfile(path, dtype="<i4", count=SHARD_HEADER_INTS)[:3])
+    require((magic, version) == (SHARD_MAGIC, SHARD_VERSION), f"{path}: header magic/version {magic}/{version}, "
+            f"expected {SHARD_MAGIC}/{SHARD_VERSION}. Not a shard of this format: rebuild or download it "
+            "(data/README.md).", ShardError)
     expected = SHARD_HEADER_BYTES + num_tokens * SHARD_TOKEN_DTYPE.itemsize
-    if num_tokens < 0 or size != expected:
-        raise ShardError(f"{path}: header says {num_tokens} tokens ({expected} bytes) but the file has {size} bytes. "
-                         "The file is truncated or corrupt: delete it and fetch it again.")
+    require(num_tokens >= 0 and size == expected, f"{path}: header says {num_tokens} tokens ({expected} bytes) but "
+            f"the file has {size} bytes. The file is truncated or corrupt: delete it and fetch it again.", ShardError)
     if vocab_size and num_tokens:
         top = int(np.max(np.memmap(path, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (num_tokens,))))
-        if top >= vocab_size:
-            raise ShardError(f"{path}: token id {top} >= VOCAB_SIZE={vocab_size}: made with another tokenizer. Set "
-                             "VOCAB_SIZE and TOKENIZER_PATH to that tokenizer's, or rebuild it (data/build_shards.py).")
+        require(top < vocab_size, f"{path}: token id {top} >= VOCAB_SIZE={vocab_size}: made with another "
+                "tokenizer. Set VOCAB_SIZE and TOKENIZER_PATH to that tokenizer's, or rebuild it "
+                "(data/build_shards.py).", ShardError)
     return num_tokens
 
 def load_data_shard(path: str | Path, vocab_size: int = 0) -> Tensor:
@@ -388,10 +384,9 @@ def find_shards(data_path: str, split: str) -> list[Path]:
     """DATA_PATH/fineweb_{split}_*.bin of a split, "train" or "val", sorted; if none, where to read about them."""
     pattern = os.path.join(data_path, f"fineweb_{split}_*.bin")
     files = sorted(Path(p) for p in glob.glob(pattern) if "fineweb_val_bytes_" not in p)  # not the byte sidecars
-    if not files:
-        raise FileNotFoundError(f"no {'training' if split == 'train' else 'validation'} shards match DATA_PATH: "
-                                f"{pattern} (here: {Path(data_path).resolve()}). Set DATA_PATH to their folder; which "
-                                "shards fit which VOCAB_SIZE, and how to get them: data/README.md.")
+    require(len(files) > 0, f"no {'training' if split == 'train' else 'validation'} shards match DATA_PATH: {pattern} "
+            f"(here: {Path(data_path).resolve()}). Set DATA_PATH to their folder; which shards fit which VOCAB_SIZE, "
+            "and how to get them: data/README.md.", FileNotFoundError)
     return files
 
 class DistributedTokenLoader:
@@ -429,9 +424,8 @@ class ShuffledSequenceLoader(DistributedTokenLoader):
             starts = [np.arange(int(self.rng.integers(seq_len)), len(s) - seq_len, seq_len) for s in self.shards]
             order = np.concatenate([np.stack([np.full_like(a, i), a], 1) for i, a in enumerate(starts)])
             self.order, self.pos = order[self.rng.permutation(len(order))], 0
-            if len(self.order) < step:
-                raise ShardError(f"the training shards hold {len(self.order)} sequences of TRAIN_SEQ_LEN={seq_len}, "
-                                 f"fewer than one step ({step}): add data or set TRAIN_SHUFFLE=0.")
+            require(len(self.order) >= step, f"the training shards hold {len(self.order)} sequences of TRAIN_SEQ_LEN="
+                    f"{seq_len}, fewer than one step ({step}): add data or set TRAIN_SHUFFLE=0.", ShardError)
         rows = self.order[self.pos + self.ctx.rank * n : self.pos + (self.ctx.rank + 1) * n]
         self.pos += n * self.ctx.world_size
         return self.to_device(np.stack([self.shards[i][start : start + seq_len + 1] for i, start in rows]))
@@ -1262,13 +1256,11 @@ def warmup_and_restore(run: Run, state: TrainState) -> None:
 
 def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
     step = int(ctx.all_reduce(bad_step, dist.ReduceOp.MIN).item())
-    if step != NO_BAD_STEP:
-        raise FloatingPointError(f"train_loss is not finite at step {step}: {NOT_FINITE_FIX}")
+    require(step == NO_BAD_STEP, f"train_loss is not finite at step {step}: {NOT_FINITE_FIX}", FloatingPointError)
 
 def log_validation(run: Run, model: GPT, step: int, weights: str, **timing) -> None:  # a loss not finite ends the run
-    val_loss, val_bpb = loss_and_bpb(score_windows(model, run.val, run.ctx))
-    if not math.isfinite(val_loss):  # same value on every rank: all stop together
-        raise FloatingPointError(f"val_loss is not finite after step {step}: {NOT_FINITE_FIX}")
+    val_loss, val_bpb = loss_and_bpb(score_windows(model, run.val, run.ctx))  # the same on every rank: all stop at once
+    require(math.isfinite(val_loss), f"val_loss is not finite after step {step}: {NOT_FINITE_FIX}", FloatingPointError)
     run.log.log(step=f"{step}/{run.args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights=weights, **timing)
 
 def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
