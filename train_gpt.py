@@ -300,10 +300,9 @@ def dist_context() -> DistContext:  # from torchrun's variables (one process wit
 
 def init_distributed(ctx: DistContext) -> None:  # this rank's GPU, and the process group: NCCL on CUDA, else gloo
     cuda = ctx.device.type == "cuda"
-    if cuda:  # TF32 for the fp32 matmuls that autocast leaves
+    if cuda:  # TF32 for the fp32 matmuls that autocast leaves (cuDNN allows it by default)
         torch.cuda.set_device(ctx.device)
         torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
     if ctx.distributed:
         dist.init_process_group(backend="nccl" if cuda else "gloo", device_id=ctx.device if cuda else None)
 
