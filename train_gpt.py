@@ -118,6 +118,7 @@ class Hyperparameters:
     ema_decay: float = setting(0.0, "in [0, 1)")  # > 0: an EMA of the weights is what is exported and scored
     # implementation
     loss_impl: str = setting("auto", ("auto", "triton", "torch"))  # auto: triton on CUDA, torch elsewhere
+    mlp_impl: str = setting("function", ("function", "modules"))  # MLPFunction (3% faster compiled), or nn modules
     compile: bool = True  # torch.compile on CUDA; always off on CPU
     # export and scoring
     matrix_bits: int = setting(8, "in [2, 8]", "export")  # bits per weight of the block matrices (the record: 6)
@@ -633,28 +634,48 @@ class CausalSelfAttention(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)  # not in the state dict or the artifact
         self.register_buffer("rope_sin", sin, persistent=False)
 
-    def forward(self, x: Tensor) -> Tensor:
-        B, T, C = x.shape
-        q = self.c_q(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
-        k = self.c_k(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
-        v = self.c_v(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
+    def forward(self, x: Tensor) -> Tensor:  # x (B, T, C) -> q (B, H, T, hd), k and v (B, Hkv, T, hd) -> (B, T, C)
+        q, k, v = (m(x).unflatten(-1, (-1, self.head_dim)).transpose(1, 2) for m in (self.c_q, self.c_k, self.c_v))
+        T = x.size(1)
         cos, sin = self.rope_cos[:, :, :T], self.rope_sin[:, :, :T]  # T <= the config's longest sequence
         q = apply_rotary(rms_norm(q), cos, sin) * self.q_gain.to(q.dtype)[None, :, None, None]
         k = apply_rotary(rms_norm(k), cos, sin)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.num_kv_heads != self.num_heads)
-        return self.proj(self.post(y, v).transpose(1, 2).reshape(B, T, C))
+        return self.proj(self.post(y, v).transpose(1, 2).flatten(2))
 
-MLP_ACTIVATIONS = {"relu2": lambda h: torch.relu(h).square(), "leaky_relu2": lambda h: F.leaky_relu(h, 0.5).square()}
+MLP_SLOPES = {"relu2": 0.0, "leaky_relu2": 0.5}  # act(h) = leaky_relu(h, slope)^2
+
+class MLPFunction(torch.autograd.Function):
+    """proj(act(fc(x))) with autograd's backward written out (its operations in order: the same fp32 numbers). Compiled,
+    it is a graph of its own, which keeps inductor from fusing it into the RMSNorm backward's slow reduction kernel."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, w1: Tensor, w2: Tensor, slope: float) -> Tensor:
+        pre = F.linear(x, w1)
+        post = F.leaky_relu(pre, slope).square()
+        ctx.save_for_backward(x, w1, w2, pre, post)
+        ctx.slope = slope
+        return F.linear(post, w2)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, w1, w2, pre, post = ctx.saved_tensors
+        d_h = (grad @ w2) * (2 * F.leaky_relu(pre, ctx.slope))  # square's backward, then leaky_relu's
+        d_pre = torch.where(pre > 0, d_h, d_h * ctx.slope)
+        flat = [t.reshape(-1, t.size(-1)) for t in (x, d_pre, post, grad)]
+        return d_pre @ w1, (flat[0].t() @ flat[1]).t(), (flat[2].t() @ flat[3]).t(), None
 
 class MLP(nn.Module):
-    def __init__(self, dim: int, mlp_mult: float, act: str = "relu2"):
+    def __init__(self, dim: int, mlp_mult: float, act: str = "relu2", impl: str = "modules"):
         super().__init__()
         self.fc = CastedLinear(dim, int(mlp_mult * dim))
         self.proj = CastedLinear(int(mlp_mult * dim), dim, zero_init=True)
-        self.act = MLP_ACTIVATIONS[act]
+        self.slope, self.function = MLP_SLOPES[act], impl == "function"
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.proj(self.act(self.fc(x)))
+    def forward(self, x: Tensor) -> Tensor:  # MLPFunction where gradients flow; passes without them (scoring, GPTQ's
+        if self.function and torch.is_grad_enabled():  # hooks on the modules' inputs) run the modules
+            return MLPFunction.apply(x, self.fc.weight.to(x.dtype), self.proj.weight.to(x.dtype), self.slope)
+        return self.proj(F.leaky_relu(self.fc(x), self.slope).square())
 
 class Block(nn.Module):
     """x = mix0*x + mix1*x0, then attention and MLP on RMS-normed inputs, in sequence or both on one (GPT-J style)."""
@@ -663,7 +684,7 @@ class Block(nn.Module):
         super().__init__()
         dim = args.model_dim
         self.attn = CausalSelfAttention(args, xsa=layer >= args.num_layers - args.xsa_last_n)
-        self.mlp = MLP(dim, args.mlp_mult, args.mlp_act)
+        self.mlp = MLP(dim, args.mlp_mult, args.mlp_act, args.mlp_impl)
         self.attn_scale = nn.Parameter(torch.ones(dim))
         self.mlp_scale = nn.Parameter(torch.ones(dim))
         self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))))  # (2, dim)
