@@ -41,9 +41,9 @@ except ImportError:
 class ConfigError(ValueError):
     """A setting that cannot work; the message names the variable and the fix."""
 
-def require(ok: bool, message: str) -> None:
+def require(ok: bool, message: str, error: type[Exception] = ConfigError) -> None:  # or ShardError, ...
     if not ok:
-        raise ConfigError(message)
+        raise error(message)
 
 RULES = {"> 0": lambda v: v > 0, ">= 0": lambda v: v >= 0, "in [2, 8]": lambda v: 2 <= v <= 8,
          "in [0, 1)": lambda v: 0 <= v < 1, "in [0, 1]": lambda v: 0 <= v <= 1,
@@ -118,6 +118,7 @@ class Hyperparameters:
     ema_decay: float = setting(0.0, "in [0, 1)")  # > 0: an EMA of the weights is what is exported and scored
     # implementation
     loss_impl: str = setting("auto", ("auto", "triton", "torch"))  # auto: triton on CUDA, torch elsewhere
+    mlp_impl: str = setting("function", ("function", "modules"))  # MLPFunction (3% faster compiled), or nn modules
     compile: bool = True  # torch.compile on CUDA; always off on CPU
     # export and scoring
     matrix_bits: int = setting(8, "in [2, 8]", "export")  # bits per weight of the block matrices (the record: 6)
@@ -238,10 +239,9 @@ def parse_env_value(name: str, raw: str, kind: type):
     if kind is int:
         with contextlib.suppress(ValueError):
             return int(text)
-    try:
+    value = math.nan  # what does not parse is refused below
+    with contextlib.suppress(ValueError):
         value = float(text)
-    except ValueError:
-        value = math.nan
     require(math.isfinite(value) and (kind is float or value.is_integer()), f"{name}={raw!r} is not {expected}.")
     return value if kind is float else int(value)
 
@@ -301,10 +301,9 @@ def dist_context() -> DistContext:  # from torchrun's variables (one process wit
 
 def init_distributed(ctx: DistContext) -> None:  # this rank's GPU, and the process group: NCCL on CUDA, else gloo
     cuda = ctx.device.type == "cuda"
-    if cuda:  # TF32 for the fp32 matmuls that autocast leaves
+    if cuda:  # TF32 for the fp32 matmuls that autocast leaves (cuDNN allows it by default)
         torch.cuda.set_device(ctx.device)
         torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
     if ctx.distributed:
         dist.init_process_group(backend="nccl" if cuda else "gloo", device_id=ctx.device if cuda else None)
 
@@ -359,23 +358,20 @@ class ShardError(ValueError):
 def read_shard_header(path: str | Path, vocab_size: int = 0) -> int:
     """A shard's token count, its header and size checked, and with vocab_size every id (0.25 s per 100M tokens)."""
     size = Path(path).stat().st_size
-    if size < SHARD_HEADER_BYTES:
-        raise ShardError(f"{path}: {size} bytes is shorter than the {SHARD_HEADER_BYTES}-byte shard header. The file "
-                         "is truncated: delete it and download or rebuild it.")
-    header = np.fromfile(path, dtype="<i4", count=SHARD_HEADER_INTS)
-    if int(header[0]) != SHARD_MAGIC or int(header[1]) != SHARD_VERSION:
-        raise ShardError(f"{path}: header magic/version {int(header[0])}/{int(header[1])}, expected {SHARD_MAGIC}/"
-                         f"{SHARD_VERSION}. Not a shard of this format: rebuild or download it (data/README.md).")
-    num_tokens = int(header[2])
+    require(size >= SHARD_HEADER_BYTES, f"{path}: {size} bytes is shorter than the {SHARD_HEADER_BYTES}-byte shard "
+            "header. The file is truncated: delete it and download or rebuild it.", ShardError)
+    magic, version, num_tokens = (int(v) for v in np.fromfile(path, dtype="<i4", count=SHARD_HEADER_INTS)[:3])
+    require((magic, version) == (SHARD_MAGIC, SHARD_VERSION), f"{path}: header magic/version {magic}/{version}, "
+            f"expected {SHARD_MAGIC}/{SHARD_VERSION}. Not a shard of this format: rebuild or download it "
+            "(data/README.md).", ShardError)
     expected = SHARD_HEADER_BYTES + num_tokens * SHARD_TOKEN_DTYPE.itemsize
-    if num_tokens < 0 or size != expected:
-        raise ShardError(f"{path}: header says {num_tokens} tokens ({expected} bytes) but the file has {size} bytes. "
-                         "The file is truncated or corrupt: delete it and fetch it again.")
+    require(num_tokens >= 0 and size == expected, f"{path}: header says {num_tokens} tokens ({expected} bytes) but "
+            f"the file has {size} bytes. The file is truncated or corrupt: delete it and fetch it again.", ShardError)
     if vocab_size and num_tokens:
         top = int(np.max(np.memmap(path, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (num_tokens,))))
-        if top >= vocab_size:
-            raise ShardError(f"{path}: token id {top} >= VOCAB_SIZE={vocab_size}: made with another tokenizer. Set "
-                             "VOCAB_SIZE and TOKENIZER_PATH to that tokenizer's, or rebuild it (data/build_shards.py).")
+        require(top < vocab_size, f"{path}: token id {top} >= VOCAB_SIZE={vocab_size}: made with another "
+                "tokenizer. Set VOCAB_SIZE and TOKENIZER_PATH to that tokenizer's, or rebuild it "
+                "(data/build_shards.py).", ShardError)
     return num_tokens
 
 def load_data_shard(path: str | Path, vocab_size: int = 0) -> Tensor:
@@ -388,10 +384,9 @@ def find_shards(data_path: str, split: str) -> list[Path]:
     """DATA_PATH/fineweb_{split}_*.bin of a split, "train" or "val", sorted; if none, where to read about them."""
     pattern = os.path.join(data_path, f"fineweb_{split}_*.bin")
     files = sorted(Path(p) for p in glob.glob(pattern) if "fineweb_val_bytes_" not in p)  # not the byte sidecars
-    if not files:
-        raise FileNotFoundError(f"no {'training' if split == 'train' else 'validation'} shards match DATA_PATH: "
-                                f"{pattern} (here: {Path(data_path).resolve()}). Set DATA_PATH to their folder; which "
-                                "shards fit which VOCAB_SIZE, and how to get them: data/README.md.")
+    require(len(files) > 0, f"no {'training' if split == 'train' else 'validation'} shards match DATA_PATH: {pattern} "
+            f"(here: {Path(data_path).resolve()}). Set DATA_PATH to their folder; which shards fit which VOCAB_SIZE, "
+            "and how to get them: data/README.md.", FileNotFoundError)
     return files
 
 class DistributedTokenLoader:
@@ -422,19 +417,15 @@ class ShuffledSequenceLoader(DistributedTokenLoader):
         super().__init__(files, ctx)
         self.rng, self.order = np.random.default_rng(seed), np.empty((0, 2), np.int64)  # (shard, start) of each one
 
-    def reshuffle(self, seq_len: int) -> None:  # every shard cut at a random phase, then one permutation of it all
-        starts = [np.arange(int(self.rng.integers(seq_len)), len(s) - seq_len, seq_len) for s in self.shards]
-        order = np.concatenate([np.stack([np.full_like(a, i), a], 1) for i, a in enumerate(starts)])
-        self.order, self.pos = order[self.rng.permutation(len(order))], 0
-
     def next_batch(self, micro_batch_tokens: int, seq_len: int) -> tuple[Tensor, Tensor]:
         n = micro_batch_tokens // seq_len
         step = n * GRAD_ACCUM_TOTAL  # a new epoch only between whole steps, so W does not change the order
-        if self.pos % step == 0 and self.pos + step > len(self.order):
-            self.reshuffle(seq_len)
-            if len(self.order) < step:
-                raise ShardError(f"the training shards hold {len(self.order)} sequences of TRAIN_SEQ_LEN={seq_len}, "
-                                 f"fewer than one step ({step}): add data or set TRAIN_SHUFFLE=0.")
+        if self.pos % step == 0 and self.pos + step > len(self.order):  # every shard cut at a random phase, shuffled
+            starts = [np.arange(int(self.rng.integers(seq_len)), len(s) - seq_len, seq_len) for s in self.shards]
+            order = np.concatenate([np.stack([np.full_like(a, i), a], 1) for i, a in enumerate(starts)])
+            self.order, self.pos = order[self.rng.permutation(len(order))], 0
+            require(len(self.order) >= step, f"the training shards hold {len(self.order)} sequences of TRAIN_SEQ_LEN="
+                    f"{seq_len}, fewer than one step ({step}): add data or set TRAIN_SHUFFLE=0.", ShardError)
         rows = self.order[self.pos + self.ctx.rank * n : self.pos + (self.ctx.rank + 1) * n]
         self.pos += n * self.ctx.world_size
         return self.to_device(np.stack([self.shards[i][start : start + seq_len + 1] for i, start in rows]))
@@ -643,28 +634,48 @@ class CausalSelfAttention(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)  # not in the state dict or the artifact
         self.register_buffer("rope_sin", sin, persistent=False)
 
-    def forward(self, x: Tensor) -> Tensor:
-        B, T, C = x.shape
-        q = self.c_q(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
-        k = self.c_k(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, hd)
-        v = self.c_v(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
+    def forward(self, x: Tensor) -> Tensor:  # x (B, T, C) -> q (B, H, T, hd), k and v (B, Hkv, T, hd) -> (B, T, C)
+        q, k, v = (m(x).unflatten(-1, (-1, self.head_dim)).transpose(1, 2) for m in (self.c_q, self.c_k, self.c_v))
+        T = x.size(1)
         cos, sin = self.rope_cos[:, :, :T], self.rope_sin[:, :, :T]  # T <= the config's longest sequence
         q = apply_rotary(rms_norm(q), cos, sin) * self.q_gain.to(q.dtype)[None, :, None, None]
         k = apply_rotary(rms_norm(k), cos, sin)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.num_kv_heads != self.num_heads)
-        return self.proj(self.post(y, v).transpose(1, 2).reshape(B, T, C))
+        return self.proj(self.post(y, v).transpose(1, 2).flatten(2))
 
-MLP_ACTIVATIONS = {"relu2": lambda h: torch.relu(h).square(), "leaky_relu2": lambda h: F.leaky_relu(h, 0.5).square()}
+MLP_SLOPES = {"relu2": 0.0, "leaky_relu2": 0.5}  # act(h) = leaky_relu(h, slope)^2
+
+class MLPFunction(torch.autograd.Function):
+    """proj(act(fc(x))) with autograd's backward written out (its operations in order: the same fp32 numbers). Compiled,
+    it is a graph of its own, which keeps inductor from fusing it into the RMSNorm backward's slow reduction kernel."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, w1: Tensor, w2: Tensor, slope: float) -> Tensor:
+        pre = F.linear(x, w1)
+        post = F.leaky_relu(pre, slope).square()
+        ctx.save_for_backward(x, w1, w2, pre, post)
+        ctx.slope = slope
+        return F.linear(post, w2)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, w1, w2, pre, post = ctx.saved_tensors
+        d_h = (grad @ w2) * (2 * F.leaky_relu(pre, ctx.slope))  # square's backward, then leaky_relu's
+        d_pre = torch.where(pre > 0, d_h, d_h * ctx.slope)
+        flat = [t.reshape(-1, t.size(-1)) for t in (x, d_pre, post, grad)]
+        return d_pre @ w1, (flat[0].t() @ flat[1]).t(), (flat[2].t() @ flat[3]).t(), None
 
 class MLP(nn.Module):
-    def __init__(self, dim: int, mlp_mult: float, act: str = "relu2"):
+    def __init__(self, dim: int, mlp_mult: float, act: str = "relu2", impl: str = "modules"):
         super().__init__()
         self.fc = CastedLinear(dim, int(mlp_mult * dim))
         self.proj = CastedLinear(int(mlp_mult * dim), dim, zero_init=True)
-        self.act = MLP_ACTIVATIONS[act]
+        self.slope, self.function = MLP_SLOPES[act], impl == "function"
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.proj(self.act(self.fc(x)))
+    def forward(self, x: Tensor) -> Tensor:  # MLPFunction where gradients flow; passes without them (scoring, GPTQ's
+        if self.function and torch.is_grad_enabled():  # hooks on the modules' inputs) run the modules
+            return MLPFunction.apply(x, self.fc.weight.to(x.dtype), self.proj.weight.to(x.dtype), self.slope)
+        return self.proj(F.leaky_relu(self.fc(x), self.slope).square())
 
 class Block(nn.Module):
     """x = mix0*x + mix1*x0, then attention and MLP on RMS-normed inputs, in sequence or both on one (GPT-J style)."""
@@ -673,7 +684,7 @@ class Block(nn.Module):
         super().__init__()
         dim = args.model_dim
         self.attn = CausalSelfAttention(args, xsa=layer >= args.num_layers - args.xsa_last_n)
-        self.mlp = MLP(dim, args.mlp_mult, args.mlp_act)
+        self.mlp = MLP(dim, args.mlp_mult, args.mlp_act, args.mlp_impl)
         self.attn_scale = nn.Parameter(torch.ones(dim))
         self.mlp_scale = nn.Parameter(torch.ones(dim))
         self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))))  # (2, dim)
@@ -1233,15 +1244,14 @@ def train_step(run: Run, state: TrainState, loader: DistributedTokenLoader, step
             loss = state.step_model(x, y)
         total_loss += loss.detach()
         (loss / ctx.grad_accum_steps).backward()
-    for opt in state.optimizers:
+    if args.grad_clip_norm > 0:
+        params = [p for opt in state.optimizers for group in opt.param_groups for p in group["params"]]
+        torch.nn.utils.clip_grad_norm_(params, args.grad_clip_norm)
+    for opt in state.optimizers:  # this step's schedule, then the step
         for group in opt.param_groups:
             group["lr"] = group["base_lr"] * lr_scale
             if isinstance(opt, Muon):
                 group["momentum"] = muon_momentum(step, args)
-    if args.grad_clip_norm > 0:
-        params = [p for opt in state.optimizers for group in opt.param_groups for p in group["params"]]
-        torch.nn.utils.clip_grad_norm_(params, args.grad_clip_norm)
-    for opt in state.optimizers:
         opt.step()
         opt.zero_grad(set_to_none=True)
     return total_loss / ctx.grad_accum_steps
@@ -1250,8 +1260,7 @@ def warmup_and_restore(run: Run, state: TrainState) -> None:
     """WARMUP_STEPS real steps (of both layer orders with loops) compile off the clock; then all is as before."""
     args, log, model = run.args, run.log, state.model
     t0 = run.ctx.clock()
-    model_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    optimizer_states = [copy.deepcopy(opt.state_dict()) for opt in state.optimizers]
+    initial = copy.deepcopy([model.state_dict(), *(opt.state_dict() for opt in state.optimizers)])
     loader = make_train_loader(args, run.train_files, run.ctx)
     for looping in [False, True] if args.num_loops > 0 else [False]:
         model.looping = looping
@@ -1261,20 +1270,17 @@ def warmup_and_restore(run: Run, state: TrainState) -> None:
             if step < 3 or (step + 1) % 10 == 0 or step + 1 == args.warmup_steps:
                 log.log(warmup_step=f"{step + 1}/{args.warmup_steps}", looping=int(looping))
     model.looping = False
-    model.load_state_dict(model_state)
-    for opt, saved in zip(state.optimizers, optimizer_states):
-        opt.load_state_dict(saved)
+    for part, saved in zip([model, *state.optimizers], initial):  # the weights and optimizer states as they were
+        part.load_state_dict(saved)
     log.log(warmup_steps=args.warmup_steps, warmup_time=f"{1000 * (run.ctx.clock() - t0):.0f}ms")
 
 def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
     step = int(ctx.all_reduce(bad_step, dist.ReduceOp.MIN).item())
-    if step != NO_BAD_STEP:
-        raise FloatingPointError(f"train_loss is not finite at step {step}: {NOT_FINITE_FIX}")
+    require(step == NO_BAD_STEP, f"train_loss is not finite at step {step}: {NOT_FINITE_FIX}", FloatingPointError)
 
 def log_validation(run: Run, model: GPT, step: int, weights: str, **timing) -> None:  # a loss not finite ends the run
-    val_loss, val_bpb = loss_and_bpb(score_windows(model, run.val, run.ctx))
-    if not math.isfinite(val_loss):  # same value on every rank: all stop together
-        raise FloatingPointError(f"val_loss is not finite after step {step}: {NOT_FINITE_FIX}")
+    val_loss, val_bpb = loss_and_bpb(score_windows(model, run.val, run.ctx))  # the same on every rank: all stop at once
+    require(math.isfinite(val_loss), f"val_loss is not finite after step {step}: {NOT_FINITE_FIX}", FloatingPointError)
     run.log.log(step=f"{step}/{run.args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights=weights, **timing)
 
 def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
@@ -1465,10 +1471,10 @@ def train_and_score(run: Run) -> None:
     path = export(run, model, "raw" if ema is None else "ema", train_ms)
     score_artifact(run, model, *log_artifact(run, path, read_artifact(path, args)))
 
-def main() -> None:
-    def raise_interrupt(signum, frame):  # SIGINT and SIGTERM alike: unwind, log the step reached, clean up
-        raise KeyboardInterrupt(signal.Signals(signum).name)
+def raise_interrupt(signum, frame):  # SIGINT and SIGTERM alike: unwind, log the step reached, clean up
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
+def main() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, raise_interrupt)
     require(len(sys.argv) == 1, f"train_gpt.py takes no arguments ({' '.join(sys.argv[1:])}): settings are env vars")

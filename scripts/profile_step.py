@@ -106,7 +106,8 @@ def main() -> None:
     print(
         f"gpu:{torch.cuda.get_device_name().replace(' ', '_')} compile_warmup:{compile_s:.1f}s "
         f"step_avg:{step_ms:.1f}ms optimizers:{optimizer_ms:.1f}ms "
-        f"gpu_per_step:{per_step(sum(kinds.values())):.1f}ms looping:{int(model.looping)}"
+        f"gpu_per_step:{per_step(sum(kinds.values())):.1f}ms looping:{int(model.looping)} "
+        f"loss_impl:{run.loss_impl} mlp_impl:{getattr(args, 'mlp_impl', 'modules')}"
     )
     for kind, us in kinds.most_common():
         print(f"kind:{kind} gpu_per_step:{per_step(us):.1f}ms")

@@ -125,6 +125,47 @@ def test_mlp_activation_is_the_squared_relu_or_leaky_relu(act, slope):
     torch.testing.assert_close(mlp(x), expected)
 
 
+@pytest.mark.parametrize("act", ["relu2", "leaky_relu2"])
+def test_mlp_function_is_autograd_written_out_to_the_bit(act):
+    """MLP_IMPL=function (the default) runs MLPFunction where gradients flow: its output and all three gradients
+    equal the modules' (MLP_IMPL=modules) exactly in fp32, eager and traced whole by torch.compile (fullgraph, as
+    the trainer compiles; aot_eager: dynamo and AOTAutograd without inductor's code generation, so fast on CPU)."""
+    modules = randomize(train_gpt.MLP(64, 3.0, act, "modules"))
+    function = train_gpt.MLP(64, 3.0, act, "function")
+    function.load_state_dict(modules.state_dict())
+    x, weights = torch.randn(2, 33, 64), torch.randn(2, 33, 64)
+
+    def run(mlp):
+        mlp.zero_grad(set_to_none=True)
+        xi = x.clone().requires_grad_()
+        out = mlp(xi)
+        (out * weights).sum().backward()
+        return out, xi.grad, mlp.fc.weight.grad, mlp.proj.weight.grad
+
+    want = run(modules)
+    torch._dynamo.reset()
+    for got in (run(function), run(torch.compile(function, fullgraph=True, backend="aot_eager"))):
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert (want[0] != 0).any() and all(g.abs().sum() > 0 for g in want[1:])
+
+
+def test_mlp_function_leaves_no_grad_passes_to_the_modules():
+    """Scoring and GPTQ's Hessians run without gradients: there the modules run, so that GPTQ's forward hooks on
+    fc and proj see their inputs; where gradients flow, MLPFunction runs instead of the modules."""
+    mlp = randomize(train_gpt.MLP(64, 2.0, "leaky_relu2", "function"))
+    seen = []
+    for m in (mlp.fc, mlp.proj):
+        m.register_forward_hook(lambda m, inputs, out: seen.append(inputs[0].shape))
+    x = torch.randn(3, 5, 64)
+    with torch.no_grad():
+        want = mlp(x)
+    assert seen == [(3, 5, 64), (3, 5, 128)]
+    got = mlp(x)
+    assert len(seen) == 2 and got.grad_fn is not None and torch.equal(got.detach(), want)
+    assert train_gpt.GPT(args_with(MLP_IMPL="modules")).blocks[0].mlp.function is False
+    assert train_gpt.GPT(args_with()).blocks[0].mlp.function is True
+
+
 # ---- attention ---------------------------------------------------------------------------------------
 
 
