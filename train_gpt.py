@@ -553,11 +553,9 @@ def _softcap_ce_setup_context(ctx, inputs, output):
     ctx.save_for_backward(output[2], output[3])
     ctx.set_materialize_grads(False)  # else autograd fills (N, d) and (V, d) zeros for the unused outputs
 
-def _softcap_ce_backward(ctx, grad_loss, _grad_rows, _grad_grad_x, _grad_grad_w):
-    if grad_loss is None:
-        return None, None, None, None, None, None, None
-    grad_x, grad_w = ctx.saved_tensors
-    return grad_x * grad_loss.to(grad_x.dtype), grad_w * grad_loss.to(grad_w.dtype), None, None, None, None, None
+def _softcap_ce_backward(ctx, grad_loss, _grad_rows, _grad_grad_x, _grad_grad_w):  # grad_loss None: the mean unused
+    grads = [None if grad_loss is None else g * grad_loss.to(g.dtype) for g in ctx.saved_tensors]  # dL/dx, dL/dW
+    return *grads, None, None, None, None, None  # none for targets and the four settings
 
 softcap_ce_op.register_autograd(_softcap_ce_backward, setup_context=_softcap_ce_setup_context)
 
