@@ -617,18 +617,15 @@ def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
 class CausalSelfAttention(nn.Module):
     def __init__(self, args: Hyperparameters, xsa: bool):
         super().__init__()
-        dim = args.model_dim
-        self.num_heads, self.num_kv_heads = args.num_heads, args.num_kv_heads
-        self.head_dim = dim // args.num_heads
-        self.rope_base, self.rope_dims = args.rope_base, args.rope_dims or self.head_dim
-        self.c_q = CastedLinear(dim, dim)
-        self.c_k = CastedLinear(dim, args.num_kv_heads * self.head_dim)
-        self.c_v = CastedLinear(dim, args.num_kv_heads * self.head_dim)
+        dim, heads, kv_heads = args.model_dim, args.num_heads, args.num_kv_heads
+        self.head_dim = dim // heads
+        self.rope_dims = args.rope_dims or self.head_dim
+        self.c_q, self.c_k, self.c_v = (CastedLinear(dim, n * self.head_dim) for n in (heads, kv_heads, kv_heads))
         self.proj = CastedLinear(dim, dim, zero_init=True)
-        self.q_gain = nn.Parameter(torch.full((args.num_heads,), args.qk_gain_init))
+        self.q_gain = nn.Parameter(torch.full((heads,), args.qk_gain_init))
         self.post = exclusive_self_attention if xsa else (lambda y, v: y)
         # tables, not traced math: compiled, the latter made every rotary kernel recompute cos and sin per element
-        cos, sin = rotary_cos_sin(max(args.train_seq_len, args.val_seq_len), self.rope_dims, self.rope_base, "cpu")
+        cos, sin = rotary_cos_sin(max(args.train_seq_len, args.val_seq_len), self.rope_dims, args.rope_base, "cpu")
         self.register_buffer("rope_cos", cos, persistent=False)  # not in the state dict or the artifact
         self.register_buffer("rope_sin", sin, persistent=False)
 
@@ -638,7 +635,7 @@ class CausalSelfAttention(nn.Module):
         cos, sin = self.rope_cos[:, :, :T], self.rope_sin[:, :, :T]  # T <= the config's longest sequence
         q = apply_rotary(rms_norm(q), cos, sin) * self.q_gain.to(q.dtype)[None, :, None, None]
         k = apply_rotary(rms_norm(k), cos, sin)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.num_kv_heads != self.num_heads)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.size(1) != q.size(1))
         return self.proj(self.post(y, v).transpose(1, 2).flatten(2))
 
 MLP_SLOPES = {"relu2": 0.0, "leaky_relu2": 0.5}  # act(h) = leaky_relu(h, slope)^2
