@@ -709,10 +709,9 @@ def layer_order(args: Hyperparameters, looping: bool) -> tuple[list[int], list[i
     return order[: len(order) // 2], order[len(order) // 2 :]
 
 class GPT(nn.Module):
-    """compile_scoring: the forward pass that scoring runs (hidden states, no loss) is compiled, a graph per shape."""
+    """compiled: the forward pass that scoring runs (hidden states, no loss) is compiled, a graph per shape."""
 
-    def __init__(self, args: Hyperparameters, loss_impl: str = "torch", activation_dtype=torch.float32,
-                 compile_scoring: bool = False):
+    def __init__(self, args: Hyperparameters, loss_impl: str = "torch", activation_dtype=torch.float32, compiled=False):
         super().__init__()
         self.logit_softcap, self.loss_chunk_tokens = args.logit_softcap, max(1, LOSS_CHUNK_ELEMENTS // args.vocab_size)
         self.loss_impl, self.activation_dtype = loss_impl, activation_dtype
@@ -728,8 +727,7 @@ class GPT(nn.Module):
             for m in self.modules():
                 if isinstance(m, CastedLinear) and not m.zero_init and min(m.weight.shape) >= 64:
                     nn.init.orthogonal_(m.weight)
-        self.scoring_hidden = (torch.compile(self.hidden, dynamic=False, fullgraph=True) if compile_scoring
-                               else self.hidden)
+        self.scoring_hidden = torch.compile(self.hidden, dynamic=False, fullgraph=True) if compiled else self.hidden
 
     def add_skip(self, x: Tensor, skip: Tensor, i: int) -> Tensor:
         skip = self.skip_weights[i].to(x.dtype) * skip
