@@ -526,8 +526,8 @@ def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, ch
     w = weight.to(x.dtype)  # (V, d): the cast the matmul would make, done once for every chunk
     logits = x.new_empty(min(chunk_tokens, n), V)  # one buffer for every chunk, then dL/dlogits
     loss_rows = torch.empty(n, dtype=torch.float32, device=x.device)
-    grad_x = torch.empty_like(x) if need_grad else x.new_empty(0)
-    grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=x.device) if need_grad else None
+    grad_x = x.new_empty(x.shape if need_grad else (0,))  # the shapes register_fake gives
+    grad_w = torch.zeros(weight.shape if need_grad else (0,), dtype=torch.float32, device=x.device)  # summed in fp32
     # cuBLAS can accumulate a bf16 product into an fp32 matrix (torch>=2.8): dW skips bf16 and a temporary
     fp32_out = x.is_cuda and x.dtype != torch.float32 and hasattr(torch.ops.aten.addmm, "dtype")
     for start in range(0, n, chunk_tokens):
@@ -541,8 +541,7 @@ def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, ch
                 torch.addmm(grad_w, buf.t(), xc, out_dtype=torch.float32, out=grad_w)
             else:
                 grad_w += (buf.t() @ xc).float()
-    grad_w = grad_w.to(weight.dtype) if need_grad else weight.new_empty(0)
-    return loss_rows.sum() / n, loss_rows, grad_x, grad_w
+    return loss_rows.sum() / n, loss_rows, grad_x, grad_w.to(weight.dtype)
 
 @softcap_ce_op.register_fake
 def _(x, weight, targets, softcap, chunk_tokens, need_grad, impl):
