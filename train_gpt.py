@@ -608,10 +608,9 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
     """XSA: each head's output y (B, H, T, hd) less its part along its own token's value v (B, Hkv, T, hd)."""
-    B, H, T, hd = y.shape
-    y = y.view(B, v.size(1), H // v.size(1), T, hd)
+    y = y.unflatten(1, (v.size(1), -1))  # (B, Hkv, H/Hkv, T, hd): the query heads that share each kv head
     vn = F.normalize(v, dim=-1).unsqueeze(2)  # (B, Hkv, 1, T, hd)
-    return (y - (y * vn).sum(-1, keepdim=True) * vn).view(B, H, T, hd)
+    return (y - (y * vn).sum(-1, keepdim=True) * vn).flatten(1, 2)  # (B, H, T, hd)
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, args: Hyperparameters, xsa: bool):
