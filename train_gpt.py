@@ -526,8 +526,8 @@ def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, ch
     w = weight.to(x.dtype)  # (V, d): the cast the matmul would make, done once for every chunk
     logits = x.new_empty(min(chunk_tokens, n), V)  # one buffer for every chunk, then dL/dlogits
     loss_rows = torch.empty(n, dtype=torch.float32, device=x.device)
-    grad_x = torch.empty_like(x) if need_grad else x.new_empty(0)
-    grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=x.device) if need_grad else None
+    grad_x = x.new_empty(x.shape if need_grad else (0,))  # the shapes register_fake gives
+    grad_w = torch.zeros(weight.shape if need_grad else (0,), dtype=torch.float32, device=x.device)  # summed in fp32
     # cuBLAS can accumulate a bf16 product into an fp32 matrix (torch>=2.8): dW skips bf16 and a temporary
     fp32_out = x.is_cuda and x.dtype != torch.float32 and hasattr(torch.ops.aten.addmm, "dtype")
     for start in range(0, n, chunk_tokens):
@@ -541,8 +541,7 @@ def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, ch
                 torch.addmm(grad_w, buf.t(), xc, out_dtype=torch.float32, out=grad_w)
             else:
                 grad_w += (buf.t() @ xc).float()
-    grad_w = grad_w.to(weight.dtype) if need_grad else weight.new_empty(0)
-    return loss_rows.sum() / n, loss_rows, grad_x, grad_w
+    return loss_rows.sum() / n, loss_rows, grad_x, grad_w.to(weight.dtype)
 
 @softcap_ce_op.register_fake
 def _(x, weight, targets, softcap, chunk_tokens, need_grad, impl):
@@ -553,11 +552,9 @@ def _softcap_ce_setup_context(ctx, inputs, output):
     ctx.save_for_backward(output[2], output[3])
     ctx.set_materialize_grads(False)  # else autograd fills (N, d) and (V, d) zeros for the unused outputs
 
-def _softcap_ce_backward(ctx, grad_loss, _grad_rows, _grad_grad_x, _grad_grad_w):
-    if grad_loss is None:
-        return None, None, None, None, None, None, None
-    grad_x, grad_w = ctx.saved_tensors
-    return grad_x * grad_loss.to(grad_x.dtype), grad_w * grad_loss.to(grad_w.dtype), None, None, None, None, None
+def _softcap_ce_backward(ctx, grad_loss, _grad_rows, _grad_grad_x, _grad_grad_w):  # grad_loss None: the mean unused
+    grads = [None if grad_loss is None else g * grad_loss.to(g.dtype) for g in ctx.saved_tensors]  # dL/dx, dL/dW
+    return *grads, None, None, None, None, None  # none for targets and the four settings
 
 softcap_ce_op.register_autograd(_softcap_ce_backward, setup_context=_softcap_ce_setup_context)
 
@@ -611,26 +608,22 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
     """XSA: each head's output y (B, H, T, hd) less its part along its own token's value v (B, Hkv, T, hd)."""
-    B, H, T, hd = y.shape
-    y = y.view(B, v.size(1), H // v.size(1), T, hd)
+    y = y.unflatten(1, (v.size(1), -1))  # (B, Hkv, H/Hkv, T, hd): the query heads that share each kv head
     vn = F.normalize(v, dim=-1).unsqueeze(2)  # (B, Hkv, 1, T, hd)
-    return (y - (y * vn).sum(-1, keepdim=True) * vn).view(B, H, T, hd)
+    return (y - (y * vn).sum(-1, keepdim=True) * vn).flatten(1, 2)  # (B, H, T, hd)
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, args: Hyperparameters, xsa: bool):
         super().__init__()
-        dim = args.model_dim
-        self.num_heads, self.num_kv_heads = args.num_heads, args.num_kv_heads
-        self.head_dim = dim // args.num_heads
-        self.rope_base, self.rope_dims = args.rope_base, args.rope_dims or self.head_dim
-        self.c_q = CastedLinear(dim, dim)
-        self.c_k = CastedLinear(dim, args.num_kv_heads * self.head_dim)
-        self.c_v = CastedLinear(dim, args.num_kv_heads * self.head_dim)
+        dim, heads, kv_heads = args.model_dim, args.num_heads, args.num_kv_heads
+        self.head_dim = dim // heads
+        self.rope_dims = args.rope_dims or self.head_dim
+        self.c_q, self.c_k, self.c_v = (CastedLinear(dim, n * self.head_dim) for n in (heads, kv_heads, kv_heads))
         self.proj = CastedLinear(dim, dim, zero_init=True)
-        self.q_gain = nn.Parameter(torch.full((args.num_heads,), args.qk_gain_init))
+        self.q_gain = nn.Parameter(torch.full((heads,), args.qk_gain_init))
         self.post = exclusive_self_attention if xsa else (lambda y, v: y)
         # tables, not traced math: compiled, the latter made every rotary kernel recompute cos and sin per element
-        cos, sin = rotary_cos_sin(max(args.train_seq_len, args.val_seq_len), self.rope_dims, self.rope_base, "cpu")
+        cos, sin = rotary_cos_sin(max(args.train_seq_len, args.val_seq_len), self.rope_dims, args.rope_base, "cpu")
         self.register_buffer("rope_cos", cos, persistent=False)  # not in the state dict or the artifact
         self.register_buffer("rope_sin", sin, persistent=False)
 
@@ -640,7 +633,7 @@ class CausalSelfAttention(nn.Module):
         cos, sin = self.rope_cos[:, :, :T], self.rope_sin[:, :, :T]  # T <= the config's longest sequence
         q = apply_rotary(rms_norm(q), cos, sin) * self.q_gain.to(q.dtype)[None, :, None, None]
         k = apply_rotary(rms_norm(k), cos, sin)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.num_kv_heads != self.num_heads)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.size(1) != q.size(1))
         return self.proj(self.post(y, v).transpose(1, 2).flatten(2))
 
 MLP_SLOPES = {"relu2": 0.0, "leaky_relu2": 0.5}  # act(h) = leaky_relu(h, slope)^2
@@ -714,10 +707,9 @@ def layer_order(args: Hyperparameters, looping: bool) -> tuple[list[int], list[i
     return order[: len(order) // 2], order[len(order) // 2 :]
 
 class GPT(nn.Module):
-    """compile_scoring: the forward pass that scoring runs (hidden states, no loss) is compiled, a graph per shape."""
+    """compiled: the forward pass that scoring runs (hidden states, no loss) is compiled, a graph per shape."""
 
-    def __init__(self, args: Hyperparameters, loss_impl: str = "torch", activation_dtype=torch.float32,
-                 compile_scoring: bool = False):
+    def __init__(self, args: Hyperparameters, loss_impl: str = "torch", activation_dtype=torch.float32, compiled=False):
         super().__init__()
         self.logit_softcap, self.loss_chunk_tokens = args.logit_softcap, max(1, LOSS_CHUNK_ELEMENTS // args.vocab_size)
         self.loss_impl, self.activation_dtype = loss_impl, activation_dtype
@@ -733,8 +725,7 @@ class GPT(nn.Module):
             for m in self.modules():
                 if isinstance(m, CastedLinear) and not m.zero_init and min(m.weight.shape) >= 64:
                     nn.init.orthogonal_(m.weight)
-        self.scoring_hidden = (torch.compile(self.hidden, dynamic=False, fullgraph=True) if compile_scoring
-                               else self.hidden)
+        self.scoring_hidden = torch.compile(self.hidden, dynamic=False, fullgraph=True) if compiled else self.hidden
 
     def add_skip(self, x: Tensor, skip: Tensor, i: int) -> Tensor:
         skip = self.skip_weights[i].to(x.dtype) * skip
