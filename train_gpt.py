@@ -189,7 +189,8 @@ class Hyperparameters:
                 f" must be a multiple of {n}*TRAIN_SEQ_LEN={n * self.train_seq_len}: {n} micro-batches of sequences.")
         require(self.val_batch_size >= n * self.val_seq_len, f"VAL_BATCH_SIZE={self.val_batch_size} < {n}*{seq}.")
         require(self.eval_stride <= self.val_seq_len, f"EVAL_STRIDE={self.eval_stride} must be at most {seq}.")
-        require(not self.ttt_enabled or self.ttt_chunk_tokens >= self.val_seq_len, f"TTT_CHUNK_TOKENS must be >={seq}.")
+        require(not self.ttt_enabled or self.ttt_chunk_tokens >= self.val_seq_len,
+                f"TTT_CHUNK_TOKENS={self.ttt_chunk_tokens} must be >= {seq} with TTT_ENABLED={self.ttt_enabled}.")
         for bits, sigmas in QUANT_GROUPS.values():  # the records: 12.85 for matrices, 20 for the embedding
             require(getattr(self, bits) == 8 or getattr(self, sigmas) > 0, f"{bits.upper()}={getattr(self, bits)} "
                     f"needs {sigmas.upper()} > 0: the quantile clip is int8's.")

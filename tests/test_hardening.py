@@ -760,8 +760,25 @@ def test_a_long_sequence_without_ttt_is_not_refused_for_the_ttt_chunk():
     """Row 7: TRAIN_SEQ_LEN=65536 with TTT off was refused for TTT_CHUNK_TOKENS, a feature the user never turned on."""
     env = {"TRAIN_SEQ_LEN": "65536", "TRAIN_BATCH_TOKENS": str(8 * 65536), "VAL_BATCH_SIZE": str(8 * 65536)}
     assert Hyperparameters.from_env(env).train_seq_len == 65536
-    with pytest.raises(ConfigError, match="TTT_CHUNK_TOKENS must be >=TRAIN_SEQ_LEN=65536"):
+    with pytest.raises(ConfigError, match="TTT_CHUNK_TOKENS=32768 must be >= TRAIN_SEQ_LEN=65536 with TTT_ENABLED"):
         Hyperparameters.from_env(env | {"TTT_ENABLED": "1"})
+
+
+def test_the_ttt_chunk_error_names_the_chunk_and_the_recipe_that_turned_ttt_on():
+    """Issue 34 row 17: RECIPE=p180 TRAIN_SEQ_LEN=65536 named neither the chunk's value nor that the recipe turned TTT
+    on; TTT_ENABLED=1 TTT_CHUNK_TOKENS=64 did not name the 64."""
+    env = {"RECIPE": "p180", "TRAIN_SEQ_LEN": "65536", "TRAIN_BATCH_TOKENS": str(8 * 65536)}
+    env |= {"VAL_BATCH_SIZE": str(8 * 65536)}
+    with pytest.raises(ConfigError) as caught:
+        Hyperparameters.from_env(env)
+    assert train_gpt.recipe_note(str(caught.value), env) == (
+        "TTT_CHUNK_TOKENS=32768 must be >= TRAIN_SEQ_LEN=65536 with TTT_ENABLED=True. "
+        "(RECIPE=p180 sets TTT_ENABLED=True: set it to override.)"
+    )
+    with pytest.raises(
+        ConfigError, match=r"TTT_CHUNK_TOKENS=64 must be >= TRAIN_SEQ_LEN=4096 with TTT_ENABLED=True\.$"
+    ):
+        Hyperparameters.from_env({"TTT_ENABLED": "1", "TTT_CHUNK_TOKENS": "64"})
 
 
 def test_moved_aside_artifacts_are_ignored_by_git():
