@@ -1496,3 +1496,5 @@ if __name__ == "__main__":
         name = exc.args[0] if exc.args else "SIGINT"
         print(f"interrupted: {name}; the log's last line says where the run was", file=sys.stderr)
         sys.exit(128 + getattr(signal, name))
+    if os.environ.get("WORLD_SIZE", "1") != "1" and not torch.cuda.is_available():  # gloo: its threads can abort a
+        os._exit(0)  # finished run in the interpreter's teardown (std::terminate; pytorch/pytorch PR 179291): skip it
