@@ -302,9 +302,10 @@ def dist_context() -> DistContext:  # from torchrun's variables (one process wit
 
 def init_distributed(ctx: DistContext) -> None:  # this rank's GPU, and the process group: NCCL on CUDA, else gloo
     cuda = ctx.device.type == "cuda"
-    if cuda:  # TF32 for the fp32 matmuls that autocast leaves (cuDNN allows it by default)
-        torch.cuda.set_device(ctx.device)
+    if cuda:  # TF32 for the fp32 matmuls that autocast leaves (cuDNN allows it by default); inductor's "mixed-order"
+        torch.cuda.set_device(ctx.device)  # reductions (norm backward + per-channel sums in one kernel) spill: off
         torch.backends.cuda.matmul.allow_tf32 = True
+        torch._inductor.config.triton.mix_order_reduction = os.environ.get("TORCHINDUCTOR_MIX_ORDER_REDUCTION") == "1"
     if ctx.distributed:
         dist.init_process_group(backend="nccl" if cuda else "gloo", device_id=ctx.device if cuda else None)
 
@@ -640,8 +641,8 @@ class CausalSelfAttention(nn.Module):
 MLP_SLOPES = {"relu2": 0.0, "leaky_relu2": 0.5}  # act(h) = leaky_relu(h, slope)^2
 
 class MLPFunction(torch.autograd.Function):
-    """proj(act(fc(x))) with autograd's backward written out (its operations in order: the same fp32 numbers). Compiled,
-    it is a graph of its own, which keeps inductor from fusing it into the RMSNorm backward's slow reduction kernel."""
+    """proj(act(fc(x))) with the backward written out, to autograd's numbers (slopes: powers of 2). Compiled, it
+    is a graph of its own, which keeps inductor from fusing the MLP's gradients into the RMSNorm backward's."""
 
     @staticmethod
     def forward(ctx, x: Tensor, w1: Tensor, w2: Tensor, slope: float) -> Tensor:
@@ -654,8 +655,7 @@ class MLPFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         x, w1, w2, pre, post = ctx.saved_tensors
-        d_h = (grad @ w2) * (2 * F.leaky_relu(pre, ctx.slope))  # square's backward, then leaky_relu's
-        d_pre = torch.where(pre > 0, d_h, d_h * ctx.slope)
+        d_pre = (grad @ w2) * torch.where(pre > 0, 2 * pre, (2 * ctx.slope * ctx.slope) * pre)  # slope 0 or 0.5: exact
         flat = [t.reshape(-1, t.size(-1)) for t in (x, d_pre, post, grad)]
         return d_pre @ w1, (flat[0].t() @ flat[1]).t(), (flat[2].t() @ flat[3]).t(), None
 
