@@ -99,8 +99,9 @@ EVENT = re.compile(r"[a-z0-9_]+:\S*( [a-z0-9_]+:\S*)*")  # a key:value line of t
 # Log keys renamed since an earlier revision: old -> new, applied to both sides' logs before they are compared.
 RENAMED = {"evaluation_8gpu_est": "total_eval_time_8gpu_est"}
 # Lines that say something about the run without a number of it (a diagnostic one side added): named in the note, and
-# left out of the comparison. ttt_note: TTT on a split of one chunk adapts nothing (its score is the sliding window's).
-DIAGNOSTIC_LINES = ("ttt_note:",)
+# left out of the comparison. ttt_note: TTT on a split of one chunk adapts nothing (its score is the sliding window's);
+# gptq_calibration: the calibration's progress (times; its tokens are the config's).
+DIAGNOSTIC_LINES = ("ttt_note:", "gptq_calibration:")
 TORCHRUN_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TRITON_INTERPRET")
 
 

@@ -752,8 +752,10 @@ def test_the_run_logs_gptq_and_the_payload_it_writes(gptq_run):
     run = gptq_run
     [gptq] = run.events("gptq_hessians")
     assert int(gptq["gptq_hessians"]) == QUANTIZED_MATRICES
-    assert int(gptq["calibration_tokens"]) == 4 * int(run.env["TRAIN_BATCH_TOKENS"]) // GRAD_ACCUM_TOTAL
     assert gptq["within_cap"] == "yes"
+    progress = run.events("gptq_calibration")  # the first micro-batch and each tenth: here all four
+    assert [e["gptq_calibration"] for e in progress] == ["1/4", "2/4", "3/4", "4/4"]
+    assert int(progress[-1]["tokens"]) == 4 * int(run.env["TRAIN_BATCH_TOKENS"]) // GRAD_ACCUM_TOTAL
     [start] = run.events("model_params")
     [artifact] = run.events("artifact")
     assert start["payload_raw_bytes"] == artifact["payload_raw_bytes"]  # the estimate at start is the payload
