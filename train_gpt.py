@@ -1159,7 +1159,8 @@ def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, dict[str, Ten
         require(header.get("payload_sha256", sha) == sha, damaged.format("its payload is not the one its header names"))
         diff = [f"{k.upper()}={v} (config: {ours.get(k)})" for k, v in header["model"].items() if ours.get(k) != v]
         raw = decompress(payload, header["compressor"], header["byte_shuffle"], header["payload_bytes"])
-        weights = dequantize_state_dict(torch.load(io.BytesIO(raw), map_location="cpu"))
+        obj = torch.load(io.BytesIO(raw), map_location="cpu")
+        weights = dequantize_state_dict(obj)
     except ConfigError:  # damaged, or its compressor is not installed
         raise
     except Exception as exc:
@@ -1169,7 +1170,7 @@ def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, dict[str, Ten
     made_with, ours = header.get("tokenizer_sha256"), file_sha256(args.tokenizer_path)  # None: an older artifact
     require(made_with in (None, ours) or args.allow_other_tokenizer, f"ARTIFACT_PATH={path} was made with another "
             f"tokenizer (sha256 {made_with}) than TOKENIZER_PATH: set it as that run did, or ALLOW_OTHER_TOKENIZER=1.")
-    return header, weights
+    return header | {"quantized_tensors": f"{len(obj['quantized'])}/{len(weights)}"}, weights  # of the payload
 
 # ==== Training ======================================================================================================
 # The clock counts training steps only (not the undone compile warm-up, not validation), to MAX_WALLCLOCK_SECONDS less
@@ -1345,10 +1346,12 @@ def log_artifact(run: Run, path: str, artifact: tuple[dict, dict]) -> tuple[dict
     header, model_bytes, code_bytes = artifact[0], Path(path).stat().st_size, len(Path(__file__).read_bytes())
     total, raw, made_with = code_bytes + model_bytes, header["payload_bytes"], header.get("tokenizer_sha256", "none")
     run.log.log(artifact=path, sha256=file_sha256(path), code_bytes=code_bytes, model_bytes=model_bytes,
-                total_bytes=total, limit_bytes=ARTIFACT_LIMIT_BYTES,
+                quantized_tensors=header["quantized_tensors"], total_bytes=total, limit_bytes=ARTIFACT_LIMIT_BYTES,
                 within_limit="yes" if total <= ARTIFACT_LIMIT_BYTES else "NO", payload_raw_bytes=raw,
                 compression_ratio=f"{raw / model_bytes:.3f}", eval_seq_len=run.val.seq_len,
                 tokenizer="same" if made_with == file_sha256(run.args.tokenizer_path) else made_with)
+    if header["quantized_tensors"].startswith("0/"):  # every weight is fp16/fp32: the score lines' int{bits} names none
+        run.log.log(quant_note="nothing_quantized", quantized_only_over_values=QUANT_KEEP_FLOAT_MAX_NUMEL)
     return artifact  # tokenizer: "same" as TOKENIZER_PATH, else the sha256 of its own (none: an older artifact)
 
 def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor], observe=None) -> None:

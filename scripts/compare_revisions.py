@@ -100,8 +100,9 @@ EVENT = re.compile(r"[a-z0-9_]+:\S*( [a-z0-9_]+:\S*)*")  # a key:value line of t
 RENAMED = {"evaluation_8gpu_est": "total_eval_time_8gpu_est"}
 # Lines that say something about the run without a number of it (a diagnostic one side added): named in the note, and
 # left out of the comparison. ttt_note: TTT on a split of one chunk adapts nothing (its score is the sliding window's);
-# gptq_calibration: the calibration's progress (times; its tokens are the config's).
-DIAGNOSTIC_LINES = ("ttt_note:", "gptq_calibration:")
+# gptq_calibration: the calibration's progress (times; its tokens are the config's); quant_note: no tensor of the
+# model is large enough to be quantized (the tiny configurations'), a fact of the config, not a number of the run.
+DIAGNOSTIC_LINES = ("ttt_note:", "gptq_calibration:", "quant_note:")
 TORCHRUN_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TRITON_INTERPRET")
 
 

@@ -1060,6 +1060,24 @@ def test_gptq_calibration_logs_its_first_batch_then_each_tenth(tiny_data, tmp_pa
     assert events[-1]["left_est"] == "0ms" and all(e["hessian_time"].endswith("ms") for e in events)
 
 
+@pytest.mark.parametrize("model_dim", [64, 144])
+def test_the_artifact_line_counts_the_quantized_tensors_and_says_when_none_was(tiny_data, tmp_path, model_dim):
+    """Row 20: MATRIX_BITS=2 EMBED_BITS=2 on a model whose tensors are all small printed final_int2_... lines though
+    nothing was quantized (tensors of at most 65,536 values stay float). The artifact line now counts the quantized
+    tensors of the payload, and a note says when there were none."""
+    bits = dict(MATRIX_BITS="2", EMBED_BITS="2", MATRIX_CLIP_SIGMAS="2", EMBED_CLIP_SIGMAS="2", MODEL_DIM=model_dim)
+    path = saved_artifact(args_for(tiny_data, tmp_path, **bits), tmp_path / "int2.ptz")
+    args = args_for(tiny_data, tmp_path, EVAL_ONLY="1", ARTIFACT_PATH=path, **bits)
+    run = dataclasses.replace(train_gpt.preflight(args, ONE_CPU), log=train_gpt.Logger(tmp_path / "int2.txt"))
+    train_gpt.log_artifact(run, str(path), run.artifact)
+    lines = (tmp_path / "int2.txt").read_text().splitlines()
+    tensors = len(train_gpt.GPT(args).state_dict())
+    quantized = 0 if model_dim == 64 else 1  # 512 x 144 = 73,728 values: the embedding, at MODEL_DIM=144
+    assert f" quantized_tensors:{quantized}/{tensors} " in lines[0]
+    note = "quant_note:nothing_quantized quantized_only_over_values:65536"
+    assert lines[1:] == ([note] if quantized == 0 else [])
+
+
 @pytest.fixture(scope="module")
 def other_tokenizer(tiny_data, tmp_path_factory) -> tuple[Path, object]:
     """A tokenizer of the same size and settings trained on other text: other ids for the same pieces."""
