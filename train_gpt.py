@@ -17,7 +17,7 @@ byte after a quantize -> compress -> decompress round trip. Settings: the `Hyper
 from __future__ import annotations
 
 import contextlib, copy, dataclasses, difflib, glob, hashlib, importlib, io, json, lzma, math
-import os, platform, shutil, signal, sys, tempfile, time, uuid
+import os, platform, shutil, signal, sys, tempfile, time
 from pathlib import Path
 
 import numpy as np
@@ -158,8 +158,9 @@ class Hyperparameters:
         explicit = {f.name: parse_env_value(f.name.upper(), environ[f.name.upper()], type(f.default))
                     for f in fields if f.name.upper() in environ}
         values = dict(RECIPES.get(recipe, {}), recipe=recipe) | explicit
-        values["run_id"] = values.get("run_id") or time.strftime("%Y%m%d_%H%M%S_") + uuid.uuid4().hex[:8]
-        return cls(**values)
+        require(explicit.get("enable_looping_at", 0) == 0 or values.get("num_loops", 0) > 0, "ENABLE_LOOPING_AT="
+                f"{explicit.get('enable_looping_at')} does nothing with NUM_LOOPS=0: set NUM_LOOPS > 0, or unset it.")
+        return cls(**dict(values, run_id=values.get("run_id") or time.strftime("%Y%m%d_%H%M%S_") + os.urandom(4).hex()))
 
     def __post_init__(self) -> None:  # the paths DATA_DIR implies, then validation: a Hyperparameters can run
         self.data_path = self.data_path or f"{self.data_dir}/datasets/fineweb10B_sp{self.vocab_size}"
@@ -1125,9 +1126,8 @@ def artifact_header(args: Hyperparameters, weights: str, looping: bool) -> dict:
     return dict(args.settings("export"), byte_shuffle=COMPRESSORS[args.compressor][2], weights=weights,
                 looping=looping, tokenizer_sha256=file_sha256(args.tokenizer_path), model=args.settings("model"))
 
-def payload_bytes(obj: dict) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
+def payload_bytes(obj: dict) -> bytes:  # what torch.save writes
+    torch.save(obj, buffer := io.BytesIO())
     return buffer.getvalue()
 
 def save_artifact(obj: dict, header: dict, path: str) -> tuple[int, int]:

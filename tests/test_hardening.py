@@ -619,6 +619,8 @@ def trigger(key: str, data: TinyData, tmp_path: Path, request) -> str:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(train_gpt.shutil, "disk_usage", disk_with_free(1000))
             return error_text(lambda: train_gpt.preflight(args(), ONE_CPU))
+    if key == "does nothing":
+        return error_text(lambda: Hyperparameters.from_env({"ENABLE_LOOPING_AT": "0.5"}))
     if key == "damaged":
         return damaged_artifact_error(request.getfixturevalue("pair")[0], tmp_path, "cut")
     if key in ("artifact", "defaults"):
@@ -681,6 +683,7 @@ ROW_KEYS = [
     "cannot be made",
     "without room",
     "names a folder",
+    "does nothing",
     "damaged",
     "another tokenizer",
     "arguments",
@@ -1076,6 +1079,33 @@ def test_the_artifact_line_counts_the_quantized_tensors_and_says_when_none_was(t
     assert f" quantized_tensors:{quantized}/{tensors} " in lines[0]
     note = "quant_note:nothing_quantized quantized_only_over_values:65536"
     assert lines[1:] == ([note] if quantized == 0 else [])
+
+
+def test_enable_looping_at_set_without_loops_is_an_error_but_a_recipes_own_value_is_not():
+    """Row 21: ENABLE_LOOPING_AT=0.5 without NUM_LOOPS was silently ignored (no loop ever ran). Set by hand with the
+    loops off it is an error now; a recipe that keeps the value with its loops off (p180: the 2026-04-05 record's
+    0.5, NUM_LOOPS=0) is not, nor a 0 set by hand."""
+    with pytest.raises(ConfigError, match=r"^ENABLE_LOOPING_AT=0.5 does nothing with NUM_LOOPS=0: set NUM_LOOPS > 0"):
+        Hyperparameters.from_env({"ENABLE_LOOPING_AT": "0.5"})
+    with pytest.raises(ConfigError, match=r"^ENABLE_LOOPING_AT=0.35 does nothing"):  # the recipe's loops turned off
+        Hyperparameters.from_env({"RECIPE": "record", "NUM_LOOPS": "0", "ENABLE_LOOPING_AT": "0.35"})
+    built = {
+        "": {},
+        "p180": {"RECIPE": "p180"},  # 0.5 inherited, its loops off
+        "record": {"RECIPE": "record"},
+        "record_2026_04_05": {"RECIPE": "record_2026_04_05"},
+        "p180, 0 by hand": {"RECIPE": "p180", "ENABLE_LOOPING_AT": "0"},
+        "loops on": {"NUM_LOOPS": "1", "LOOP_END": "1", "ENABLE_LOOPING_AT": "0.5"},
+    }
+    looping_at = {name: Hyperparameters.from_env(env).enable_looping_at for name, env in built.items()}
+    assert looping_at == {
+        "": 0.0,
+        "p180": 0.5,
+        "record": 0.35,
+        "record_2026_04_05": 0.5,
+        "p180, 0 by hand": 0.0,
+        "loops on": 0.5,
+    }
 
 
 @pytest.fixture(scope="module")
