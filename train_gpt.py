@@ -384,7 +384,7 @@ def find_shards(data_path: str, split: str) -> list[Path]:
     files = sorted(Path(p) for p in glob.glob(pattern) if "fineweb_val_bytes_" not in p)  # not the byte sidecars
     require(len(files) > 0, f"no {'training' if split == 'train' else 'validation'} shards match DATA_PATH: {pattern} "
             f"(here: {Path(data_path).resolve()}). Set DATA_PATH to their folder; which shards fit which VOCAB_SIZE, "
-            "and how to get them: data/README.md.", FileNotFoundError)
+            "and how to get them: data/README.md, section 'Which shards for which vocabulary'.", FileNotFoundError)
     return files
 
 class DistributedTokenLoader:
