@@ -1268,6 +1268,20 @@ def test_compare_revisions_names_log_keys_one_side_added_and_still_compares_the_
     assert cut_a[1:] == a[1:] and cut_b[1:] == b[1:]  # the changed val_loss stays a difference
 
 
+def test_compare_revisions_leaves_out_the_progress_lines_one_side_added_before_cutting_keys():
+    """Row 10: GPTQ's progress lines (new on one side) came before the gptq_hessians line that lost two keys; cut line
+    by line with them in place, the two logs no longer lined up and a same run was called DIFFERENT."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import compare_revisions
+
+    a = ["step:4/4 val_loss:2.0", "gptq_hessians:1 calibration_tokens:512 hessian_time:* gptq_time:*", "artifact:m"]
+    b = ["step:4/4 val_loss:2.0", "gptq_calibration:1/4 hessian_time:*", "gptq_hessians:1 gptq_time:*", "artifact:m"]
+    b += ["quant_note:nothing_quantized"]
+    cut_a, cut_b, note = compare_revisions.comparable_logs(a, b)
+    assert cut_a == cut_b == ["step:4/4 val_loss:2.0", "gptq_hessians:1 gptq_time:*", "artifact:m"]
+    assert "calibration_tokens, hessian_time" in note and "gptq_calibration:1/4, quant_note:nothing_quantized" in note
+
+
 def test_compare_revisions_takes_an_artifact_whose_header_gained_the_tokenizer_as_the_same_payload():
     """Row 4 adds tokenizer_sha256 to the artifact's header: its bytes change, its payload must not."""
     sys.path.insert(0, str(ROOT / "scripts"))
