@@ -17,8 +17,7 @@ byte after a quantize -> compress -> decompress round trip. Settings: the `Hyper
 from __future__ import annotations
 
 import contextlib, copy, dataclasses, difflib, glob, hashlib, importlib, io, json, lzma, math
-import os, platform, signal, sys, tempfile, time, uuid
-from dataclasses import dataclass
+import os, platform, shutil, signal, sys, tempfile, time
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +51,7 @@ RULES = {"> 0": lambda v: v > 0, ">= 0": lambda v: v >= 0, "in [2, 8]": lambda v
 def setting(default, rule: str | tuple = "", role: str = ""):  # rule: a key of RULES, or the allowed words
     return dataclasses.field(default=default, metadata=dict(rule=rule, role=role))
 
-@dataclass
+@dataclasses.dataclass
 class Hyperparameters:
     # paths and run
     recipe: str = ""  # "": the reference run; a name in RECIPES sets its values first (env still wins)
@@ -159,8 +158,9 @@ class Hyperparameters:
         explicit = {f.name: parse_env_value(f.name.upper(), environ[f.name.upper()], type(f.default))
                     for f in fields if f.name.upper() in environ}
         values = dict(RECIPES.get(recipe, {}), recipe=recipe) | explicit
-        values["run_id"] = values.get("run_id") or time.strftime("%Y%m%d_%H%M%S_") + uuid.uuid4().hex[:8]
-        return cls(**values)
+        require(explicit.get("enable_looping_at", 0) == 0 or values.get("num_loops", 0) > 0, "ENABLE_LOOPING_AT="
+                f"{explicit.get('enable_looping_at')} does nothing with NUM_LOOPS=0: set NUM_LOOPS > 0, or unset it.")
+        return cls(**dict(values, run_id=values.get("run_id") or time.strftime("%Y%m%d_%H%M%S_") + os.urandom(4).hex()))
 
     def __post_init__(self) -> None:  # the paths DATA_DIR implies, then validation: a Hyperparameters can run
         self.data_path = self.data_path or f"{self.data_dir}/datasets/fineweb10B_sp{self.vocab_size}"
@@ -209,11 +209,9 @@ RECIPES: dict[str, dict] = {"record_2026_04_05": dict(vocab_size=8192, num_layer
     matrix_bits=6, embed_bits=8, matrix_clip_sigmas=12.85, embed_clip_sigmas=20.0, gptq_calibration_batches=64,
     gptq_reserve_seconds=12.0, compressor="brotli", eval_stride=64)}
 RECIPES["record"] = dict(RECIPES["record_2026_04_05"], loop_start=3, enable_looping_at=0.35, parallel_residual_start=7,
-                         qk_gain_init=5.25, matrix_lr=0.022, muon_wd=0.095, ema_decay=0.9965, warmdown_frac=0.72,
-                         ttt_enabled=True)
+    qk_gain_init=5.25, matrix_lr=0.022, muon_wd=0.095, ema_decay=0.9965, warmdown_frac=0.72, ttt_enabled=True)
 RECIPES["p180"] = dict(RECIPES["record_2026_04_05"], num_layers=9, mlp_mult=3.0, num_loops=0, warmdown_frac=0.6,
-                       train_batch_tokens=262_144, ema_decay=0.0, val_loss_every=0, train_log_every=50,
-                       ttt_enabled=True, ttt_lr=0.01)
+    train_batch_tokens=262_144, ema_decay=0.0, val_loss_every=0, train_log_every=50, ttt_enabled=True, ttt_lr=0.01)
 
 def recipe_note(message: str, environ) -> str:  # message, and which values it names RECIPE set (not the user)
     recipe = environ.get("RECIPE", "").strip()
@@ -263,7 +261,7 @@ def check_unknown_env(environ: dict[str, str], known: list[str]) -> None:
 # ==== Logging, processes and the run ===============================================================================
 # Rank 0 writes LOG_DIR/RUN_ID.txt and prints: an event a line of key:value tokens (units in the names), parseable.
 
-@dataclass
+@dataclasses.dataclass
 class DistContext:
     """This process among the W of the run: its rank, its device, its share of the step's micro-batches."""
     rank: int
@@ -331,7 +329,7 @@ class Logger:
         floats = {k: f"{v:.4f}" if abs(v) < 1e6 else f"{v:.0f}" for k, v in fields.items() if isinstance(v, float)}
         self.text(" ".join(f"{k}:{floats.get(k, v)}" for k, v in fields.items()))
 
-@dataclass
+@dataclasses.dataclass
 class Run:
     """What every phase needs, made by the pre-flight (at the end of the file) once every input has passed."""
     args: Hyperparameters
@@ -371,9 +369,8 @@ def read_shard_header(path: str | Path, vocab_size: int = 0) -> int:
             f"the file has {size} bytes. The file is truncated or corrupt: delete it and fetch it again.", ShardError)
     if vocab_size and num_tokens:
         top = int(np.max(np.memmap(path, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (num_tokens,))))
-        require(top < vocab_size, f"{path}: token id {top} >= VOCAB_SIZE={vocab_size}: made with another "
-                "tokenizer. Set VOCAB_SIZE and TOKENIZER_PATH to that tokenizer's, or rebuild it "
-                "(data/build_shards.py).", ShardError)
+        require(top < vocab_size, f"{path}: token id {top} >= VOCAB_SIZE={vocab_size}: made with another tokenizer. "
+                "Set VOCAB_SIZE and TOKENIZER_PATH to that one's, or rebuild it (data/build_shards.py).", ShardError)
     return num_tokens
 
 def load_data_shard(path: str | Path, vocab_size: int = 0) -> Tensor:
@@ -388,7 +385,7 @@ def find_shards(data_path: str, split: str) -> list[Path]:
     files = sorted(Path(p) for p in glob.glob(pattern) if "fineweb_val_bytes_" not in p)  # not the byte sidecars
     require(len(files) > 0, f"no {'training' if split == 'train' else 'validation'} shards match DATA_PATH: {pattern} "
             f"(here: {Path(data_path).resolve()}). Set DATA_PATH to their folder; which shards fit which VOCAB_SIZE, "
-            "and how to get them: data/README.md.", FileNotFoundError)
+            "and how to get them: data/README.md, section 'Which shards for which vocabulary'.", FileNotFoundError)
     return files
 
 class DistributedTokenLoader:
@@ -845,7 +842,7 @@ def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> l
 # Bits per byte, the score, does not depend on the tokenizer. A target's bytes: its byte sidecar's (CaseOps data), else
 # 1 for a byte piece or its UTF-8 length, its leading "▁" (a space) counted unless after a control/unknown/unused token.
 
-@dataclass
+@dataclasses.dataclass
 class ValData:
     """The validation split and the bytes each of its tokens stands for, which turn its loss into bits per byte."""
     tokens: Tensor  # (N,) int64 on CPU, trimmed to whole sequences + 1
@@ -1054,21 +1051,19 @@ def quantize_rows(w: Tensor, bits: int, clip_sigmas: float, hessian: Tensor | No
 
 def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, roles: dict, hessians=None) -> dict:
     """The payload: codes and scales of the large tensors (GPTQ: batched by shape, on the GPU), the small ones kept."""
-    hessians = hessians or {}
     quantized, scales, kept, batches = {}, {}, {}, {}
     for name, tensor in state_dict.items():
         t = tensor.detach()
         if not t.is_floating_point():
             kept[name] = t.cpu()
-        elif t.numel() <= QUANT_KEEP_FLOAT_MAX_NUMEL:
-            scalar = roles.get(name) == "scalar" and args.matrix_clip_sigmas == 0  # int8 keeps them in fp32
-            kept[name] = (t.float() if scalar else t.half()).cpu()
+        elif t.numel() <= QUANT_KEEP_FLOAT_MAX_NUMEL:  # fp16, but int8's format (no clip sigmas) keeps scalars fp32
+            kept[name] = (t.float() if roles.get(name) == "scalar" and args.matrix_clip_sigmas == 0 else t.half()).cpu()
         else:  # a batch: one tensor, or with GPTQ every tensor of one shape and QUANT_GROUPS entry
             group = "embed" if roles.get(name) == "embed" else "matrix"
-            batches.setdefault((tuple(t.shape) if name in hessians else name, group), []).append(name)
+            batches.setdefault((tuple(t.shape) if hessians and name in hessians else name, group), []).append(name)
     for (_, group), names in batches.items():
         bits, sigmas = (getattr(args, field) for field in QUANT_GROUPS[group])
-        hessian = torch.stack([hessians[n] for n in names]) if names[0] in hessians else None
+        hessian = torch.stack([hessians[n] for n in names]) if hessians and names[0] in hessians else None
         device = "cpu" if hessian is None else hessian.device
         w = torch.stack([state_dict[n].detach().to(device).float().reshape(state_dict[n].size(0), -1) for n in names])
         q, scale = quantize_rows(w, bits, sigmas, hessian)
@@ -1076,11 +1071,9 @@ def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, ro
             quantized[n], scales[n] = qn.reshape(state_dict[n].shape).to("cpu", copy=True), sn.to("cpu", copy=True)
     return {"quantized": quantized, "scales": scales, "kept": kept}
 
-def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:
-    out = dict(obj["kept"])
-    for name, q in obj["quantized"].items():
-        out[name] = (q.float().reshape(q.size(0), -1) * obj["scales"][name].float()[:, None]).reshape(q.shape)
-    return out
+def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:  # the kept tensors, and each code times its row's step
+    return obj["kept"] | {n: (q.float().reshape(q.size(0), -1) * obj["scales"][n].float()[:, None]).reshape(q.shape)
+                          for n, q in obj["quantized"].items()}
 
 @torch.no_grad()
 def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
@@ -1092,15 +1085,19 @@ def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
         x = x.detach().reshape(-1, x.size(-1)).float()
         hessians.setdefault(name, x.new_zeros(x.size(1), x.size(1))).addmm_(x.T, x)
 
-    hooks = [m.register_forward_hook(lambda m, inputs, out, name=n + ".weight": add(name, inputs[0]))
-             for n, m in model.named_modules()
-             if isinstance(m, CastedLinear) and m.weight.numel() > QUANT_KEEP_FLOAT_MAX_NUMEL]
-    loader, batches = make_train_loader(args, run.train_files, ctx), args.gptq_calibration_batches
-    for i in range(1, math.ceil(batches / ctx.world_size) + 1):  # the ranks share the micro-batches
+    hooks = [m.register_forward_hook(lambda m, inputs, out, name=n + ".weight": add(name, inputs[0])) for n, m in
+             model.named_modules() if isinstance(m, CastedLinear) and m.weight.numel() > QUANT_KEEP_FLOAT_MAX_NUMEL]
+    loader, batches, t0 = make_train_loader(args, run.train_files, ctx), args.gptq_calibration_batches, ctx.clock()
+    rank_batches = math.ceil(batches / ctx.world_size)  # the ranks share the micro-batches
+    for i in range(1, rank_batches + 1):
         x, _ = loader.next_batch(args.train_batch_tokens // GRAD_ACCUM_TOTAL, args.train_seq_len)
         with ctx.autocast():
             add("tok_emb.weight", model.hidden(x))  # the head's inputs
         run.log.progress["gptq_calibration"] = f"{min(i * ctx.world_size, batches)}/{batches}"  # all ranks'
+        if i == 1 or 10 * i // rank_batches > 10 * (i - 1) // rank_batches:  # the first, then each tenth: never silent
+            ms = 1000 * (ctx.clock() - t0)
+            run.log.log(gptq_calibration=run.log.progress["gptq_calibration"], hessian_time=f"{ms:.0f}ms",
+                        tokens=i * ctx.world_size * x.numel(), left_est=f"{ms * (rank_batches / i - 1):.0f}ms")
     for hook in hooks:
         hook.remove()
     for H in hessians.values():
@@ -1129,9 +1126,8 @@ def artifact_header(args: Hyperparameters, weights: str, looping: bool) -> dict:
     return dict(args.settings("export"), byte_shuffle=COMPRESSORS[args.compressor][2], weights=weights,
                 looping=looping, tokenizer_sha256=file_sha256(args.tokenizer_path), model=args.settings("model"))
 
-def payload_bytes(obj: dict) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
+def payload_bytes(obj: dict) -> bytes:  # what torch.save writes
+    torch.save(obj, buffer := io.BytesIO())
     return buffer.getvalue()
 
 def save_artifact(obj: dict, header: dict, path: str) -> tuple[int, int]:
@@ -1163,7 +1159,8 @@ def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, dict[str, Ten
         require(header.get("payload_sha256", sha) == sha, damaged.format("its payload is not the one its header names"))
         diff = [f"{k.upper()}={v} (config: {ours.get(k)})" for k, v in header["model"].items() if ours.get(k) != v]
         raw = decompress(payload, header["compressor"], header["byte_shuffle"], header["payload_bytes"])
-        weights = dequantize_state_dict(torch.load(io.BytesIO(raw), map_location="cpu"))
+        obj = torch.load(io.BytesIO(raw), map_location="cpu")
+        weights = dequantize_state_dict(obj)
     except ConfigError:  # damaged, or its compressor is not installed
         raise
     except Exception as exc:
@@ -1173,7 +1170,7 @@ def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, dict[str, Ten
     made_with, ours = header.get("tokenizer_sha256"), file_sha256(args.tokenizer_path)  # None: an older artifact
     require(made_with in (None, ours) or args.allow_other_tokenizer, f"ARTIFACT_PATH={path} was made with another "
             f"tokenizer (sha256 {made_with}) than TOKENIZER_PATH: set it as that run did, or ALLOW_OTHER_TOKENIZER=1.")
-    return header, weights
+    return header | {"quantized_tensors": f"{len(obj['quantized'])}/{len(weights)}"}, weights  # of the payload
 
 # ==== Training ======================================================================================================
 # The clock counts training steps only (not the undone compile warm-up, not validation), to MAX_WALLCLOCK_SECONDS less
@@ -1216,7 +1213,7 @@ class EMA:
     def copy_to_model(self) -> None:
         torch._foreach_copy_(self.params, self.shadow)
 
-@dataclass
+@dataclasses.dataclass
 class TrainState:
     """The GPT; what a step calls (the same GPT, compiled on CUDA, in DDP with several processes); the optimizers."""
     model: GPT
@@ -1323,15 +1320,12 @@ def export(run: Run, model: GPT, weights: str, train_ms: float) -> str:
     """GPTQ's Hessians (every rank) and rounding (rank 0), timed as training; rank 0 writes the artifact: where."""
     args, ctx, written = run.args, run.ctx, [run.args.artifact_path]
     t0 = ctx.clock()
-    hessians = collect_hessians(run, model) if args.gptq_calibration_batches > 0 else None
-    hessian_ms = 1000 * (ctx.clock() - t0)
+    hessians = collect_hessians(run, model) if args.gptq_calibration_batches > 0 else None  # it logs how far it is
     if ctx.rank == 0:
         obj = quantize_state_dict(model.state_dict(), args, parameter_roles(model), hessians)
         if hessians is not None:
             gptq_ms, cap_ms = 1000 * (ctx.clock() - t0), 1000 * args.max_wallclock_seconds
-            rank_tokens = math.ceil(args.gptq_calibration_batches / ctx.world_size) * args.train_batch_tokens
-            run.log.log(gptq_hessians=len(hessians), calibration_tokens=rank_tokens // ctx.grad_accum_steps,
-                        hessian_time=f"{hessian_ms:.0f}ms", gptq_time=f"{gptq_ms:.0f}ms",
+            run.log.log(gptq_hessians=len(hessians), gptq_time=f"{gptq_ms:.0f}ms",
                         train_plus_gptq_time=f"{train_ms + gptq_ms:.0f}ms",
                         within_cap="yes" if not cap_ms or train_ms + gptq_ms <= cap_ms else "NO")
         if Path(args.artifact_path).exists():  # an earlier run's, named by its sha256 in that run's log: keep it
@@ -1352,10 +1346,12 @@ def log_artifact(run: Run, path: str, artifact: tuple[dict, dict]) -> tuple[dict
     header, model_bytes, code_bytes = artifact[0], Path(path).stat().st_size, len(Path(__file__).read_bytes())
     total, raw, made_with = code_bytes + model_bytes, header["payload_bytes"], header.get("tokenizer_sha256", "none")
     run.log.log(artifact=path, sha256=file_sha256(path), code_bytes=code_bytes, model_bytes=model_bytes,
-                total_bytes=total, limit_bytes=ARTIFACT_LIMIT_BYTES,
+                quantized_tensors=header["quantized_tensors"], total_bytes=total, limit_bytes=ARTIFACT_LIMIT_BYTES,
                 within_limit="yes" if total <= ARTIFACT_LIMIT_BYTES else "NO", payload_raw_bytes=raw,
                 compression_ratio=f"{raw / model_bytes:.3f}", eval_seq_len=run.val.seq_len,
                 tokenizer="same" if made_with == file_sha256(run.args.tokenizer_path) else made_with)
+    if header["quantized_tensors"].startswith("0/"):  # every weight is fp16/fp32: the score lines' int{bits} names none
+        run.log.log(quant_note="nothing_quantized", quantized_only_over_values=QUANT_KEEP_FLOAT_MAX_NUMEL)
     return artifact  # tokenizer: "same" as TOKENIZER_PATH, else the sha256 of its own (none: an older artifact)
 
 def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor], observe=None) -> None:
@@ -1393,12 +1389,16 @@ def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
         compressor(args.compressor)
     folder_named = args.artifact_path.endswith(("/", os.sep)) or Path(args.artifact_path).is_dir()
     require(args.eval_only or not folder_named, f"ARTIFACT_PATH={args.artifact_path} names a folder: name the file.")
+    log_bytes = 200 * (args.iterations // args.train_log_every + 1000)  # ~200 B a line, on the artifact's disk too
     for name, folder in ("LOG_DIR", Path(args.log_dir)), ("ARTIFACT_PATH", Path(args.artifact_path).parent):
         try:
             folder.mkdir(parents=True, exist_ok=True)
             tempfile.TemporaryFile(dir=folder).close()  # a probe: a run must not train for minutes, then fail to save
         except OSError as exc:
             raise ConfigError(f"{name}: cannot write in {folder} ({exc.strerror}): point it at a writable folder.")
+        need = log_bytes + (ARTIFACT_LIMIT_BYTES if name == "ARTIFACT_PATH" and not args.eval_only else 0)
+        require((free := shutil.disk_usage(folder).free) >= need, f"{name}: {folder} has {free:,} bytes free, under "
+                f"the {need:,} this run may write there (log, artifact): free some, or point {name} at another disk.")
     val_files = find_shards(args.data_path, "val")
     tokens = torch.cat([load_data_shard(f, args.vocab_size) for f in val_files]).to(torch.int64)
     T, seq = args.val_seq_len, "EVAL_SEQ_LEN" if args.eval_seq_len else "TRAIN_SEQ_LEN"

@@ -99,8 +99,10 @@ EVENT = re.compile(r"[a-z0-9_]+:\S*( [a-z0-9_]+:\S*)*")  # a key:value line of t
 # Log keys renamed since an earlier revision: old -> new, applied to both sides' logs before they are compared.
 RENAMED = {"evaluation_8gpu_est": "total_eval_time_8gpu_est"}
 # Lines that say something about the run without a number of it (a diagnostic one side added): named in the note, and
-# left out of the comparison. ttt_note: TTT on a split of one chunk adapts nothing (its score is the sliding window's).
-DIAGNOSTIC_LINES = ("ttt_note:",)
+# left out of the comparison. ttt_note: TTT on a split of one chunk adapts nothing (its score is the sliding window's);
+# gptq_calibration: the calibration's progress (times; its tokens are the config's); quant_note: no tensor of the
+# model is large enough to be quantized (the tiny configurations'), a fact of the config, not a number of the run.
+DIAGNOSTIC_LINES = ("ttt_note:", "gptq_calibration:", "quant_note:")
 TORCHRUN_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TRITON_INTERPRET")
 
 
@@ -146,12 +148,7 @@ def compare(name: str, sides: list[Path], work: Path, data_env: dict[str, str]) 
         results.append((masked_log(folder / "logs" / "compare.txt"), (folder / "model.ptz").read_bytes()))
     (log_a, artifact_a), (log_b, artifact_b) = results
     sha_a, sha_b = hashlib.sha256(artifact_a).hexdigest(), hashlib.sha256(artifact_b).hexdigest()
-    log_a, log_b, note = common_config(log_a, log_b)
-    log_a, log_b, added = common_tokens(log_a, log_b)
-    note += f"; log keys only in one side: {', '.join(added)}" if added else ""
-    diagnostics = sorted({line.split(" ")[0] for line in log_a + log_b if line.startswith(DIAGNOSTIC_LINES)})
-    log_a, log_b = ([line for line in log if not line.startswith(DIAGNOSTIC_LINES)] for log in (log_a, log_b))
-    note += f"; diagnostic lines left out: {', '.join(diagnostics)}" if diagnostics else ""
+    log_a, log_b, note = comparable_logs(log_a, log_b)
     shown = sha_a[:12]
     if sha_a != sha_b and (header_note := same_payload(artifact_a, artifact_b)) is not None:
         shown, sha_b = f"{sha_a[:12]}/{sha_b[:12]}, the same payload{header_note}", sha_a
@@ -171,6 +168,17 @@ def compare(name: str, sides: list[Path], work: Path, data_env: dict[str, str]) 
     numbers = sum(len(re.findall(r":-?\d+\.\d+", line)) for line in log_a)
     print(f"same {name}: {len(log_a)} log lines, {numbers} decimal numbers, artifact sha256 {shown}{note}")
     return True
+
+
+def comparable_logs(log_a: list[str], log_b: list[str]) -> tuple[list[str], list[str], str]:
+    """The masked logs as they are compared: the config cut to the settings both have, the diagnostic lines left out,
+    then each event cut to the keys both log (line by line, so after the lines only one side has are gone); a note."""
+    log_a, log_b, note = common_config(log_a, log_b)
+    diagnostics = sorted({line.split(" ")[0] for line in log_a + log_b if line.startswith(DIAGNOSTIC_LINES)})
+    log_a, log_b = ([line for line in log if not line.startswith(DIAGNOSTIC_LINES)] for log in (log_a, log_b))
+    log_a, log_b, added = common_tokens(log_a, log_b)
+    note += f"; log keys only in one side: {', '.join(added)}" if added else ""
+    return log_a, log_b, note + (f"; diagnostic lines left out: {', '.join(diagnostics)}" if diagnostics else "")
 
 
 def same_payload(a: bytes, b: bytes) -> str | None:

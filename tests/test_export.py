@@ -307,7 +307,9 @@ def test_an_artifact_round_trips_through_its_header(tiny_data, tmp_path, compres
     loaded_header, state = train_gpt.read_artifact(str(path), args)  # the config that made it matches
     payload = path.read_bytes().split(b"\n", 2)[2]  # after the magic line and the header line
     sha = hashlib.sha256(payload).hexdigest()
-    assert loaded_header == dict(header, payload_bytes=raw_bytes, payload_sha256=sha)
+    counted = f"{len(obj['quantized'])}/{len(obj['quantized']) + len(obj['kept'])}"  # read from the payload
+    assert loaded_header == dict(header, payload_bytes=raw_bytes, payload_sha256=sha, quantized_tensors=counted)
+    assert counted == "1/22"  # at MODEL_DIM=144 the embedding alone is over 65,536 values
     assert loaded_header["tokenizer_sha256"] == hashlib.sha256(tiny_data.tokenizer_path.read_bytes()).hexdigest()
     assert loaded_header["compressor"] == compressor
     assert loaded_header["byte_shuffle"] == train_gpt.COMPRESSORS[compressor][2]
@@ -752,8 +754,10 @@ def test_the_run_logs_gptq_and_the_payload_it_writes(gptq_run):
     run = gptq_run
     [gptq] = run.events("gptq_hessians")
     assert int(gptq["gptq_hessians"]) == QUANTIZED_MATRICES
-    assert int(gptq["calibration_tokens"]) == 4 * int(run.env["TRAIN_BATCH_TOKENS"]) // GRAD_ACCUM_TOTAL
     assert gptq["within_cap"] == "yes"
+    progress = run.events("gptq_calibration")  # the first micro-batch and each tenth: here all four
+    assert [e["gptq_calibration"] for e in progress] == ["1/4", "2/4", "3/4", "4/4"]
+    assert int(progress[-1]["tokens"]) == 4 * int(run.env["TRAIN_BATCH_TOKENS"]) // GRAD_ACCUM_TOTAL
     [start] = run.events("model_params")
     [artifact] = run.events("artifact")
     assert start["payload_raw_bytes"] == artifact["payload_raw_bytes"]  # the estimate at start is the payload

@@ -615,6 +615,12 @@ def trigger(key: str, data: TinyData, tmp_path: Path, request) -> str:
     if key == "cannot be made":
         (tmp_path / "a_file").write_text("")
         return error_text(lambda: train_gpt.preflight(args(LOG_DIR=tmp_path / "a_file" / "logs"), ONE_CPU))
+    if key == "without room":
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(train_gpt.shutil, "disk_usage", disk_with_free(1000))
+            return error_text(lambda: train_gpt.preflight(args(), ONE_CPU))
+    if key == "does nothing":
+        return error_text(lambda: Hyperparameters.from_env({"ENABLE_LOOPING_AT": "0.5"}))
     if key == "damaged":
         return damaged_artifact_error(request.getfixturevalue("pair")[0], tmp_path, "cut")
     if key in ("artifact", "defaults"):
@@ -675,7 +681,9 @@ ROW_KEYS = [
     "miscount",
     "exists",
     "cannot be made",
+    "without room",
     "names a folder",
+    "does nothing",
     "damaged",
     "another tokenizer",
     "arguments",
@@ -967,13 +975,59 @@ def test_an_artifact_path_on_a_full_disk_writes_the_artifact_to_a_fallback_and_s
     assert header["tokenizer_sha256"] == hashlib.sha256(Path(run.args.tokenizer_path).read_bytes()).hexdigest()
 
 
+def disk_with_free(free: int):
+    """shutil.disk_usage of a disk with `free` bytes free, for the pre-flight's check."""
+    return lambda folder: shutil._ntuple_diskusage(10**12, 10**12 - free, free)
+
+
+@pytest.mark.parametrize("name", ["ARTIFACT_PATH", "LOG_DIR"])
+def test_a_disk_without_room_for_the_artifact_and_the_log_is_refused_before_training(tiny_data, tmp_path, name):
+    """Rows 1 and 2: a full disk was found at export (the model lost) or by a log write mid-run. Now the pre-flight
+    checks the free space where each goes against what the run may write there: the log's bound (~200 bytes a line)
+    and, for ARTIFACT_PATH, an artifact at the limit and the log (which may share its disk)."""
+    args = args_for(tiny_data, tmp_path, ARTIFACT_PATH=tmp_path / "out" / "model.ptz")
+    log_bytes = 200 * (args.iterations // args.train_log_every + 1000)
+    need = log_bytes + (train_gpt.ARTIFACT_LIMIT_BYTES if name == "ARTIFACT_PATH" else 0)
+    folder = tmp_path / "out" if name == "ARTIFACT_PATH" else tmp_path / "logs"
+    real = shutil.disk_usage
+    with pytest.MonkeyPatch.context() as patch:
+        for free in (need - 1, need):  # for ARTIFACT_PATH, need - 1 is room for the artifact alone, not the log too
+            disk = disk_with_free(free)
+            patch.setattr(train_gpt.shutil, "disk_usage", lambda f: disk(f) if Path(f) == folder else real(f))
+            if free < need:
+                with pytest.raises(ConfigError) as error:
+                    train_gpt.preflight(args, ONE_CPU)
+            else:
+                assert train_gpt.preflight(args, ONE_CPU).args is args  # exactly enough: it passes
+    assert str(error.value).startswith(
+        f"{name}: {folder} has {need - 1:,} bytes free, under the {need:,} this run may write there"
+    )
+    assert f"point {name} at another disk" in str(error.value)
+    assert not (tmp_path / "logs" / "test.txt").exists()  # nothing written: no log, no training
+
+
+def test_eval_only_needs_room_for_its_log_not_for_an_artifact(tiny_data, tmp_path):
+    """An EVAL_ONLY run writes no artifact: a disk with room for its log is enough."""
+    path = saved_artifact(args_for(tiny_data, tmp_path), tmp_path / "a.ptz")
+    args = args_for(tiny_data, tmp_path, EVAL_ONLY="1", ARTIFACT_PATH=path)
+    log_bytes = 200 * (args.iterations // args.train_log_every + 1000)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(train_gpt.shutil, "disk_usage", disk_with_free(log_bytes))
+        assert train_gpt.preflight(args, ONE_CPU).artifact is not None
+        patch.setattr(train_gpt.shutil, "disk_usage", disk_with_free(log_bytes - 1))
+        with pytest.raises(ConfigError, match=f"has {log_bytes - 1:,} bytes free, under the {log_bytes:,}"):
+            train_gpt.preflight(args, ONE_CPU)
+
+
 def test_an_interrupt_during_gptq_calibration_says_how_far_it_went(disk_full_run, tiny_data, tmp_path):
     """Row 10: GPTQ_CALIBRATION_BATCHES=100000000000 was silent after the last validation line until killed, and the
-    interrupt logged the last training step, no sign of GPTQ. The interrupt's line now says how far calibration went."""
+    interrupt logged the last training step, no sign of GPTQ. Now its first batch logs how long the rest will take,
+    and the interrupt's line says how far calibration went."""
     run, out, _, _ = disk_full_run
     assert run.log.progress["gptq_calibration"] == "3/3" and "gptq_hessians:" in out  # the whole run: every batch
     args = args_for(tiny_data, tmp_path, GPTQ_CALIBRATION_BATCHES=100_000_000_000)
-    run = cpu_run(args, train_files=[tiny_data.data_path / "fineweb_train_000000.bin"])
+    log = train_gpt.Logger(tmp_path / "gptq.txt")
+    run = cpu_run(args, train_files=[tiny_data.data_path / "fineweb_train_000000.bin"], log=log)
     run.log.progress = {"step": "10/10", "train_time": "5ms"}
     calls = []
 
@@ -988,6 +1042,70 @@ def test_an_interrupt_during_gptq_calibration_says_how_far_it_went(disk_full_run
         patch.setattr(train_gpt.DistributedTokenLoader, "next_batch", interrupted)
         train_gpt.export(run, train_gpt.GPT(args), "raw", 5.0)
     assert run.log.progress == {"step": "10/10", "train_time": "5ms", "gptq_calibration": "5/100000000000"}
+    [first] = (tmp_path / "gptq.txt").read_text().splitlines()  # the first batch; the next line: at a tenth
+    assert re.fullmatch(r"gptq_calibration:1/100000000000 hessian_time:\d+ms tokens:\d+ left_est:\d+ms", first)
+    assert int(first.split("left_est:")[1][:-2]) > 1e8 * int(first.split("hessian_time:")[1].split("ms")[0])
+
+
+def test_gptq_calibration_logs_its_first_batch_then_each_tenth(tiny_data, tmp_path):
+    """Row 10: a long calibration is never silent: a line after the first micro-batch and after each tenth, with the
+    time spent, the tokens seen (all ranks') and an estimate of the time left."""
+    args = args_for(tiny_data, tmp_path, GPTQ_CALIBRATION_BATCHES=20)
+    log = train_gpt.Logger(tmp_path / "gptq.txt")
+    run = cpu_run(args, train_files=[tiny_data.data_path / "fineweb_train_000000.bin"], log=log)
+    train_gpt.collect_hessians(run, train_gpt.GPT(args))
+    events = [dict(token.split(":", 1) for token in line.split()) for line in log.path.read_text().splitlines()]
+    assert [e["gptq_calibration"] for e in events] == [f"{i}/20" for i in (1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20)]
+    micro_batch_tokens = args.train_batch_tokens // train_gpt.GRAD_ACCUM_TOTAL
+    assert [int(e["tokens"]) for e in events] == [
+        i * micro_batch_tokens for i in (1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20)
+    ]
+    assert events[-1]["left_est"] == "0ms" and all(e["hessian_time"].endswith("ms") for e in events)
+
+
+@pytest.mark.parametrize("model_dim", [64, 144])
+def test_the_artifact_line_counts_the_quantized_tensors_and_says_when_none_was(tiny_data, tmp_path, model_dim):
+    """Row 20: MATRIX_BITS=2 EMBED_BITS=2 on a model whose tensors are all small printed final_int2_... lines though
+    nothing was quantized (tensors of at most 65,536 values stay float). The artifact line now counts the quantized
+    tensors of the payload, and a note says when there were none."""
+    bits = dict(MATRIX_BITS="2", EMBED_BITS="2", MATRIX_CLIP_SIGMAS="2", EMBED_CLIP_SIGMAS="2", MODEL_DIM=model_dim)
+    path = saved_artifact(args_for(tiny_data, tmp_path, **bits), tmp_path / "int2.ptz")
+    args = args_for(tiny_data, tmp_path, EVAL_ONLY="1", ARTIFACT_PATH=path, **bits)
+    run = dataclasses.replace(train_gpt.preflight(args, ONE_CPU), log=train_gpt.Logger(tmp_path / "int2.txt"))
+    train_gpt.log_artifact(run, str(path), run.artifact)
+    lines = (tmp_path / "int2.txt").read_text().splitlines()
+    tensors = len(train_gpt.GPT(args).state_dict())
+    quantized = 0 if model_dim == 64 else 1  # 512 x 144 = 73,728 values: the embedding, at MODEL_DIM=144
+    assert f" quantized_tensors:{quantized}/{tensors} " in lines[0]
+    note = "quant_note:nothing_quantized quantized_only_over_values:65536"
+    assert lines[1:] == ([note] if quantized == 0 else [])
+
+
+def test_enable_looping_at_set_without_loops_is_an_error_but_a_recipes_own_value_is_not():
+    """Row 21: ENABLE_LOOPING_AT=0.5 without NUM_LOOPS was silently ignored (no loop ever ran). Set by hand with the
+    loops off it is an error now; a recipe that keeps the value with its loops off (p180: the 2026-04-05 record's
+    0.5, NUM_LOOPS=0) is not, nor a 0 set by hand."""
+    with pytest.raises(ConfigError, match=r"^ENABLE_LOOPING_AT=0.5 does nothing with NUM_LOOPS=0: set NUM_LOOPS > 0"):
+        Hyperparameters.from_env({"ENABLE_LOOPING_AT": "0.5"})
+    with pytest.raises(ConfigError, match=r"^ENABLE_LOOPING_AT=0.35 does nothing"):  # the recipe's loops turned off
+        Hyperparameters.from_env({"RECIPE": "record", "NUM_LOOPS": "0", "ENABLE_LOOPING_AT": "0.35"})
+    built = {
+        "": {},
+        "p180": {"RECIPE": "p180"},  # 0.5 inherited, its loops off
+        "record": {"RECIPE": "record"},
+        "record_2026_04_05": {"RECIPE": "record_2026_04_05"},
+        "p180, 0 by hand": {"RECIPE": "p180", "ENABLE_LOOPING_AT": "0"},
+        "loops on": {"NUM_LOOPS": "1", "LOOP_END": "1", "ENABLE_LOOPING_AT": "0.5"},
+    }
+    looping_at = {name: Hyperparameters.from_env(env).enable_looping_at for name, env in built.items()}
+    assert looping_at == {
+        "": 0.0,
+        "p180": 0.5,
+        "record": 0.35,
+        "record_2026_04_05": 0.5,
+        "p180, 0 by hand": 0.0,
+        "loops on": 0.5,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -1148,6 +1266,20 @@ def test_compare_revisions_names_log_keys_one_side_added_and_still_compares_the_
     cut_a, cut_b, added = compare_revisions.common_tokens(a, b)
     assert added == ["eval_seq_len", "tokenizer"] and cut_a[0] == cut_b[0] == a[0]
     assert cut_a[1:] == a[1:] and cut_b[1:] == b[1:]  # the changed val_loss stays a difference
+
+
+def test_compare_revisions_leaves_out_the_progress_lines_one_side_added_before_cutting_keys():
+    """Row 10: GPTQ's progress lines (new on one side) came before the gptq_hessians line that lost two keys; cut line
+    by line with them in place, the two logs no longer lined up and a same run was called DIFFERENT."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import compare_revisions
+
+    a = ["step:4/4 val_loss:2.0", "gptq_hessians:1 calibration_tokens:512 hessian_time:* gptq_time:*", "artifact:m"]
+    b = ["step:4/4 val_loss:2.0", "gptq_calibration:1/4 hessian_time:*", "gptq_hessians:1 gptq_time:*", "artifact:m"]
+    b += ["quant_note:nothing_quantized"]
+    cut_a, cut_b, note = compare_revisions.comparable_logs(a, b)
+    assert cut_a == cut_b == ["step:4/4 val_loss:2.0", "gptq_hessians:1 gptq_time:*", "artifact:m"]
+    assert "calibration_tokens, hessian_time" in note and "gptq_calibration:1/4, quant_note:nothing_quantized" in note
 
 
 def test_compare_revisions_takes_an_artifact_whose_header_gained_the_tokenizer_as_the_same_payload():
