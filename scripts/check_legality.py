@@ -21,9 +21,10 @@ misspelt variable is refused as train_gpt.py refuses it); TTT is always on, EVAL
 vocabulary (64 ids), the data, the tokenizer and the geometry are made tiny. With DATA_PATH set (and TOKENIZER_PATH,
 else train_gpt.py's default for VOCAB_SIZE), each geometry's split is instead the first tokens of that validation
 split (its shards in order), scored with that tokenizer and vocabulary, and the output says so: the data you score
-on, with its documents and its bytes (from the decoded text, or the byte sidecars with CaseOps). The observer scores
-every id of the vocabulary for every target, so the sp1024 split takes ~5 min a geometry and process count on a
-CPU. The interpreted Triton geometry below always uses a split made here. Geometries:
+on, with its documents and its bytes (counted from the decoded text; with CaseOps, from the original text it decodes
+to, and its byte sidecars, which the script divides by, must count each document the same or the check refuses the
+data). The observer scores every id of the vocabulary for every target, so the sp1024 split takes ~5 min a geometry
+and process count on a CPU. The interpreted Triton geometry below always uses a split made here. Geometries:
   aligned: a 32-token window every 8 tokens, 64-prediction chunks (the stride divides window and chunk);
   ragged:  a 24-token window every 7 tokens, 50-prediction chunks (the stride divides neither, the chunk is no
            multiple of the window: windows straddle chunk boundaries, and TTT trains on 48 of a chunk's 50);
@@ -105,6 +106,9 @@ import torch.distributed as dist
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "data")]
+import caseops  # noqa: E402  (the CaseOps inverse: the original text whose bytes a CaseOps split scores)
+
 VOCAB = 64
 TINY = dict(
     VOCAB_SIZE=str(VOCAB),
@@ -199,13 +203,15 @@ def documents(count: int, seed: int = 0) -> list[str]:
     return [" ".join(sentence() for _ in range(r.randint(1, 4))) for _ in range(count)]
 
 
-def make_tokenizer(path: Path):
-    """A BPE tokenizer of VOCAB pieces, trained with the published tokenizers' normalization and ids."""
+def make_tokenizer(path: Path, texts: list[str] | None = None, use_caseops: bool = False):
+    """A BPE tokenizer of VOCAB pieces, trained with the published tokenizers' normalization and ids on texts (else
+    documents(400)); use_caseops: on their CaseOps form, its control symbols pieces of their own (a CaseOps one)."""
     import sentencepiece as spm
 
+    texts = documents(400) if texts is None else texts
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(documents(400)),
+        sentence_iterator=iter(map(caseops.encode, texts) if use_caseops else texts),
         model_writer=model,
         vocab_size=VOCAB,
         model_type="bpe",
@@ -220,6 +226,7 @@ def make_tokenizer(path: Path):
         eos_id=2,
         unk_id=3,
         minloglevel=2,
+        **(dict(user_defined_symbols=list(caseops.CONTROLS)) if use_caseops else {}),
     )
     path.write_bytes(model.getvalue())
     return spm.SentencePieceProcessor(model_file=str(path))
@@ -306,11 +313,30 @@ def user_data(environ: dict[str, str]) -> UserData | None:
     return UserData(raw, tokenizer, pieces, tuple(files), sidecars, count)
 
 
+def caseops_original(text: str) -> str:
+    """The original of a prefix of CaseOps text: a marker at its end marks a letter the next token holds (0 bytes)."""
+    try:
+        return caseops.decode(text, strict=False)
+    except caseops.CaseOpsError:
+        return caseops.decode(text[:-1], strict=False)
+
+
 def decoded_bytes(sp, tokens: torch.Tensor) -> tuple[torch.Tensor, int]:
     """(bytes of each token, the split's decoded bytes): token t stands for the UTF-8 bytes it adds to the decoded
-    text of its document (from the last BOS before it); BOS adds none. Counted here, from the tokenizer's decoding,
-    not by any function of the checked script; the total is the bytes of every document as the split decodes."""
-    ids, bos = tokens.tolist(), sp.bos_id()
+    text of its document (from the last BOS before it); BOS adds none. The text is what the tokenizer decodes to, and
+    with a CaseOps tokenizer the original text that text stands for (caseops.decode: a marker adds no byte, the
+    letter it marks one). A byte-fallback piece adds its byte, also where the split ends inside a character.
+    Counted here, from the tokenizer's decoding, not by any function of the checked script; the total is the bytes
+    of every document as the split decodes."""
+    ids, bos, original = tokens.tolist(), sp.bos_id(), caseops.is_caseops_tokenizer(sp)
+
+    def length(doc: list[int]) -> int:  # UTF-8 bytes of doc's text; a trailing run of byte pieces counted raw
+        whole = len(doc)
+        while whole and sp.is_byte(doc[whole - 1]):
+            whole -= 1
+        text = sp.decode(doc[:whole])  # a cut character would decode to U+FFFD, 3 bytes for each of its pieces
+        return len((caseops_original(text) if original else text).encode("utf-8")) + len(doc) - whole
+
     counted = [0] * len(ids)
     total, start = 0, 0
     for end in range(len(ids) + 1):
@@ -318,9 +344,9 @@ def decoded_bytes(sp, tokens: torch.Tensor) -> tuple[torch.Tensor, int]:
             doc, previous = ids[start + 1 : end] if start < end and ids[start] == bos else ids[start:end], 0
             offset = end - len(doc)
             for k in range(len(doc)):
-                now = len(sp.decode(doc[: k + 1]).encode("utf-8"))
+                now = length(doc[: k + 1])
                 counted[offset + k], previous = now - previous, now
-            total += len(sp.decode(doc).encode("utf-8"))
+            total += length(doc)
             start = end
     return torch.tensor(counted, dtype=torch.int64), total
 
@@ -710,8 +736,9 @@ class Split:
 
 
 def make_data(folder: Path, geometries: dict[str, Geometry], data: UserData | None = None) -> dict[str, Split]:
-    """The tokenizer and a validation shard per geometry in folder; each split's tokens and bytes. With the user's
-    data: their tokenizer, and each split the first tokens of DATA_PATH's (its byte sidecars' counts with CaseOps)."""
+    """The tokenizer and a validation shard per geometry in folder; each split's tokens and bytes, counted from the
+    decoded text. With the user's data: their tokenizer, and each split the first tokens of DATA_PATH's, with the
+    same prefix of its byte sidecars (CaseOps), which must count each document's bytes as its decoded text does."""
     if data is None:
         sp = make_tokenizer(folder / "tokenizer.model")
     else:
@@ -726,14 +753,32 @@ def make_data(folder: Path, geometries: dict[str, Geometry], data: UserData | No
                              f"geometry {name} needs {geometry.tokens}.")  # fmt: skip
         tokens = split_tokens(sp, geometry.tokens) if data is None else data.prefix(geometry.tokens)
         write_shard(folder / name / "fineweb_val_000000.bin", tokens)
-        if data is not None and data.sidecars:  # CaseOps: the decoded text is not the original, its sidecar counts
-            counted = data.prefix(geometry.tokens, sidecars=True)
-            write_shard(folder / name / "fineweb_val_bytes_000000.bin", counted)
-            splits[name] = Split(tokens, counted, int(counted[1:].sum()))
-            continue
-        counted, total = decoded_bytes(sp, tokens)
+        try:
+            counted, total = decoded_bytes(sp, tokens)
+        except caseops.CaseOpsError as exc:
+            raise CheckError(f"DATA_PATH={data.data_path}: its tokens do not decode to CaseOps text ({exc}): "
+                             "TOKENIZER_PATH must be the tokenizer its shards were made with.") from None  # fmt: skip
+        if data is not None and data.sidecars:
+            sidecar = data.prefix(geometry.tokens, sidecars=True)
+            write_shard(folder / name / "fineweb_val_bytes_000000.bin", sidecar)
+            check_sidecars(data, tokens, sidecar, counted, sp.bos_id())
         splits[name] = Split(tokens, counted, total - int(counted[0]))
     return splits
+
+
+def check_sidecars(data: UserData, tokens: torch.Tensor, sidecar: torch.Tensor, counted: torch.Tensor, bos: int):
+    """The byte sidecars (what the checked script divides by) count each document of the split as many bytes as its
+    decoded text holds: else the data, not the script, is wrong, and no verdict on the script would mean anything."""
+    document = torch.cumsum(tokens == bos, 0)  # the document of each token (its BOS included)
+    theirs, ours = (torch.bincount(document, weights=c.double()).long() for c in (sidecar, counted))
+    wrong = (theirs != ours).nonzero()
+    if len(wrong):
+        d, start = int(wrong[0]), int((document == wrong[0]).nonzero()[0])
+        raise CheckError(
+            f"DATA_PATH={data.data_path}: its byte sidecars ({data.sidecars[0].name}, ...) count {int(theirs[d])} "
+            f"bytes for the document at token {start}, whose decoded text holds {int(ours[d])} ({len(wrong)} of the "
+            f"{len(ours)} documents in its first {len(tokens)} tokens differ): rebuild them (data/README.md: CaseOps)."
+        )
 
 
 def run_workers(
@@ -1061,7 +1106,8 @@ def check(
         lines.append(
             f"data: DATA_PATH={data.data_path}: a prefix of its validation split of {data.tokens} tokens, as long as "
             f"each geometry's split below; TOKENIZER_PATH={data.tokenizer_path}, VOCAB_SIZE={data.vocab}; bytes "
-            + ("from its byte sidecars" if data.sidecars else "counted from the decoded text")
+            + "counted from the decoded text"
+            + ("; its byte sidecars, which the script divides by, count the same" if data.sidecars else "")
         )
     for name, g in chosen.items():
         lines.append(
