@@ -88,7 +88,6 @@ import dataclasses
 import faulthandler
 import hashlib
 import importlib.util
-import io
 import math
 import os
 import random
@@ -165,6 +164,22 @@ LINE = re.compile(r"final_\w+?_(roundtrip|sliding_window|ttt)_exact val_loss:(\S
 # The challenge's shard format (train_gpt.py reads it): a header of 256 int32 (magic, version, count), uint16 ids.
 SHARD_MAGIC, SHARD_VERSION, SHARD_HEADER_INTS = 20240520, 1, 256
 BOS_ID = 1
+# The published tokenizers' normalization and ids, as data/build_shards.py's TOKENIZER_SETTINGS holds them, but every
+# character covered and no byte fallback: 64 pieces hold no 256 byte pieces. Repeated, not imported: build_shards
+# imports train_gpt, and the check must judge a train_gpt.py that fails at import (tests/test_legality.py compares).
+TOKENIZER_SETTINGS = dict(
+    model_type="bpe",
+    character_coverage=1.0,
+    byte_fallback=False,
+    split_digits=True,
+    normalization_rule_name="nmt_nfkc",
+    add_dummy_prefix=False,
+    remove_extra_whitespaces=True,
+    pad_id=0,
+    bos_id=BOS_ID,
+    eos_id=2,
+    unk_id=3,
+)
 WORDS = (
     "the of and a to in is was he for it with as his on be at by had are but from or have an they which one you "
     "were all we her she there would their will when who him been has more if no out so said what up its about into "
@@ -204,31 +219,22 @@ def documents(count: int, seed: int = 0) -> list[str]:
 
 
 def make_tokenizer(path: Path, texts: list[str] | None = None, use_caseops: bool = False):
-    """A BPE tokenizer of VOCAB pieces, trained with the published tokenizers' normalization and ids on texts (else
-    documents(400)); use_caseops: on their CaseOps form, its control symbols pieces of their own (a CaseOps one)."""
+    """A BPE tokenizer of VOCAB pieces on texts (else documents(400)), with TOKENIZER_SETTINGS. use_caseops: on their
+    CaseOps form, the control symbols pieces of their own (data/build_shards.py --caseops)."""
     import sentencepiece as spm
 
     texts = documents(400) if texts is None else texts
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(map(caseops.encode, texts) if use_caseops else texts),
-        model_writer=model,
-        vocab_size=VOCAB,
-        model_type="bpe",
-        character_coverage=1.0,
-        byte_fallback=False,
-        split_digits=True,
-        normalization_rule_name="nmt_nfkc",
-        add_dummy_prefix=False,
-        remove_extra_whitespaces=True,
-        pad_id=0,
-        bos_id=BOS_ID,
-        eos_id=2,
-        unk_id=3,
-        minloglevel=2,
-        **(dict(user_defined_symbols=list(caseops.CONTROLS)) if use_caseops else {}),
-    )
-    path.write_bytes(model.getvalue())
+    symbols = dict(user_defined_symbols=list(caseops.CONTROLS)) if use_caseops else {}
+    with open(path, "wb") as model:
+        sentences = iter(map(caseops.encode, texts) if use_caseops else texts)
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=sentences,
+            model_writer=model,
+            vocab_size=VOCAB,
+            minloglevel=2,
+            **TOKENIZER_SETTINGS,
+            **symbols,
+        )
     return spm.SentencePieceProcessor(model_file=str(path))
 
 

@@ -441,6 +441,16 @@ def test_the_bytes_are_counted_from_the_decoded_text(tmp_path):
     assert torch.equal(ours[1:].to(torch.int64), counted[1:])
 
 
+def test_the_checks_tokenizer_has_the_published_settings_but_byte_fallback():
+    """check_legality repeats data/build_shards.py's TOKENIZER_SETTINGS (it cannot import build_shards, which imports
+    train_gpt): the same normalization and ids, every character covered, no byte fallback, SentencePiece's default
+    vocabulary limit."""
+    ours, published = dict(check_legality.TOKENIZER_SETTINGS), dict(build_shards.TOKENIZER_SETTINGS)
+    assert ours.pop("character_coverage") == 1.0 and ours.pop("byte_fallback") is False
+    assert published.pop("byte_fallback") and published.pop("character_coverage") < 1
+    assert published.pop("hard_vocab_limit") is False and ours == published
+
+
 def cased(docs: list[str], seed: int) -> list[str]:
     """The documents with capitals, as CaseOps marks them: Title words, ALLCAPS words, a capital inside a word."""
     r = random.Random(seed)
