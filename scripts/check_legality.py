@@ -51,11 +51,17 @@ script. The conditions:
      copy of it, or a change of the scored model's weights however it is made: p.data, copy_, load_state_dict,
      seen as a changed digest of its weights at the next observation) is compared, bit for bit, with the original
      run's while a target up to the probe is still to be scored; one that differs trained on tokens from the probe
-     on before scoring that target (named: which update, on which model, before which target). On CUDA updates are
-     not compared (their rounding differs from run to run): the distributions are. A changed run stops when the
-     scored model takes an optimizer step, or (one process) its weights change however it is made, after every
-     target up to the probe was scored on the path it is on: what it does, not which function it calls. A path a
-     changed run never scored up to its probe fails, named.
+     on before scoring that target (named: which update, on which model, before which target). So is every module
+     outside the scored model (a deep copy, its weights made however: an optimizer, p.data.add_, copy_) at each
+     call: weights the original run never called it with, while a target up to the probe is still to be scored,
+     were made from tokens from the probe on. Not caught: a choice that no probe flips made with no module's weights
+     (counts of the split's tokens, a cache outside any module), or with weights used outside a call of the module
+     that holds them (a copy's tensors passed to F.linear by hand; a GPT's own parameters, such as skip_weights, when
+     only its methods are called: its blocks' are seen). On CUDA updates are not compared (their rounding differs
+     from run to run): the distributions are. A changed run stops when the scored model takes an optimizer step, or
+     (one process) its weights change however it is made, after every target up to the probe was scored on the path
+     it is on: what it does, not which function it calls. A path a changed run never scored up to its probe fails,
+     named.
   2. single pass: every target of the split in DATA_PATH is scored once, and the bytes counted here for them are
      the split's decoded bytes.
   3. normalized: each distribution sums to 1 (a target scored with probability 0 is said so, never a NaN).
@@ -97,11 +103,13 @@ import subprocess
 import sys
 import tempfile
 import traceback
+import weakref
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -466,12 +474,18 @@ class Watcher:
     `reference` (the original run's, on this rank) while a target up to the probe is still to be scored: an update
     that differs there used tokens from the probe on before that target was scored (`leak`)."""
 
-    def __init__(self, upto: int | None, total: int, device: torch.device, reference: list | None = None):
+    def __init__(self, upto: int | None, total: int, device: torch.device, reference: tuple | None = None):
         self.upto, self.record, self.kind, self.model = upto, {}, None, None
         self.covered = {}  # path -> (total + 1,) bool: targets at or before the probe this rank scored
         self.total, self.device = total, device
         self.trace, self.reference, self.leak = [], reference, None
         self.weights, self.steps_since_look = None, 0  # the scored model's weights at the last observation
+        self.scored = set()  # ids of the scored model's modules
+        self.calls = set()  # digests of the weights of modules outside the scored model at their calls (call_hook)
+        self.weights_at_call = weakref.WeakKeyDictionary()  # module outside the scored model -> its weights' digest
+
+    def watch(self, model) -> None:
+        self.model, self.scored = model, {id(m) for m in model.modules()}
 
     def missing(self, covered: torch.Tensor) -> int | None:
         """The first target up to the probe not yet scored on the current path (covered: per target 1..upto)."""
@@ -485,7 +499,7 @@ class Watcher:
         self.trace.append(digest)
         if self.upto is None or self.reference is None or self.leak is not None or target is None:
             return
-        if index >= len(self.reference) or self.reference[index] != digest:
+        if index >= len(self.reference[0]) or self.reference[0][index] != digest:
             self.leak = (self.kind, target, f"{what} (update {index + 1} of the run) used tokens from the probe on "
                          f"before target {target} was scored")  # fmt: skip
 
@@ -551,6 +565,29 @@ class Watcher:
         if target is None and scored:
             raise EnoughObserved
 
+    def call_hook(self, module, args) -> None:
+        """Before any module's forward, outside the scored model (a deep copy of it, or any other): its own weights.
+        In a changed run, weights that the original run never called the module with, however they were made (an
+        optimizer, p.data, copy_), while a target up to the probe is still to be scored on the current path by this
+        rank, were made from tokens from the probe on: a copy trained by hand on tokens not yet scored, once used.
+        Compared as a set, not in order: a copy a script keeps from one run of main() to the next is no leak."""
+        if self.model is None or self.device.type != "cpu" or id(module) in self.scored:
+            return  # on CUDA no update is compared (docstring)
+        params = list(module.parameters(recurse=False))
+        if not params or self.weights_at_call.get(module) == (digest := fingerprint(params)):
+            return
+        how = "changed since its last call" if module in self.weights_at_call else "at its first call"
+        self.weights_at_call[module] = digest
+        self.calls.add(digest)
+        if self.upto is None or self.reference is None or self.leak is not None or digest in self.reference[1]:
+            return
+        empty = torch.zeros(self.total + 1, dtype=torch.bool)
+        target = self.missing(self.covered.get(self.kind, empty)[1 : self.upto + 1])
+        if target is not None:
+            self.leak = (self.kind, target, f"the weights of a {type(module).__name__} outside the scored model (a "
+                         f"copy?), {how}, are none the original run called it with: they used tokens from the probe "
+                         f"on before target {target} was scored")  # fmt: skip
+
 
 def short_error(exc: BaseException) -> str:
     """The exception's last frame in the checked script and its message, on one line."""
@@ -573,10 +610,11 @@ def run_main(T, environ: dict[str, str], watcher: Watcher, tokens: torch.Tensor 
         return run
 
     def watched(run, model, header, weights, observe=None):
-        watcher.model = model
+        watcher.watch(model)
         return score_artifact(run, model, header, weights, watcher.observe)
 
     hook = register_optimizer_step_pre_hook(watcher.step_hook)
+    calls = register_module_forward_pre_hook(watcher.call_hook)
     T.preflight, T.score_artifact = changed_preflight, watched
     dist.destroy_process_group = lambda *a, **k: None  # the worker's process group serves every run
     os.environ.clear()
@@ -594,6 +632,7 @@ def run_main(T, environ: dict[str, str], watcher: Watcher, tokens: torch.Tensor 
         os.environ.clear()
         os.environ.update(saved_env)
         hook.remove()
+        calls.remove()
         T.preflight, T.score_artifact, dist.destroy_process_group = preflight, score_artifact, destroy
     lines = log_path.read_text(encoding="utf-8").splitlines() if log_path.is_file() else []
     return error, lines
@@ -672,7 +711,7 @@ def worker_geometry(
         return found
     hurting, error, lines = run("hurting", **HURTING_TTT)
     found |= dict(hurting=(hurting.record, error, lines), probes={})
-    reference = watcher.trace if device == "cpu" else None  # on CUDA, updates differ by rounding from run to run
+    reference = (watcher.trace, watcher.calls) if device == "cpu" else None  # on CUDA, rounding differs run to run
     likely = likely_tokens(merge_records(gather(found["original"][0])), total)
     for probe, kind in probe_runs(geometry):
         changed = changed_from(tokens, probe, kind, likely, args.vocab_size)

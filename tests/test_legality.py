@@ -239,6 +239,17 @@ MUTATIONS = [
         {"ttt"},
         evidence="a change of the scored model's weights by something other than an optimizer step (p.data, copy_",
     ),
+    # The escape round 3 left: the same sweep with each copy updated by hand (p.data.add_), no optimizer. No probe
+    # flips its choice, no optimizer step is taken, and the scored model's weights never change before the probe.
+    Mutation(
+        "ttt_lr_from_hidden_passes_on_copies_updated_by_hand",
+        "TTT_LR picked by hidden TTT passes on deep copies each updated by p.data.add_, then the observed pass",
+        [("def score_with_ttt(", LR_SWEEP.replace("(0.05, 10.0)", "(0.05, 100.0)")), MANUAL_STEP],
+        "aligned",
+        "causal_score_before_update",
+        {"ttt"},
+        evidence="outside the scored model (a copy?)",
+    ),
     # Row "a choice made on the whole split, probed with random tokens".
     Mutation(
         "temperature_from_a_grid",
