@@ -240,7 +240,9 @@ MUTATIONS = [
         evidence="a change of the scored model's weights by something other than an optimizer step (p.data, copy_",
     ),
     # The escape round 3 left: the same sweep with each copy updated by hand (p.data.add_), no optimizer. No probe
-    # flips its choice, no optimizer step is taken, and the scored model's weights never change before the probe.
+    # flips its choice, no optimizer step is taken, and the scored model's weights never change before the probe
+    # (the check before the calls were compared said legal). 100, not 10: stepped by hand (no momentum), 10 beats
+    # 0.05 on the likely tokens of probe 65, and that flip alone failed it.
     Mutation(
         "ttt_lr_from_hidden_passes_on_copies_updated_by_hand",
         "TTT_LR picked by hidden TTT passes on deep copies each updated by p.data.add_, then the observed pass",
