@@ -323,8 +323,12 @@ def user_data(environ: dict[str, str]) -> UserData | None:
                          f"{pieces} or use the matching tokenizer.")  # fmt: skip
     sidecars = tuple(f.with_name(f.name.replace("fineweb_val_", "fineweb_val_bytes_")) for f in files)
     sidecars = sidecars if any(path.is_file() for path in sidecars) else ()
-    count = sum(int(np.fromfile(f, "<i4", count=3)[2]) for f in files)
-    return UserData(raw, tokenizer, pieces, tuple(files), sidecars, count)
+    length = {f: int(np.fromfile(f, "<i4", count=3)[2]) if f.is_file() else -1 for f in files + list(sidecars)}
+    wrong = [s.name for s, f in zip(sidecars, files) if length[s] != length[f]]
+    if wrong:  # as train_gpt.py refuses them
+        raise CheckError(f"DATA_PATH={raw}: {', '.join(wrong)} missing or not as long as its shard: rebuild the byte "
+                         "sidecars (data/README.md: CaseOps).")  # fmt: skip
+    return UserData(raw, tokenizer, pieces, tuple(files), sidecars, sum(length[f] for f in files))
 
 
 def caseops_original(text: str) -> str:

@@ -690,6 +690,11 @@ def test_byte_sidecars_that_miscount_the_decoded_text_are_refused(caseops_data, 
     message = r"its byte sidecars \(fineweb_val_bytes_000000.bin, ...\) count (\d+) bytes for the document at token"
     with pytest.raises(check_legality.CheckError, match=message + r" \d+, whose decoded text holds \d+ \(1 of the"):
         check_legality.make_data(tmp_path / "made", dict(aligned=check_legality.GEOMETRIES["aligned"]), data)
+    check_legality.write_shard(sidecar, counts[:-1])  # one value short, then missing: as train_gpt.py refuses them
+    for _ in ("short", "missing"):
+        with pytest.raises(check_legality.CheckError, match="fineweb_val_bytes_000001.bin missing or not as long as"):
+            check_legality.user_data(dict(caseops_data["env"], DATA_PATH=str(tmp_path / "data")))
+        sidecar.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")
