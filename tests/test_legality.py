@@ -8,8 +8,9 @@ that it must pass.
 Run: python3 -m pytest -q tests/test_legality.py
 CPU only: tiny models, gloo for 2 processes. Each check of a copy is one worker process (~3 s to start: torch, and
 torch._dynamo on the first call of the loss's custom op) that runs the copy's main() some 25 times (~3 s); the
-Triton ones run the kernel in its interpreter (~8 s). The file took 2m41-2m55 wall on 2 cores that other sessions
-shared (MEASUREMENTS.md, the test suite).
+Triton ones run the kernel in its interpreter (~8 s). The file took 3m06-3m35 wall on 2 cores that other sessions
+shared, where 318d9c2's took 2m24-3m10 back to back (load 1-4): the CaseOps data's check and the sweep on copies
+updated by hand added ~16 s (MEASUREMENTS.md, the test suite).
 
 When train_gpt.py changes, a mutation whose snippet no longer occurs exactly once fails loudly: re-anchor it in
 MUTATIONS below, the one place that knows train_gpt.py's source text.
