@@ -21,9 +21,10 @@ misspelt variable is refused as train_gpt.py refuses it); TTT is always on, EVAL
 vocabulary (64 ids), the data, the tokenizer and the geometry are made tiny. With DATA_PATH set (and TOKENIZER_PATH,
 else train_gpt.py's default for VOCAB_SIZE), each geometry's split is instead the first tokens of that validation
 split (its shards in order), scored with that tokenizer and vocabulary, and the output says so: the data you score
-on, with its documents and its bytes (from the decoded text, or the byte sidecars with CaseOps). The observer scores
-every id of the vocabulary for every target, so the sp1024 split takes ~5 min a geometry and process count on a
-CPU. The interpreted Triton geometry below always uses a split made here. Geometries:
+on, with its documents and its bytes (counted from the decoded text; with CaseOps, from the original text it decodes
+to, and its byte sidecars, which the script divides by, must count each document the same or the check refuses the
+data). The observer scores every id of the vocabulary for every target, so the sp1024 split takes ~5 min a geometry
+and process count on a CPU. The interpreted Triton geometry below always uses a split made here. Geometries:
   aligned: a 32-token window every 8 tokens, 64-prediction chunks (the stride divides window and chunk);
   ragged:  a 24-token window every 7 tokens, 50-prediction chunks (the stride divides neither, the chunk is no
            multiple of the window: windows straddle chunk boundaries, and TTT trains on 48 of a chunk's 50);
@@ -50,11 +51,17 @@ script. The conditions:
      copy of it, or a change of the scored model's weights however it is made: p.data, copy_, load_state_dict,
      seen as a changed digest of its weights at the next observation) is compared, bit for bit, with the original
      run's while a target up to the probe is still to be scored; one that differs trained on tokens from the probe
-     on before scoring that target (named: which update, on which model, before which target). On CUDA updates are
-     not compared (their rounding differs from run to run): the distributions are. A changed run stops when the
-     scored model takes an optimizer step, or (one process) its weights change however it is made, after every
-     target up to the probe was scored on the path it is on: what it does, not which function it calls. A path a
-     changed run never scored up to its probe fails, named.
+     on before scoring that target (named: which update, on which model, before which target). So is every module
+     outside the scored model (a deep copy, its weights made however: an optimizer, p.data.add_, copy_) at each
+     call: weights the original run never called it with, while a target up to the probe is still to be scored,
+     were made from tokens from the probe on. Not caught: a choice that no probe flips made with no module's weights
+     (counts of the split's tokens, a cache outside any module), or with weights used outside a call of the module
+     that holds them (a copy's tensors passed to F.linear by hand; a GPT's own parameters, such as skip_weights, when
+     only its methods are called: its blocks' are seen). On CUDA updates are not compared (their rounding differs
+     from run to run): the distributions are. A changed run stops when the scored model takes an optimizer step, or
+     (one process) its weights change however it is made, after every target up to the probe was scored on the path
+     it is on: what it does, not which function it calls. A path a changed run never scored up to its probe fails,
+     named.
   2. single pass: every target of the split in DATA_PATH is scored once, and the bytes counted here for them are
      the split's decoded bytes.
   3. normalized: each distribution sums to 1 (a target scored with probability 0 is said so, never a NaN).
@@ -87,7 +94,6 @@ import dataclasses
 import faulthandler
 import hashlib
 import importlib.util
-import io
 import math
 import os
 import random
@@ -97,14 +103,19 @@ import subprocess
 import sys
 import tempfile
 import traceback
+import weakref
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "data")]
+import caseops  # noqa: E402  (the CaseOps inverse: the original text whose bytes a CaseOps split scores)
+
 VOCAB = 64
 TINY = dict(
     VOCAB_SIZE=str(VOCAB),
@@ -161,6 +172,22 @@ LINE = re.compile(r"final_\w+?_(roundtrip|sliding_window|ttt)_exact val_loss:(\S
 # The challenge's shard format (train_gpt.py reads it): a header of 256 int32 (magic, version, count), uint16 ids.
 SHARD_MAGIC, SHARD_VERSION, SHARD_HEADER_INTS = 20240520, 1, 256
 BOS_ID = 1
+# The published tokenizers' normalization and ids, as data/build_shards.py's TOKENIZER_SETTINGS holds them, but every
+# character covered and no byte fallback: 64 pieces hold no 256 byte pieces. Repeated, not imported: build_shards
+# imports train_gpt, and the check must judge a train_gpt.py that fails at import (tests/test_legality.py compares).
+TOKENIZER_SETTINGS = dict(
+    model_type="bpe",
+    character_coverage=1.0,
+    byte_fallback=False,
+    split_digits=True,
+    normalization_rule_name="nmt_nfkc",
+    add_dummy_prefix=False,
+    remove_extra_whitespaces=True,
+    pad_id=0,
+    bos_id=BOS_ID,
+    eos_id=2,
+    unk_id=3,
+)
 WORDS = (
     "the of and a to in is was he for it with as his on be at by had are but from or have an they which one you "
     "were all we her she there would their will when who him been has more if no out so said what up its about into "
@@ -199,29 +226,23 @@ def documents(count: int, seed: int = 0) -> list[str]:
     return [" ".join(sentence() for _ in range(r.randint(1, 4))) for _ in range(count)]
 
 
-def make_tokenizer(path: Path):
-    """A BPE tokenizer of VOCAB pieces, trained with the published tokenizers' normalization and ids."""
+def make_tokenizer(path: Path, texts: list[str] | None = None, use_caseops: bool = False):
+    """A BPE tokenizer of VOCAB pieces on texts (else documents(400)), with TOKENIZER_SETTINGS. use_caseops: on their
+    CaseOps form, the control symbols pieces of their own (data/build_shards.py --caseops)."""
     import sentencepiece as spm
 
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(documents(400)),
-        model_writer=model,
-        vocab_size=VOCAB,
-        model_type="bpe",
-        character_coverage=1.0,
-        byte_fallback=False,
-        split_digits=True,
-        normalization_rule_name="nmt_nfkc",
-        add_dummy_prefix=False,
-        remove_extra_whitespaces=True,
-        pad_id=0,
-        bos_id=BOS_ID,
-        eos_id=2,
-        unk_id=3,
-        minloglevel=2,
-    )
-    path.write_bytes(model.getvalue())
+    texts = documents(400) if texts is None else texts
+    symbols = dict(user_defined_symbols=list(caseops.CONTROLS)) if use_caseops else {}
+    with open(path, "wb") as model:
+        sentences = iter(map(caseops.encode, texts) if use_caseops else texts)
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=sentences,
+            model_writer=model,
+            vocab_size=VOCAB,
+            minloglevel=2,
+            **TOKENIZER_SETTINGS,
+            **symbols,
+        )
     return spm.SentencePieceProcessor(model_file=str(path))
 
 
@@ -302,15 +323,38 @@ def user_data(environ: dict[str, str]) -> UserData | None:
                          f"{pieces} or use the matching tokenizer.")  # fmt: skip
     sidecars = tuple(f.with_name(f.name.replace("fineweb_val_", "fineweb_val_bytes_")) for f in files)
     sidecars = sidecars if any(path.is_file() for path in sidecars) else ()
-    count = sum(int(np.fromfile(f, "<i4", count=3)[2]) for f in files)
-    return UserData(raw, tokenizer, pieces, tuple(files), sidecars, count)
+    length = {f: int(np.fromfile(f, "<i4", count=3)[2]) if f.is_file() else -1 for f in files + list(sidecars)}
+    wrong = [s.name for s, f in zip(sidecars, files) if length[s] != length[f]]
+    if wrong:  # as train_gpt.py refuses them
+        raise CheckError(f"DATA_PATH={raw}: {', '.join(wrong)} missing or not as long as its shard: rebuild the byte "
+                         "sidecars (data/README.md: CaseOps).")  # fmt: skip
+    return UserData(raw, tokenizer, pieces, tuple(files), sidecars, sum(length[f] for f in files))
+
+
+def caseops_original(text: str) -> str:
+    """The original of a prefix of CaseOps text: a marker at its end marks a letter the next token holds (0 bytes)."""
+    try:
+        return caseops.decode(text, strict=False)
+    except caseops.CaseOpsError:
+        return caseops.decode(text[:-1], strict=False)
 
 
 def decoded_bytes(sp, tokens: torch.Tensor) -> tuple[torch.Tensor, int]:
     """(bytes of each token, the split's decoded bytes): token t stands for the UTF-8 bytes it adds to the decoded
-    text of its document (from the last BOS before it); BOS adds none. Counted here, from the tokenizer's decoding,
-    not by any function of the checked script; the total is the bytes of every document as the split decodes."""
-    ids, bos = tokens.tolist(), sp.bos_id()
+    text of its document (from the last BOS before it); BOS adds none. The text is what the tokenizer decodes to, and
+    with a CaseOps tokenizer the original text that text stands for (caseops.decode: a marker adds no byte, the
+    letter it marks one). A byte-fallback piece adds its byte, also where the split ends inside a character.
+    Counted here, from the tokenizer's decoding, not by any function of the checked script; the total is the bytes
+    of every document as the split decodes."""
+    ids, bos, original = tokens.tolist(), sp.bos_id(), caseops.is_caseops_tokenizer(sp)
+
+    def length(doc: list[int]) -> int:  # UTF-8 bytes of doc's text; a trailing run of byte pieces counted raw
+        whole = len(doc)
+        while whole and sp.is_byte(doc[whole - 1]):
+            whole -= 1
+        text = sp.decode(doc[:whole])  # a cut character would decode to U+FFFD, 3 bytes for each of its pieces
+        return len((caseops_original(text) if original else text).encode("utf-8")) + len(doc) - whole
+
     counted = [0] * len(ids)
     total, start = 0, 0
     for end in range(len(ids) + 1):
@@ -318,9 +362,9 @@ def decoded_bytes(sp, tokens: torch.Tensor) -> tuple[torch.Tensor, int]:
             doc, previous = ids[start + 1 : end] if start < end and ids[start] == bos else ids[start:end], 0
             offset = end - len(doc)
             for k in range(len(doc)):
-                now = len(sp.decode(doc[: k + 1]).encode("utf-8"))
+                now = length(doc[: k + 1])
                 counted[offset + k], previous = now - previous, now
-            total += len(sp.decode(doc).encode("utf-8"))
+            total += length(doc)
             start = end
     return torch.tensor(counted, dtype=torch.int64), total
 
@@ -434,12 +478,18 @@ class Watcher:
     `reference` (the original run's, on this rank) while a target up to the probe is still to be scored: an update
     that differs there used tokens from the probe on before that target was scored (`leak`)."""
 
-    def __init__(self, upto: int | None, total: int, device: torch.device, reference: list | None = None):
+    def __init__(self, upto: int | None, total: int, device: torch.device, reference: tuple | None = None):
         self.upto, self.record, self.kind, self.model = upto, {}, None, None
         self.covered = {}  # path -> (total + 1,) bool: targets at or before the probe this rank scored
         self.total, self.device = total, device
         self.trace, self.reference, self.leak = [], reference, None
         self.weights, self.steps_since_look = None, 0  # the scored model's weights at the last observation
+        self.scored = set()  # ids of the scored model's modules
+        self.calls = set()  # digests of the weights of modules outside the scored model at their calls (call_hook)
+        self.weights_at_call = weakref.WeakKeyDictionary()  # module outside the scored model -> its weights' digest
+
+    def watch(self, model) -> None:
+        self.model, self.scored = model, {id(m) for m in model.modules()}
 
     def missing(self, covered: torch.Tensor) -> int | None:
         """The first target up to the probe not yet scored on the current path (covered: per target 1..upto)."""
@@ -453,7 +503,7 @@ class Watcher:
         self.trace.append(digest)
         if self.upto is None or self.reference is None or self.leak is not None or target is None:
             return
-        if index >= len(self.reference) or self.reference[index] != digest:
+        if index >= len(self.reference[0]) or self.reference[0][index] != digest:
             self.leak = (self.kind, target, f"{what} (update {index + 1} of the run) used tokens from the probe on "
                          f"before target {target} was scored")  # fmt: skip
 
@@ -519,6 +569,29 @@ class Watcher:
         if target is None and scored:
             raise EnoughObserved
 
+    def call_hook(self, module, args) -> None:
+        """Before any module's forward, outside the scored model (a deep copy of it, or any other): its own weights.
+        In a changed run, weights that the original run never called the module with, however they were made (an
+        optimizer, p.data, copy_), while a target up to the probe is still to be scored on the current path by this
+        rank, were made from tokens from the probe on: a copy trained by hand on tokens not yet scored, once used.
+        Compared as a set, not in order: a copy a script keeps from one run of main() to the next is no leak."""
+        if self.model is None or self.device.type != "cpu" or id(module) in self.scored:
+            return  # on CUDA no update is compared (docstring)
+        params = list(module.parameters(recurse=False))
+        if not params or self.weights_at_call.get(module) == (digest := fingerprint(params)):
+            return
+        how = "changed since its last call" if module in self.weights_at_call else "at its first call"
+        self.weights_at_call[module] = digest
+        self.calls.add(digest)
+        if self.upto is None or self.reference is None or self.leak is not None or digest in self.reference[1]:
+            return
+        empty = torch.zeros(self.total + 1, dtype=torch.bool)
+        target = self.missing(self.covered.get(self.kind, empty)[1 : self.upto + 1])
+        if target is not None:
+            self.leak = (self.kind, target, f"the weights of a {type(module).__name__} outside the scored model (a "
+                         f"copy?), {how}, are none the original run called it with: they used tokens from the probe "
+                         f"on before target {target} was scored")  # fmt: skip
+
 
 def short_error(exc: BaseException) -> str:
     """The exception's last frame in the checked script and its message, on one line."""
@@ -541,10 +614,11 @@ def run_main(T, environ: dict[str, str], watcher: Watcher, tokens: torch.Tensor 
         return run
 
     def watched(run, model, header, weights, observe=None):
-        watcher.model = model
+        watcher.watch(model)
         return score_artifact(run, model, header, weights, watcher.observe)
 
     hook = register_optimizer_step_pre_hook(watcher.step_hook)
+    calls = register_module_forward_pre_hook(watcher.call_hook)
     T.preflight, T.score_artifact = changed_preflight, watched
     dist.destroy_process_group = lambda *a, **k: None  # the worker's process group serves every run
     os.environ.clear()
@@ -562,6 +636,7 @@ def run_main(T, environ: dict[str, str], watcher: Watcher, tokens: torch.Tensor 
         os.environ.clear()
         os.environ.update(saved_env)
         hook.remove()
+        calls.remove()
         T.preflight, T.score_artifact, dist.destroy_process_group = preflight, score_artifact, destroy
     lines = log_path.read_text(encoding="utf-8").splitlines() if log_path.is_file() else []
     return error, lines
@@ -640,7 +715,7 @@ def worker_geometry(
         return found
     hurting, error, lines = run("hurting", **HURTING_TTT)
     found |= dict(hurting=(hurting.record, error, lines), probes={})
-    reference = watcher.trace if device == "cpu" else None  # on CUDA, updates differ by rounding from run to run
+    reference = (watcher.trace, watcher.calls) if device == "cpu" else None  # on CUDA, rounding differs run to run
     likely = likely_tokens(merge_records(gather(found["original"][0])), total)
     for probe, kind in probe_runs(geometry):
         changed = changed_from(tokens, probe, kind, likely, args.vocab_size)
@@ -710,8 +785,9 @@ class Split:
 
 
 def make_data(folder: Path, geometries: dict[str, Geometry], data: UserData | None = None) -> dict[str, Split]:
-    """The tokenizer and a validation shard per geometry in folder; each split's tokens and bytes. With the user's
-    data: their tokenizer, and each split the first tokens of DATA_PATH's (its byte sidecars' counts with CaseOps)."""
+    """The tokenizer and a validation shard per geometry in folder; each split's tokens and bytes, counted from the
+    decoded text. With the user's data: their tokenizer, and each split the first tokens of DATA_PATH's, with the
+    same prefix of its byte sidecars (CaseOps), which must count each document's bytes as its decoded text does."""
     if data is None:
         sp = make_tokenizer(folder / "tokenizer.model")
     else:
@@ -726,14 +802,32 @@ def make_data(folder: Path, geometries: dict[str, Geometry], data: UserData | No
                              f"geometry {name} needs {geometry.tokens}.")  # fmt: skip
         tokens = split_tokens(sp, geometry.tokens) if data is None else data.prefix(geometry.tokens)
         write_shard(folder / name / "fineweb_val_000000.bin", tokens)
-        if data is not None and data.sidecars:  # CaseOps: the decoded text is not the original, its sidecar counts
-            counted = data.prefix(geometry.tokens, sidecars=True)
-            write_shard(folder / name / "fineweb_val_bytes_000000.bin", counted)
-            splits[name] = Split(tokens, counted, int(counted[1:].sum()))
-            continue
-        counted, total = decoded_bytes(sp, tokens)
+        try:
+            counted, total = decoded_bytes(sp, tokens)
+        except caseops.CaseOpsError as exc:
+            raise CheckError(f"DATA_PATH={data.data_path}: its tokens do not decode to CaseOps text ({exc}): "
+                             "TOKENIZER_PATH must be the tokenizer its shards were made with.") from None  # fmt: skip
+        if data is not None and data.sidecars:
+            sidecar = data.prefix(geometry.tokens, sidecars=True)
+            write_shard(folder / name / "fineweb_val_bytes_000000.bin", sidecar)
+            check_sidecars(data, tokens, sidecar, counted, sp.bos_id())
         splits[name] = Split(tokens, counted, total - int(counted[0]))
     return splits
+
+
+def check_sidecars(data: UserData, tokens: torch.Tensor, sidecar: torch.Tensor, counted: torch.Tensor, bos: int):
+    """The byte sidecars (what the checked script divides by) count each document of the split as many bytes as its
+    decoded text holds: else the data, not the script, is wrong, and no verdict on the script would mean anything."""
+    document = torch.cumsum(tokens == bos, 0)  # the document of each token (its BOS included)
+    theirs, ours = (torch.bincount(document, weights=c.double()).long() for c in (sidecar, counted))
+    wrong = (theirs != ours).nonzero()
+    if len(wrong):
+        d, start = int(wrong[0]), int((document == wrong[0]).nonzero()[0])
+        raise CheckError(
+            f"DATA_PATH={data.data_path}: its byte sidecars ({data.sidecars[0].name}, ...) count {int(theirs[d])} "
+            f"bytes for the document at token {start}, whose decoded text holds {int(ours[d])} ({len(wrong)} of the "
+            f"{len(ours)} documents in its first {len(tokens)} tokens differ): rebuild them (data/README.md: CaseOps)."
+        )
 
 
 def run_workers(
@@ -1061,7 +1155,8 @@ def check(
         lines.append(
             f"data: DATA_PATH={data.data_path}: a prefix of its validation split of {data.tokens} tokens, as long as "
             f"each geometry's split below; TOKENIZER_PATH={data.tokenizer_path}, VOCAB_SIZE={data.vocab}; bytes "
-            + ("from its byte sidecars" if data.sidecars else "counted from the decoded text")
+            + "counted from the decoded text"
+            + ("; its byte sidecars, which the script divides by, count the same" if data.sidecars else "")
         )
     for name, g in chosen.items():
         lines.append(

@@ -93,24 +93,15 @@ def corpus_documents(limit_chars: int = CORPUS_CHARS) -> list[str]:
 def train_tokenizer(docs: list[str], path: Path, vocab_size: int = VOCAB_SIZE) -> None:
     import sentencepiece as spm
 
-    # One line per sentence: SentencePiece skips sentences longer than max_sentence_length (4192 B).
+    # One line per sentence: SentencePiece skips sentences longer than max_sentence_length (4192 B). The settings are
+    # build_shards.py's, but SentencePiece's defaults for these two (left unset: a .model stores what is set): the
+    # tokenizer the tests' numbers were made with, byte for byte (scripts/compare_revisions.py compares them).
     lines = [line for doc in docs for line in doc.splitlines() if line.strip()]
+    settings = dict(build_shards.TOKENIZER_SETTINGS)
+    del settings["character_coverage"], settings["hard_vocab_limit"]
     with open(path, "wb") as f:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(lines),
-            model_writer=f,
-            model_type="bpe",
-            vocab_size=vocab_size,
-            byte_fallback=True,
-            split_digits=True,
-            normalization_rule_name="nmt_nfkc",
-            add_dummy_prefix=False,
-            remove_extra_whitespaces=True,
-            pad_id=0,
-            bos_id=1,
-            eos_id=2,
-            unk_id=3,
-            minloglevel=2,
+            sentence_iterator=iter(lines), model_writer=f, vocab_size=vocab_size, minloglevel=2, **settings
         )
 
 

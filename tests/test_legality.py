@@ -8,8 +8,9 @@ that it must pass.
 Run: python3 -m pytest -q tests/test_legality.py
 CPU only: tiny models, gloo for 2 processes. Each check of a copy is one worker process (~3 s to start: torch, and
 torch._dynamo on the first call of the loss's custom op) that runs the copy's main() some 25 times (~3 s); the
-Triton ones run the kernel in its interpreter (~8 s). The file took 2m41-2m55 wall on 2 cores that other sessions
-shared (MEASUREMENTS.md, the test suite).
+Triton ones run the kernel in its interpreter (~8 s). The file took 3m06-3m35 wall on 2 cores that other sessions
+shared, where 318d9c2's took 2m24-3m10 back to back (load 1-4): the CaseOps data's check and the sweep on copies
+updated by hand added ~16 s (MEASUREMENTS.md, the test suite).
 
 When train_gpt.py changes, a mutation whose snippet no longer occurs exactly once fails loudly: re-anchor it in
 MUTATIONS below, the one place that knows train_gpt.py's source text.
@@ -18,15 +19,20 @@ MUTATIONS below, the one place that knows train_gpt.py's source text.
 import dataclasses
 import math
 import os
+import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import sentencepiece as spm
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
+import build_shards  # noqa: E402
+import caseops  # noqa: E402
 import check_legality  # noqa: E402
 import train_gpt  # noqa: E402
 from helpers import OUR_NAMES  # noqa: E402
@@ -234,6 +240,19 @@ MUTATIONS = [
         {"ttt"},
         evidence="a change of the scored model's weights by something other than an optimizer step (p.data, copy_",
     ),
+    # The escape round 3 left: the same sweep with each copy updated by hand (p.data.add_), no optimizer. No probe
+    # flips its choice, no optimizer step is taken, and the scored model's weights never change before the probe
+    # (the check before the calls were compared said legal). 100, not 10: stepped by hand (no momentum), 10 beats
+    # 0.05 on the likely tokens of probe 65, and that flip alone failed it.
+    Mutation(
+        "ttt_lr_from_hidden_passes_on_copies_updated_by_hand",
+        "TTT_LR picked by hidden TTT passes on deep copies each updated by p.data.add_, then the observed pass",
+        [("def score_with_ttt(", LR_SWEEP.replace("(0.05, 10.0)", "(0.05, 100.0)")), MANUAL_STEP],
+        "aligned",
+        "causal_score_before_update",
+        {"ttt"},
+        evidence="outside the scored model (a copy?)",
+    ),
     # Row "a choice made on the whole split, probed with random tokens".
     Mutation(
         "temperature_from_a_grid",
@@ -436,6 +455,54 @@ def test_the_bytes_are_counted_from_the_decoded_text(tmp_path):
     assert torch.equal(ours[1:].to(torch.int64), counted[1:])
 
 
+def test_the_checks_tokenizer_has_the_published_settings_but_byte_fallback():
+    """check_legality repeats data/build_shards.py's TOKENIZER_SETTINGS (it cannot import build_shards, which imports
+    train_gpt): the same normalization and ids, every character covered, no byte fallback, SentencePiece's default
+    vocabulary limit."""
+    ours, published = dict(check_legality.TOKENIZER_SETTINGS), dict(build_shards.TOKENIZER_SETTINGS)
+    assert ours.pop("character_coverage") == 1.0 and ours.pop("byte_fallback") is False
+    assert published.pop("byte_fallback") and published.pop("character_coverage") < 1
+    assert published.pop("hard_vocab_limit") is False and ours == published
+
+
+def cased(docs: list[str], seed: int) -> list[str]:
+    """The documents with capitals, as CaseOps marks them: Title words, ALLCAPS words, a capital inside a word."""
+    r = random.Random(seed)
+    styles = (str.title, str.upper, lambda w: w[:1] + w[1:].title(), str.lower, str.lower, str.lower)
+    return [" ".join(r.choice(styles)(word) for word in doc.split(" ")) for doc in docs]
+
+
+ODD_TEXTS = [
+    "Straße ÆRØ 漢字 😀 👍🏽 and NASA's iPhone.",
+    f"a literal {caseops.TITLE}, escaped.",
+    "J\u030cosé ABJ\u030c",
+]
+
+
+def test_the_bytes_of_a_split_cut_anywhere_are_what_the_data_tools_count():
+    """Independent accounting where a split ends: inside a character the vocabulary spells in byte-fallback pieces
+    (each is its one byte, as train_gpt's tables count it: the decoded prefix would say U+FFFD, 3 bytes a piece),
+    and with a CaseOps tokenizer after a marker (no byte: the letter it marks is the next token's, as the byte
+    sidecar of data/build_shards.py --caseops says), with every token's count and the total of the original text."""
+    texts = cased(check_legality.documents(100), seed=1)
+    for use_caseops in (False, True):
+        sp = spm.SentencePieceProcessor(
+            model_proto=build_shards.train_tokenizer_model(texts, 320, use_caseops=use_caseops)
+        )
+        for k, text in enumerate(ODD_TEXTS + texts[:3]):
+            text = build_shards.normalized_text(sp, text)
+            ids = sp.encode(caseops.encode(text) if use_caseops else text)
+            tokens = torch.tensor([sp.bos_id(), *ids])
+            if use_caseops:
+                expected = build_shards.caseops_token_bytes(sp, ids, text).tolist()
+            else:
+                expected = train_gpt.tokenizer_bytes(tokens, *train_gpt.build_byte_luts(sp, sp.vocab_size())).tolist()
+            assert sum(expected) == len(text.encode("utf-8")) and (k > 0 or any(map(sp.is_byte, ids)))
+            for cut in range(1, len(tokens) + 1):
+                counted, total = check_legality.decoded_bytes(sp, tokens[:cut])
+                assert counted.tolist() == expected[:cut] and total == sum(expected[:cut]), (use_caseops, text, cut)
+
+
 def tiny_val(args, tokens: torch.Tensor):
     """A validation split with random bytes per position (0 for some, as BOS and CaseOps markers), as ValData holds
     a byte sidecar's: tied to the position, not the token, so the test's count is never one derived from the tokens."""
@@ -571,6 +638,64 @@ def test_the_users_data_and_geometry_are_what_is_checked(legal_variant):
     counted, _ = check_legality.decoded_bytes(legal_variant["sp"], torch.tensor(legal_variant["ids"][: user.tokens]))
     single = next(line for line in lines if line.startswith("ok   single_pass ttt geometry:user"))
     assert f"bytes {int(counted[1:].sum())} of the split's {int(counted[1:].sum())}" in single, single
+
+
+@pytest.fixture(scope="module")
+def caseops_data(tmp_path_factory) -> dict:
+    """A user's CaseOps data: documents with capitals (and a literal control symbol), a CaseOps tokenizer of 64 pieces
+    trained on their CaseOps form, and a validation split over two shards with the byte sidecars that
+    data/build_shards.py --caseops writes (each token's bytes of the original text: a marker's 0)."""
+    folder = tmp_path_factory.mktemp("caseops_data")
+    sp = check_legality.make_tokenizer(folder / "caseops.model", cased(check_legality.documents(400), 5), True)
+    ids, counts = [], []
+    for doc in cased(check_legality.documents(20, seed=99), 7) + [ODD_TEXTS[1]]:
+        encoded = sp.encode(caseops.encode(doc))
+        ids += [sp.bos_id(), *encoded]
+        counts += build_shards.caseops_token_bytes(sp, encoded, doc).tolist()
+    for k, (a, b) in enumerate([(0, 100), (100, len(ids))]):
+        check_legality.write_shard(folder / "data" / f"fineweb_val_{k:06d}.bin", torch.tensor(ids[a:b]))
+        check_legality.write_shard(folder / "data" / f"fineweb_val_bytes_{k:06d}.bin", torch.tensor(counts[a:b]))
+    env = dict(DATA_PATH=str(folder / "data"), TOKENIZER_PATH=str(folder / "caseops.model"), VOCAB_SIZE="64")
+    return dict(env=env, sp=sp, ids=torch.tensor(ids), counts=torch.tensor(counts), folder=folder)
+
+
+def test_caseops_data_is_counted_as_its_original_text_and_main_is_legal_on_it(caseops_data):
+    """A DATA_PATH with byte sidecars (CaseOps): train_gpt divides by the sidecars' bytes, the check counts the
+    original text's that the tokens decode to (never the CaseOps text's: each marker would count 3 bytes), the two
+    agree, and main is legal on it."""
+    geometry = check_legality.GEOMETRIES["aligned"]
+    env = clean_env(TTT_LR=0.05, **caseops_data["env"])
+    lines, _ = check_legality.check(env, processes=(1,), geometries=["aligned"], losses=[(1, "torch")])
+    assert not failed_lines(lines), "\n".join(lines)
+    assert lines[1].endswith("bytes counted from the decoded text; its byte sidecars, which the script divides by, "
+                             "count the same"), lines[1]  # fmt: skip
+    tokens, sp = caseops_data["ids"][: geometry.tokens], caseops_data["sp"]
+    original = int(caseops_data["counts"][1 : geometry.tokens].sum())
+    pieces = train_gpt.tokenizer_bytes(tokens, *train_gpt.build_byte_luts(sp, check_legality.VOCAB))
+    assert int(pieces[1:].sum()) > original  # the markers the split holds, had the check counted the pieces
+    for path in check_legality.PATHS:
+        single = next(line for line in lines if line.startswith(f"ok   single_pass {path} geometry:aligned"))
+        assert f"bytes {original} of the split's {original} (decoded here)" in single, single
+
+
+def test_byte_sidecars_that_miscount_the_decoded_text_are_refused(caseops_data, tmp_path):
+    """Sidecars whose bytes are not the decoded text's (one token's count one too many, in the second shard) make
+    the script's bits per byte wrong whatever it does: an error that names them, not a verdict on the script."""
+    shutil.copytree(caseops_data["folder"] / "data", tmp_path / "data")
+    sidecar = tmp_path / "data" / "fineweb_val_bytes_000001.bin"
+    counts = check_legality.read_shard(sidecar)
+    counts[50] += 1
+    check_legality.write_shard(sidecar, counts)
+    data = check_legality.user_data(dict(caseops_data["env"], DATA_PATH=str(tmp_path / "data")))
+    (tmp_path / "made").mkdir()
+    message = r"its byte sidecars \(fineweb_val_bytes_000000.bin, ...\) count (\d+) bytes for the document at token"
+    with pytest.raises(check_legality.CheckError, match=message + r" \d+, whose decoded text holds \d+ \(1 of the"):
+        check_legality.make_data(tmp_path / "made", dict(aligned=check_legality.GEOMETRIES["aligned"]), data)
+    check_legality.write_shard(sidecar, counts[:-1])  # one value short, then missing: as train_gpt.py refuses them
+    for _ in ("short", "missing"):
+        with pytest.raises(check_legality.CheckError, match="fineweb_val_bytes_000001.bin missing or not as long as"):
+            check_legality.user_data(dict(caseops_data["env"], DATA_PATH=str(tmp_path / "data")))
+        sidecar.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")
