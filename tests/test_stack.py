@@ -166,6 +166,26 @@ def test_mlp_function_leaves_no_grad_passes_to_the_modules():
     assert train_gpt.GPT(args_with()).blocks[0].mlp.function is True
 
 
+@pytest.mark.parametrize("env, want", [(None, False), ("0", False), ("1", True)])
+def test_cuda_turns_inductors_mixed_order_reductions_off_unless_told(monkeypatch, env, want):
+    """On CUDA, init_distributed turns inductor's mixed-order reductions off (with the loops on they spilled: 7.1% of
+    RECIPE=record's step, MEASUREMENTS.md); TORCHINDUCTOR_MIX_ORDER_REDUCTION=1 keeps them. Run here with the GPU
+    calls stubbed: the setting must exist under this name in this torch, and follow the variable."""
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    if env is None:
+        monkeypatch.delenv("TORCHINDUCTOR_MIX_ORDER_REDUCTION", raising=False)
+    else:
+        monkeypatch.setenv("TORCHINDUCTOR_MIX_ORDER_REDUCTION", env)
+    config, matmul = torch._inductor.config.triton, torch.backends.cuda.matmul  # monkeypatch cannot restore these
+    saved = config.mix_order_reduction, matmul.allow_tf32
+    try:
+        config.mix_order_reduction = not want
+        train_gpt.init_distributed(train_gpt.DistContext(0, 1, 0, torch.device("cuda", 0)))
+        assert config.mix_order_reduction is want
+    finally:
+        config.mix_order_reduction, matmul.allow_tf32 = saved
+
+
 # ---- attention ---------------------------------------------------------------------------------------
 
 
