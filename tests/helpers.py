@@ -90,7 +90,8 @@ def corpus_documents(limit_chars: int = CORPUS_CHARS) -> list[str]:
     return stdlib_docstrings(limit_chars)
 
 
-def train_tokenizer(docs: list[str], path: Path, vocab_size: int = VOCAB_SIZE) -> None:
+def train_tokenizer(docs: list[str], path: Path, vocab_size: int = VOCAB_SIZE, **overrides):
+    """The tests' tokenizer (settings below, any of them overridden) written to path; its processor."""
     import sentencepiece as spm
 
     # One line per sentence: SentencePiece skips sentences longer than max_sentence_length (4192 B). The settings are
@@ -101,8 +102,9 @@ def train_tokenizer(docs: list[str], path: Path, vocab_size: int = VOCAB_SIZE) -
     del settings["character_coverage"], settings["hard_vocab_limit"]
     with open(path, "wb") as f:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(lines), model_writer=f, vocab_size=vocab_size, minloglevel=2, **settings
+            sentence_iterator=iter(lines), model_writer=f, vocab_size=vocab_size, minloglevel=2, **settings | overrides
         )
+    return spm.SentencePieceProcessor(model_file=str(path))
 
 
 def encode_documents(sp, docs: list[str]) -> np.ndarray:

@@ -32,6 +32,7 @@ import torch
 import train_gpt
 from helpers import OUR_NAMES, ROOT, TinyData, cpu_run, tiny_env
 from helpers import encode_documents as helpers_encode
+from helpers import train_tokenizer as helpers_train_tokenizer
 from test_end_to_end import FINAL_LINE, SCRIPT, Run, run_script
 
 sys.path.insert(0, str(ROOT / "data"))
@@ -45,25 +46,8 @@ ONE_CPU = train_gpt.DistContext(0, 1, 0, train_gpt.torch.device("cpu"))  # one p
 
 
 def train_tokenizer(docs: list[str], path: Path, **settings) -> spm.SentencePieceProcessor:
-    """The tests' tokenizer settings (tests/helpers.py), with overrides."""
-    lines = [line for doc in docs for line in doc.splitlines() if line.strip()]
-    options = dict(
-        model_type="bpe",
-        vocab_size=512,
-        byte_fallback=True,
-        split_digits=True,
-        normalization_rule_name="nmt_nfkc",
-        add_dummy_prefix=False,
-        remove_extra_whitespaces=True,
-        pad_id=0,
-        bos_id=1,
-        eos_id=2,
-        unk_id=3,
-        minloglevel=2,
-    )
-    with open(path, "wb") as f:
-        spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=f, **{**options, **settings})
-    return spm.SentencePieceProcessor(model_file=str(path))
+    """The tests' tokenizer (tests/helpers.py) of 512 pieces, with overrides."""
+    return helpers_train_tokenizer(docs, path, **{"vocab_size": 512, **settings})
 
 
 def decoded_vs_counted_bytes(sp, docs: list[str]) -> tuple[int, int]:
