@@ -8,7 +8,8 @@ The trainer's pre-flight checks the inputs (it writes no log); the model, optimi
 train_gpt.py builds them (compiled). After --warmup steps (the compilation), --steps steps are timed between two
 synchronizes; the optimizers' step() is then timed alone over 10 repeats on the gradients of one micro-batch; last,
 torch.profiler records --profile steps and sums each kernel's GPU time per kind. Wall time above the GPU's total is
-time the GPU waited for the host. --trainer-dir takes a train_gpt.py with this API (preflight, a Run, TrainState).
+time the GPU waited for the host: gpu_idle_per_step sums the gaps between its kernels, and the largest are listed with
+the kernels on either side. --trainer-dir takes a train_gpt.py with this API (preflight, a Run, TrainState).
 """
 
 import argparse
@@ -33,6 +34,17 @@ def kernel_kind(name: str) -> str:
     if lower.startswith("triton_"):  # inductor's kernels, whatever ops their names list
         return "inductor_triton"
     return next((kind for kind, keys in KINDS if any(k in lower for k in keys)), "other_aten")
+
+
+def idle_gaps(spans: list[tuple[float, float, str]]) -> list[tuple[float, str, str]]:
+    """(length, the event before, the event after) of each time no GPU event runs, from (start, end, name) spans."""
+    spans, gaps = sorted(spans), []
+    end, last = (spans[0][1], spans[0][2]) if spans else (0, "")
+    for start, stop, name in spans[1:]:
+        if start > end:  # idle from the latest end so far (streams overlap) to this start
+            gaps.append((start - end, last, name))
+        end, last = (stop, name) if stop > end else (end, last)
+    return gaps
 
 
 def parse_args():
@@ -96,8 +108,10 @@ def main() -> None:
             step(i)
         torch.cuda.synchronize()
     kinds, kernels, calls = collections.Counter(), collections.Counter(), collections.Counter()
+    spans = []  # (start, end, name) of every GPU event, microseconds: where the GPU waited, and between what
     for event in prof.events():
         if event.device_type == torch.autograd.DeviceType.CUDA:
+            spans.append((event.time_range.start, event.time_range.end, event.name[:60]))
             us = getattr(event, "device_time", None) or getattr(event, "cuda_time", 0)
             kinds[kernel_kind(event.name)] += us
             kernels[event.name[:100]] += us
@@ -113,6 +127,10 @@ def main() -> None:
         print(f"kind:{kind} gpu_per_step:{per_step(us):.1f}ms")
     for name, us in kernels.most_common(cli.top):
         print(f"{per_step(us):8.2f} ms  {calls[name] // cli.profile:4d}x  {name}")
+    gaps = idle_gaps(spans)
+    print(f"gpu_idle_per_step:{per_step(sum(g for g, _, _ in gaps)):.1f}ms gaps:{len(gaps) // cli.profile}")
+    for us, before, after in sorted(gaps, reverse=True)[: cli.top]:
+        print(f"idle {us / 1000:8.3f} ms  after {before}  before {after}")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,12 @@ def test_profile_step_sorts_kernels_into_kinds(name, kind):
     assert profile_step.kernel_kind(name) == kind
 
 
+def test_profile_step_finds_the_gpus_idle_gaps_across_overlapping_streams():
+    spans = [(10, 20, "b"), (0, 12, "a"), (15, 30, "c"), (35, 40, "d"), (36, 38, "e"), (41, 42, "f")]
+    assert profile_step.idle_gaps(spans) == [(5, "c", "d"), (1, "d", "f")]
+    assert profile_step.idle_gaps([]) == [] and profile_step.idle_gaps([(0, 1, "a")]) == []
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU error only")
 def test_profile_step_without_a_gpu_says_it_needs_one():
     run = subprocess.run(
