@@ -5,15 +5,18 @@ host, on the same shards and tokenizer: each run alone, one after the other, the
       --nproc 2 --steps 60 --seeds 1337 42
   # another build of ours as a third column, environment variables as they are given to both trainers:
   python3 scripts/bench_record.py ... --variant mix0:TORCHINDUCTOR_MIX_ORDER_REDUCTION=0
+  # the environment goes to both trainers: one GPU, a quarter of the batch, one seed a call (MEASUREMENTS.md, session 4)
+  TRAIN_BATCH_TOKENS=196608 python3 scripts/bench_record.py ... --nproc 1 --steps 300 --seeds 1337
 
 The record's source may be packed (lzma + base85, as most records ship); without FlashAttention 3 installed its FA3
 call is replaced by PyTorch SDPA of the same layout and semantics (a benchmark of our GPUs, not the record's score).
 Its loader wants at least one training shard per rank: with fewer, the training tokens are split into N shards in the
 work folder. Both trainers validate once, after the last step (VAL_LOSS_EVERY=0); each run is stopped once that line
 is logged, so no export or final scoring is spent (on 4 H200s each run took about 3 minutes, most of it start-up,
-compilation and the 20 warm-up steps of each layer order; 60 steps themselves take 15-20 s). Printed per run: tokens/s at the last step (both logs count
-training time only), the step time ratio ours / record's, and the last step's val_bpb; with several seeds, the mean
-and spread of the val_bpb difference. Needs CUDA and torchrun; logs stay in --work.
+compilation and the 20 warm-up steps of each layer order; 60 steps themselves take 15-20 s). Printed per run: tokens/s
+at the last step (both logs count training time only), the step time ratio ours / record's, and the last step's
+val_bpb; with several seeds, the mean and spread of the val_bpb difference. Needs CUDA and torchrun; logs stay in
+--work.
 """
 
 from __future__ import annotations
