@@ -1,6 +1,7 @@
 """scripts/profile_step.py: its kernel kinds on real kernel names from an H100 profile, and its CPU error;
 scripts/compare_revisions.py: what it lets differ between two revisions' logs and artifacts, and what not;
-scripts/bench_record.py: it reads both trainers' last-step lines as they write them, and splits shards losslessly.
+scripts/bench_record.py: it reads both trainers' last-step lines as they write them, and splits shards losslessly;
+scripts/bench_attention.py: its implementations against attention written out, its shape parsing and its CPU error.
 Run: python3 -m pytest -q tests/test_scripts.py"""
 
 import subprocess
@@ -118,3 +119,36 @@ def test_bench_record_splits_training_tokens_into_shards_without_losing_one(tmp_
     assert len(parts) == 4
     again = np.concatenate([train_gpt.load_data_shard(p).numpy() for p in parts])  # each shard's header checked
     assert np.array_equal(again, tokens)
+
+
+def test_bench_attention_implementations_agree_with_causal_gqa_attention_written_out():
+    import bench_attention
+
+    heads, kv_heads, seq_len, head_dim = 4, 2, 7, 8
+    q, k, v = bench_attention.qkv(2, seq_len, heads, kv_heads, head_dim, "cpu", torch.float32)
+    kx, vx = (t.repeat_interleave(heads // kv_heads, 1) for t in (k, v))  # query head h reads kv head h // 2
+    scores = (q @ kx.transpose(-1, -2)) / head_dim**0.5
+    scores = scores.masked_fill(torch.ones(seq_len, seq_len).triu(1).bool(), float("-inf"))
+    expected = scores.softmax(-1) @ vx
+    assert q.is_contiguous() is False and q.transpose(1, 2).is_contiguous()  # the projections' layout
+    for attend in (bench_attention.sdpa(), bench_attention.sdpa(expand=heads // kv_heads)):
+        torch.testing.assert_close(attend(q, k, v), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("text", ["48", "0x2048", "axb", "48x2048x1"])
+def test_bench_attention_refuses_a_shape_that_is_not_batch_x_seq_len(text):
+    import argparse
+
+    import bench_attention
+
+    with pytest.raises(argparse.ArgumentTypeError, match="BATCHxSEQ_LEN|positive"):
+        bench_attention.parse_shape(text)
+    assert bench_attention.parse_shape("48x2048") == (48, 2048)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU error only")
+def test_bench_attention_without_a_gpu_says_it_needs_one():
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_attention.py")], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode != 0 and "needs a CUDA GPU" in run.stderr
