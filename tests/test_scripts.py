@@ -4,6 +4,7 @@ scripts/bench_record.py: it reads both trainers' last-step lines as they write t
 scripts/bench_attention.py: its implementations against attention written out, its shape parsing and its CPU error.
 Run: python3 -m pytest -q tests/test_scripts.py"""
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
+import bench_attention  # noqa: E402
 import bench_record  # noqa: E402
 import compare_revisions  # noqa: E402
 import profile_step  # noqa: E402
@@ -122,8 +124,6 @@ def test_bench_record_splits_training_tokens_into_shards_without_losing_one(tmp_
 
 
 def test_bench_attention_implementations_agree_with_causal_gqa_attention_written_out():
-    import bench_attention
-
     heads, kv_heads, seq_len, head_dim = 4, 2, 7, 8
     q, k, v = bench_attention.qkv(2, seq_len, heads, kv_heads, head_dim, "cpu", torch.float32)
     kx, vx = (t.repeat_interleave(heads // kv_heads, 1) for t in (k, v))  # query head h reads kv head h // 2
@@ -137,10 +137,6 @@ def test_bench_attention_implementations_agree_with_causal_gqa_attention_written
 
 @pytest.mark.parametrize("text", ["48", "0x2048", "axb", "48x2048x1"])
 def test_bench_attention_refuses_a_shape_that_is_not_batch_x_seq_len(text):
-    import argparse
-
-    import bench_attention
-
     with pytest.raises(argparse.ArgumentTypeError, match="BATCHxSEQ_LEN|positive"):
         bench_attention.parse_shape(text)
     assert bench_attention.parse_shape("48x2048") == (48, 2048)
