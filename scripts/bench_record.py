@@ -33,19 +33,11 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "data"), str(ROOT / "records")]
+sys.path[:0] = [str(ROOT), str(ROOT / "data"), str(ROOT / "scripts")]
+import ab  # noqa: E402  (record_source: a record's script unpacked, FA3 replaced by SDPA where it is missing)
 import build_shards  # noqa: E402  (write_data_shard: the trainer's shard format)
-import recordlib  # noqa: E402  (unpack_script: the records' lzma + base85 packing)
 import train_gpt  # noqa: E402  (load_data_shard)
 
-FA3_IMPORT = "from flash_attn_interface import flash_attn_func as flash_attn_3_func"
-SDPA_SHIM = (
-    "def flash_attn_3_func(q, k, v, causal=False):\n"
-    "    # FA3 takes (B, T, H, D), SDPA (B, H, T, D); query head h reads kv head h // (H // Hkv) in both\n"
-    "    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)\n"
-    "    y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=k.size(1) != q.size(1))\n"
-    "    return y.transpose(1, 2)"
-)
 # (train_loss/tokens-per-second line at the last step, last step's validation line) of each trainer
 OURS_TRAIN = re.compile(r"^step:(\d+)/\d+ train_loss:([\d.]+) .*tokens_per_s:(\d+)")
 OURS_VAL = re.compile(r"^step:(\d+)/\d+ val_loss:([\d.]+) val_bpb:([\d.]+)")
@@ -54,16 +46,16 @@ RECORD_VAL = re.compile(r"^(\d+)/\d+ val_loss: ([\d.]+) val_bpb: ([\d.]+)")
 
 
 def record_source(path: Path) -> str:
-    """The record's Python source: unpacked if it ships as lzma + base85, FA3 replaced by SDPA if FA3 is missing."""
-    text = path.read_text(encoding="utf-8")
-    text = recordlib.unpack_script(text) or text
+    """The record's Python source: unpacked if it ships packed, FA3 replaced by SDPA if missing (ab.py's)."""
     try:
-        import flash_attn_interface  # noqa: F401
-    except ImportError:
-        if FA3_IMPORT not in text:
-            sys.exit(f"error: {path} has no '{FA3_IMPORT}' line to replace and FlashAttention 3 is not installed.")
-        text = text.replace(FA3_IMPORT, SDPA_SHIM)
-    return text
+        return ab.record_source(path)
+    except ab.UsageError as exc:
+        usage_error(str(exc))
+
+
+def usage_error(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def split_training_tokens(files: list[Path], out: Path, parts: int) -> list[Path]:
@@ -83,7 +75,7 @@ def data_layout(data: Path, tokenizer: Path, work: Path, nproc: int, vocab: int)
         old.unlink()
     train = sorted(data.glob("fineweb_train_*.bin"))
     if not train or not sorted(data.glob("fineweb_val_*.bin")):
-        sys.exit(f"error: --data {data} holds no fineweb_train_*.bin and fineweb_val_*.bin shards.")
+        usage_error(f"--data {data} holds no fineweb_train_*.bin and fineweb_val_*.bin shards.")
     for f in sorted(data.glob("fineweb_val_*.bin")) + (train if len(train) >= nproc else []):
         (shards / f.name).symlink_to(f.resolve())
     if len(train) < nproc:
@@ -153,11 +145,15 @@ def main() -> None:
     import sentencepiece as spm
     import torch
 
+    if cli.nproc < 1 or train_gpt.GRAD_ACCUM_TOTAL % cli.nproc:
+        usage_error(
+            f"--nproc {cli.nproc} must divide {train_gpt.GRAD_ACCUM_TOTAL} (a step's micro-batches): 1, 2, 4 or 8."
+        )
     if torch.cuda.device_count() < cli.nproc:
-        sys.exit(f"error: --nproc {cli.nproc} needs that many CUDA GPUs; this machine has {torch.cuda.device_count()}.")
+        usage_error(f"--nproc {cli.nproc} needs that many CUDA GPUs; this machine has {torch.cuda.device_count()}.")
     bad = [v for v in cli.variant if not re.fullmatch(r"\w+:\w+=[^,]*(,\w+=[^,]*)*", v)]
     if bad:
-        sys.exit(f"error: --variant {bad[0]!r} must be NAME:VAR=VALUE[,VAR=VALUE...], e.g. mix0:TORCHINDUCTOR_X=0")
+        usage_error(f"--variant {bad[0]!r} must be NAME:VAR=VALUE[,VAR=VALUE...], e.g. mix0:TORCHINDUCTOR_X=0")
 
     vocab = spm.SentencePieceProcessor(model_file=str(cli.tokenizer)).vocab_size()
     cli.work.mkdir(parents=True, exist_ok=True)

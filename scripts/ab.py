@@ -1,0 +1,877 @@
+"""The golfer's A/B: two or more variants of a run (environment variables, or another trainer script), each trained
+with the same seeds on the GPUs of one host, paired by seed; per pair the difference of every score, a paired t-test
+and a one-line verdict; a table as Markdown, the train-loss curves as a PNG. Run the same command again to resume.
+
+  # on a CPU, in a minute: the tiny model of train_gpt.py's smoke run on the data `bash quickstart.sh` builds,
+  # two runs at a time, MATRIX_LR 0.02 (the baseline, the first variant) against 0.04:
+  python3 scripts/ab.py --slots 2 --out /tmp/ab_lr --seeds 1 2 --common "VOCAB_SIZE=512 ITERATIONS=20 \\
+      DATA_PATH=$(ls -d data/datasets/pystdlib_*_sp512 | tail -n1) WARMUP_STEPS=0 WARMDOWN_ITERS=5 \\
+      TOKENIZER_PATH=$(ls data/tokenizers/pystdlib_*_sp512.model | tail -n1) MAX_WALLCLOCK_SECONDS=0 \\
+      NUM_LAYERS=2 MODEL_DIM=64 NUM_HEADS=2 NUM_KV_HEADS=1 TRAIN_SEQ_LEN=128 TRAIN_BATCH_TOKENS=8192 \\
+      VAL_BATCH_SIZE=8192" --variant base --variant lr04 MATRIX_LR=0.04
+
+  # a tokenizer A/B on a 4-GPU host at the 180-second proxy: 2 seeds x 2 variants, all four runs at once (one a GPU)
+  python3 scripts/ab.py --out ab/caseops_p180 --seeds 1337 42 --common "RECIPE=p180 MAX_WALLCLOCK_SECONDS=180" \\
+      --variant plain DATA_PATH=data/datasets/webmix_sp8192 TOKENIZER_PATH=data/tokenizers/webmix_8192.model \\
+                      VOCAB_SIZE=8192 \\
+      --variant caseops DATA_PATH=data/datasets/webmix_caseops_sp8192 \\
+                      TOKENIZER_PATH=data/tokenizers/webmix_caseops_8192.model VOCAB_SIZE=8192
+  # then an evaluation A/B on the very same four artifacts: each re-scored with TTT_EPOCHS=3 and with 1 (EVAL_ONLY=1)
+  python3 scripts/ab.py --eval-only ab/caseops_p180 --out ab/caseops_p180_ttt \\
+      --variant ttt3 TTT_EPOCHS=3 --variant ttt1 TTT_EPOCHS=1
+  # 2 GPUs a run (torchrun), two runs at a time, on GPUs 0-3; plan only: configs compared, runs listed, nothing run
+  python3 scripts/ab.py ... --gpus 0,1,2,3 --nproc 2 --plan
+
+Every variable reaches the trainer as the environment does (the shell's, then --common, then the variant's); ab.py
+sets only SEED, RUN_ID, LOG_DIR, ARTIFACT_PATH (and EVAL_ONLY) per run, CUDA_VISIBLE_DEVICES and NCCL_NVLS_ENABLE=0
+per GPU group. Before anything runs, each variant's config is resolved by the trainer itself (its Hyperparameters,
+imported in a subprocess); settings that differ from the first variant's are printed, those the variants did not set
+marked, and a variant the trainer refuses stops the command with the trainer's message. A seed's variants run at the
+same time (one wave), so each pair shares the machine's state. --out DIR holds console/RUN.txt (each run's output),
+logs/, artifacts/, results.json, report.md and train_loss.png (with matplotlib); running the same command again
+skips the finished runs (a score line, no error) and reruns the others, saying why they failed. More --seeds may be
+added to a finished experiment; another experiment needs another --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "records"))
+import recordlib  # noqa: E402  (read_log: our logs and the records'; t_sf; unpack_script)
+
+TRAINER = ROOT / "train_gpt.py"
+SET_BY_AB = {  # variables ab.py sets itself, and the flag that sets them
+    "SEED": "--seeds",
+    "RUN_ID": "--out",
+    "LOG_DIR": "--out",
+    "ARTIFACT_PATH": "--out",
+    "EVAL_ONLY": "--eval-only",
+    "CUDA_VISIBLE_DEVICES": "--gpus",
+    "RANK": "--nproc",
+    "WORLD_SIZE": "--nproc",
+    "LOCAL_RANK": "--nproc",
+}
+VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+NOT_COMPARED = recordlib.NOT_CONFIG | {"eval_only"}  # settings that name a run, not configure it
+KINDS = {  # the scores a log may have, in the order a run logs them, and how a verdict names each
+    "pre_export": "before export",
+    "roundtrip": "after the round trip",
+    "sliding_window": "sliding",
+    "ttt": "after TTT",
+}
+SCORE_LINE = re.compile(r"^(final_\w+_exact|quantized\w*|legal_ttt\w*) val_loss:\s*([0-9.]+) val_bpb:\s*([0-9.]+)")
+STEP_AVG = re.compile(r"(?:^|\s)step_avg:\s*([0-9.]+)ms")
+PEAK = re.compile(r"(?:^|\s)peak_memory_allocated:\s*(\d+)\s*MiB|^peak memory allocated: (\d+) MiB")
+FAILED = re.compile(r"^(?:error|interrupted)\b")
+P_SIGNIFICANT = 0.05
+FA3_IMPORT = "from flash_attn_interface import flash_attn_func as flash_attn_3_func"
+SDPA_SHIM = (
+    "def flash_attn_3_func(q, k, v, causal=False):\n"
+    "    # FA3 takes (B, T, H, D), SDPA (B, H, T, D); query head h reads kv head h // (H // Hkv) in both\n"
+    "    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)\n"
+    "    y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=k.size(1) != q.size(1))\n"
+    "    return y.transpose(1, 2)"
+)
+# Run in a subprocess, one for each trainer script, on a JSON list of environments: the trainer's own Hyperparameters
+# resolves each (ours: from_env(env); a record's: its class body reads os.environ, so the script is run again for each
+# environment). One JSON line out, a result for each environment.
+RESOLVE = r"""
+import dataclasses, importlib.util, json, os, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+module, results = None, []
+for env in json.load(open(sys.argv[2])):
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        hp = getattr(module, "Hyperparameters", None)
+        if not hasattr(hp, "from_env"):
+            spec = importlib.util.spec_from_file_location("trainer", sys.argv[1])
+            module = sys.modules["trainer"] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            hp = getattr(module, "Hyperparameters", None)
+        if hp is None:
+            out = dict(note="it has no Hyperparameters class")
+        elif hasattr(hp, "from_env"):
+            out = dict(config=dataclasses.asdict(hp.from_env(env)))
+        else:
+            out = dict(config={k: v for k, v in vars(hp).items() if not k.startswith("_") and not callable(v)})
+    except Exception as exc:
+        name = type(exc).__name__
+        message = str(exc) if name in ("ConfigError", "ShardError") else f"{name}: {exc}"
+        if hasattr(module, "recipe_note"):
+            message = module.recipe_note(message, env)
+        out = dict(error=message)
+    results.append(out)
+print("\nRESOLVED:" + json.dumps(results, default=str))
+"""
+
+
+class UsageError(Exception):
+    """Bad input: main() prints it as one `error:` line and exits 2, before anything runs."""
+
+
+# ==== Variants, runs and the plan ===================================================================================
+
+
+@dataclass
+class Variant:
+    name: str
+    env: dict[str, str]  # its own variables (--variant NAME VAR=VALUE ...)
+    script: Path | None = None  # another trainer (--script NAME=PATH); None: train_gpt.py, or the trained run's
+
+
+@dataclass
+class Job:
+    """One run: a variant, a seed and (--eval-only) the trained run whose artifact it scores."""
+
+    variant: str
+    seed: int
+    name: str  # RUN_ID, and the name of its console/log/artifact files
+    env: dict[str, str]  # what ab.py adds to the shell's environment: --common, the variant's, the run's
+    script: Path
+    trained: str = ""  # --eval-only: the trained run it re-scores ("" when it trains)
+    status: str = "pending"  # pending, finished, failed, interrupted
+    reason: str = ""
+    rc: int | None = None
+    metrics: dict = field(default_factory=dict)
+
+    @property
+    def pair_key(self) -> tuple[str, int]:  # the runs of one key, one a variant, are a pair
+        return (self.trained.rsplit("_seed", 1)[0] if self.trained else "", self.seed)
+
+
+def parse_assignments(tokens: list[str], where: str) -> dict[str, str]:
+    """VAR=VALUE tokens (each may hold several, split as a shell would) as a dict; an error names the bad one."""
+    env = {}
+    for token in tokens:
+        try:
+            words = shlex.split(token)
+        except ValueError as exc:
+            raise UsageError(f"{where}: cannot split {token!r} ({exc}): quote values as a shell would.") from None
+        for word in words:
+            var, sep, value = word.partition("=")
+            if not sep or not VAR.fullmatch(var):
+                raise UsageError(f"{where}: {word!r} is not VAR=VALUE: write e.g. TTT_EPOCHS=1.")
+            if var in SET_BY_AB:
+                raise UsageError(f"{where}: {var} is set by ab.py for each run: use {SET_BY_AB[var]} instead.")
+            if var in env and env[var] != value:
+                raise UsageError(f"{where}: {var} is given twice ({env[var]!r} and {value!r}): keep one.")
+            env[var] = value
+    return env
+
+
+def parse_variants(cli) -> list[Variant]:
+    if not cli.variant or len(cli.variant) < 2:
+        raise UsageError("give at least two --variant NAME [VAR=VALUE ...]: the first is the baseline.")
+    variants = []
+    for tokens in cli.variant:
+        name = tokens[0]
+        if not NAME.fullmatch(name) or "=" in name or "_seed" in name or "_on_" in name:
+            raise UsageError(
+                f"--variant {name!r}: the first word is the variant's name (letters, digits, . _ -, "
+                "not '_seed' or '_on_'), then its VAR=VALUE settings: --variant ttt1 TTT_EPOCHS=1."
+            )
+        if any(v.name == name for v in variants):
+            raise UsageError(f"--variant {name} is given twice: name each variant once.")
+        variants.append(Variant(name, parse_assignments(tokens[1:], f"--variant {name}")))
+    for spec in cli.script:
+        name, sep, path = spec.partition("=")
+        match = [v for v in variants if v.name == name]
+        if not sep or not match:
+            raise UsageError(f"--script {spec!r} must be VARIANT=PATH with VARIANT one of {names(variants)}.")
+        if not Path(path).is_file():
+            raise UsageError(f"--script {spec}: {path} is not a file: point it at the variant's trainer script.")
+        match[0].script = Path(path).resolve()
+    return variants
+
+
+def names(items) -> str:
+    return ", ".join(item.name for item in items)
+
+
+def parse_seeds(seeds: list[int]) -> list[int]:
+    duplicates = sorted({s for s in seeds if seeds.count(s) > 1})
+    if duplicates:
+        raise UsageError(f"--seeds {' '.join(map(str, seeds))} repeats {duplicates[0]}: give each seed once.")
+    return seeds
+
+
+def record_source(path: Path) -> str:
+    """A record's Python source: unpacked if it ships as lzma + base85, FA3 replaced by SDPA if FA3 is missing."""
+    text = path.read_text(encoding="utf-8")
+    text = recordlib.unpack_script(text) or text
+    try:
+        import flash_attn_interface  # noqa: F401
+    except ImportError:
+        if "flash_attn_interface" in text:
+            if FA3_IMPORT not in text:
+                raise UsageError(f"{path} has no '{FA3_IMPORT}' line to replace and FlashAttention 3 is not installed.")
+            text = text.replace(FA3_IMPORT, SDPA_SHIM)
+    return text
+
+
+def prepare_script(variant: Variant, out: Path) -> Path | None:
+    """The script a variant runs: ours as it is; another one unpacked (and FA3 replaced) into out/scripts/."""
+    if variant.script is None or variant.script == TRAINER:
+        return variant.script
+    source = record_source(variant.script)
+    if source == variant.script.read_text(encoding="utf-8"):
+        return variant.script  # a plain script (a fork of ours): run where it is, beside its own modules
+    prepared = out / "scripts" / f"{variant.name}.py"
+    prepared.parent.mkdir(parents=True, exist_ok=True)
+    prepared.write_text(source, encoding="utf-8")
+    return prepared
+
+
+def plan_jobs(cli, variants: list[Variant], seeds: list[int], trained: list[dict]) -> list[Job]:
+    """Every run, seed-major (a seed's variants side by side). --eval-only: every variant on every trained run."""
+    common, out, jobs = cli.common_env, cli.out.resolve(), []
+    for seed in seeds:
+        for base in trained or [None]:
+            for v in variants:
+                if base is not None and base["seed"] != seed:
+                    continue
+                name = f"{v.name}_on_{base['name']}" if base else f"{v.name}_seed{seed}"
+                env = dict(base["env"]) if base else {}
+                env.update(common)
+                env.update(v.env)
+                env.update(SEED=str(seed), RUN_ID=name, LOG_DIR=str(out / "logs"))
+                if base:
+                    env.update(EVAL_ONLY="1", ARTIFACT_PATH=base["artifact"])
+                    if cli.val:
+                        env["DATA_PATH"] = str(cli.val_for(base["variant"]))
+                else:
+                    env["ARTIFACT_PATH"] = str(out / "artifacts" / f"{name}.ptz")
+                script = v.script or (Path(base["script"]) if base else TRAINER)
+                jobs.append(Job(v.name, seed, name, env, script, trained=base["name"] if base else ""))
+    return jobs
+
+
+def load_trained(folder: Path, seeds: list[int] | None) -> tuple[list[dict], list[int]]:
+    """--eval-only: the finished runs of a training experiment (its results.json), those of --seeds if given."""
+    path = folder / "results.json"
+    if not path.is_file():
+        raise UsageError(f"--eval-only {folder}: no results.json there: name the --out folder of a training ab.py run.")
+    results = json.loads(path.read_text())
+    if results["experiment"]["mode"] != "train":
+        raise UsageError(f"--eval-only {folder} holds an evaluation A/B: name the folder of the runs that trained.")
+    runs = [r for r in results["runs"] if r["status"] == "finished" and Path(r["artifact"]).is_file()]
+    if seeds is not None:
+        runs = [r for r in runs if r["seed"] in seeds]
+    if not runs:
+        raise UsageError(f"--eval-only {folder}: no finished run with its artifact there (for these seeds).")
+    return runs, list(dict.fromkeys(r["seed"] for r in runs))
+
+
+# ==== Resolved configs ==============================================================================================
+
+
+def resolve_configs(jobs: list[Job]) -> dict[tuple[str, str], dict]:
+    """Each distinct (variant, trained variant) config as its trainer resolves it: one subprocess a script, all at
+    once. {(variant, trained variant): {"config": {...}} or {"error": the trainer's message} or {"note": why none}}."""
+    first: dict[tuple[str, str], Job] = {}
+    for job in jobs:
+        first.setdefault((job.variant, job.pair_key[0]), job)
+    by_script: dict[Path, list[tuple[str, str]]] = {}
+    for key, job in first.items():
+        by_script.setdefault(job.script, []).append(key)
+    procs, resolved = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (script, keys) in enumerate(by_script.items()):
+            envs = [run_environment(first[key].env, cuda_visible="") for key in keys]
+            (Path(tmp) / f"{i}.json").write_text(json.dumps(envs))
+            cmd = [sys.executable, "-c", RESOLVE, str(script), str(Path(tmp) / f"{i}.json")]
+            procs[script] = subprocess.Popen(
+                cmd, env=envs[0], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        outputs = {script: proc.communicate() for script, proc in procs.items()}
+    for script, (stdout, stderr) in outputs.items():
+        line = [x for x in stdout.splitlines() if x.startswith("RESOLVED:")]
+        outs = json.loads(line[-1][len("RESOLVED:") :]) if line else None
+        for i, key in enumerate(by_script[script]):
+            tail = (stderr.strip().splitlines() or ["no output"])[-1]
+            resolved[key] = outs[i] if outs else dict(error=f"{script} could not be imported ({tail})")
+    return resolved
+
+
+def compare_configs(variants: list[Variant], jobs: list[Job], resolved: dict) -> list[str]:
+    """Lines saying how each variant's config differs from the baseline's; an error for a refused or twin one."""
+    for (variant, trained), out in resolved.items():
+        if "error" in out:
+            on = f" (on {trained})" if trained else ""
+            raise UsageError(f"variant {variant}{on}: the trainer refuses its settings: {out['error']}")
+    scripts = {v.name: next(j.script for j in jobs if j.variant == v.name) for v in variants}
+    base, lines = variants[0], []
+    for trained in dict.fromkeys(t for _, t in resolved):
+        on = f" on {trained}" if trained else ""
+        configs = {v.name: compared(resolved[(v.name, trained)].get("config")) for v in variants}
+        for i, a in enumerate(variants):
+            for b in variants[i + 1 :]:
+                known = configs[a.name] is not None and configs[b.name] is not None
+                same = configs[a.name] == configs[b.name] if known else a.env == b.env
+                if same and scripts[a.name] == scripts[b.name]:
+                    raise UsageError(
+                        f"variants {a.name} and {b.name} resolve to the same config{on} with the same script: "
+                        "they would measure noise. Change one, or drop it."
+                    )
+        for v in variants[1:]:
+            ca, cb = configs[base.name], configs[v.name]
+            if scripts[v.name] != scripts[base.name]:
+                lines.append(f"config {v.name} vs {base.name}{on}: script {scripts[base.name]} -> {scripts[v.name]}")
+            if ca is None or cb is None:
+                why = resolved[(v.name if cb is None else base.name, trained)].get("note", "")
+                lines.append(f"config {v.name} vs {base.name}{on}: not compared ({why})")
+                continue
+            keys = sorted(k for k in set(ca) | set(cb) if ca.get(k) != cb.get(k))
+            own = set(v.env) | set(base.env)
+            shown = [f"{k.upper()} {ca.get(k)!r} -> {cb.get(k)!r}" for k in keys if k.upper() in own]
+            others = [f"{k.upper()} {ca.get(k)!r} -> {cb.get(k)!r}" for k in keys if k.upper() not in own]
+            lines.append(f"config {v.name} vs {base.name}{on}: set by the variants: {', '.join(shown) or 'none'}")
+            if others:
+                lines.append(f"config {v.name} vs {base.name}{on}: ALSO DIFFERS (not set by them): {', '.join(others)}")
+    return lines
+
+
+def compared(config: dict | None) -> dict | None:
+    """A resolved config less the settings that name a run (RUN_ID, SEED, paths of its log and artifact)."""
+    return None if config is None else {k: v for k, v in config.items() if k not in NOT_COMPARED}
+
+
+# ==== Devices and scheduling ========================================================================================
+
+
+def list_gpus() -> list[str]:
+    """The GPUs nvidia-smi lists (index order), by name; none without nvidia-smi."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+
+
+@dataclass
+class Slot:
+    """Where one run goes: its GPUs (CUDA_VISIBLE_DEVICES; "" on a CPU) and its processes."""
+
+    cuda_visible: str
+    nproc: int
+
+
+def make_slots(cli) -> tuple[list[Slot], str]:
+    """--gpus / --nproc / --slots as the slots runs go to, and a line saying so."""
+    if cli.nproc < 1:
+        raise UsageError(f"--nproc {cli.nproc}: give the processes (GPUs) of each run, 1 or more.")
+    if cli.slots is not None:
+        if cli.gpus is not None:
+            raise UsageError("--slots runs on the CPU and --gpus on GPUs: give one of them.")
+        if cli.slots < 1:
+            raise UsageError(f"--slots {cli.slots}: give the CPU runs at a time, 1 or more.")
+        return [Slot("", cli.nproc) for _ in range(cli.slots)], f"cpu: {cli.slots} runs at a time"
+    gpus = list_gpus()
+    if cli.gpus is None:
+        if not gpus:
+            return [Slot("", cli.nproc)], "cpu: no GPU listed by nvidia-smi; one run at a time (--slots N for more)"
+        chosen = list(range(len(gpus)))
+    else:
+        try:
+            chosen = [int(x) for x in cli.gpus.split(",")]
+        except ValueError:
+            raise UsageError(f"--gpus {cli.gpus!r} must be GPU indices separated by commas, e.g. 0,1,2,3.") from None
+        missing = [i for i in chosen if not 0 <= i < len(gpus)]
+        if missing:
+            have = f"0-{len(gpus) - 1}" if gpus else "none (nvidia-smi lists no GPU)"
+            raise UsageError(f"--gpus {cli.gpus}: GPU {missing[0]} does not exist; this machine has {have}.")
+        if len(set(chosen)) != len(chosen):
+            raise UsageError(f"--gpus {cli.gpus} names a GPU twice: name each once.")
+    if len(chosen) % cli.nproc:
+        raise UsageError(f"--nproc {cli.nproc} does not divide the {len(chosen)} GPUs {chosen}: runs would share GPUs.")
+    groups = [chosen[i : i + cli.nproc] for i in range(0, len(chosen), cli.nproc)]
+    kinds = sorted({gpus[i] for i in chosen})
+    note = f"gpus: {len(groups)} runs at a time, {cli.nproc} GPU(s) each: {groups} ({', '.join(kinds)})"
+    if len(kinds) > 1:
+        note += "; WARNING: GPUs of different kinds, a pair's runs may not share one kind"
+    return [Slot(",".join(map(str, g)), cli.nproc) for g in groups], note
+
+
+def waves(jobs: list[Job], slots: int) -> list[list[Job]]:
+    """Pending runs in waves of at most `slots`, a seed's runs in one wave where they fit: a pair runs at once."""
+    by_key: dict = {}
+    for job in jobs:
+        by_key.setdefault(job.pair_key, []).append(job)
+    result, wave = [], []
+    for group in by_key.values():
+        if len(wave) + len(group) > slots and wave:
+            result.append(wave)
+            wave = []
+        while len(group) > slots:  # more variants than slots: this seed's runs cannot all run at once
+            result.append(group[:slots])
+            group = group[slots:]
+        wave = wave + group
+    return result + ([wave] if wave else [])
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free TCP ports (all bound at once, then released): torchrun's rendezvous of each run of a wave."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def run_environment(env: dict[str, str], cuda_visible: str, nproc: int = 1, slots: int = 1) -> dict[str, str]:
+    """The shell's environment, less torchrun's variables, with the run's on top."""
+    full = {k: v for k, v in os.environ.items() if k not in SET_BY_AB and k not in ("LOCAL_WORLD_SIZE", "GROUP_RANK")}
+    full.update(env)
+    full["CUDA_VISIBLE_DEVICES"] = cuda_visible
+    if cuda_visible:
+        full["NCCL_NVLS_ENABLE"] = "0"  # NVLink multicast off: it hangs some hosts (KINDS.md)
+    elif "OMP_NUM_THREADS" not in os.environ:
+        full["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // (slots * nproc)))
+    return full
+
+
+def command(script: Path, slot: Slot, port: int) -> list[str]:
+    if slot.nproc == 1:
+        return [sys.executable, str(script)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        f"--nproc_per_node={slot.nproc}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={port}",
+        str(script),
+    ]
+
+
+# ==== Reading a run's output ========================================================================================
+
+
+def console_path(out: Path, job: Job) -> Path:
+    return out / "console" / f"{job.name}.txt"
+
+
+def read_run(path: Path) -> tuple[str, str, dict]:
+    """(status, reason, metrics) of a run from its console output: finished once it has a score and no error."""
+    if not path.is_file():
+        return "pending", "", {}
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    log = recordlib.read_log(path)
+    metrics: dict = {}
+    if log.steps is not None and log.train_loss:
+        metrics["steps"] = log.steps
+    for line in lines:
+        if match := STEP_AVG.search(line):
+            metrics["step_avg_ms"] = float(match.group(1))
+        if match := PEAK.search(line):
+            metrics["peak_mib"] = int(match.group(1) or match.group(2))
+        if match := SCORE_LINE.match(line):
+            label = match.group(1)
+            kind = "ttt" if "ttt" in label else "sliding_window" if "sliding" in label else "roundtrip"
+            metrics[kind] = float(match.group(3))
+            metrics["score"] = float(match.group(3))
+    if log.val_bpb_curve:
+        metrics["pre_export"] = log.val_bpb_curve[-1].value
+    metrics["train_loss"] = [[p.step, p.value] for p in log.train_loss]
+    failure = [line.strip() for line in lines if FAILED.match(line.strip())]
+    if failure:
+        return "failed", failure[-1], metrics
+    if "score" in metrics:
+        return "finished", "", metrics
+    tail = [line.strip() for line in lines if line.strip()]
+    return "failed", (tail[-1] if tail else "no output"), metrics
+
+
+# ==== Statistics and the report =====================================================================================
+
+
+def paired_test(diffs: list[float]) -> tuple[float, float | None, float | None]:
+    """(mean, sd, two-sided p) of paired differences; sd and p None for one pair."""
+    n = len(diffs)
+    mean = sum(diffs) / n
+    if n < 2:
+        return mean, None, None
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    if sd == 0:
+        return mean, 0.0, 0.0 if mean != 0 else 1.0
+    t = mean / (sd / math.sqrt(n))
+    return mean, sd, min(1.0, 2 * recordlib.t_sf(abs(t), n - 1))
+
+
+def comparisons(jobs: list[Job], variants: list[Variant]) -> list[dict]:
+    """Each variant against the baseline, per trained variant (--eval-only) and over all runs: paired by key."""
+    done = {(j.variant, j.pair_key): j.metrics for j in jobs if j.status == "finished"}
+    groups = list(dict.fromkeys(j.pair_key[0] for j in jobs))
+    scopes = [(g, [k for k in dict.fromkeys(j.pair_key for j in jobs) if k[0] == g]) for g in groups]
+    if len(groups) > 1:
+        scopes.append(("all", list(dict.fromkeys(j.pair_key for j in jobs))))
+    base, result = variants[0].name, []
+    for scope, keys in scopes:
+        for v in variants[1:]:
+            row = dict(variant=v.name, baseline=base, scope=scope, kinds={})
+            for kind in KINDS:
+                pairs = [
+                    (k, done[(v.name, k)][kind] - done[(base, k)][kind]) for k in keys if both(done, v, base, k, kind)
+                ]
+                if pairs:
+                    mean, sd, p = paired_test([d for _, d in pairs])
+                    row["kinds"][kind] = dict(n=len(pairs), mean=mean, sd=sd, p=p, each=[d for _, d in pairs])
+            if row["kinds"]:
+                row["verdict"] = verdict(row)
+                result.append(row)
+    return result
+
+
+def both(done: dict, v: Variant, base: str, key, kind: str) -> bool:
+    return kind in done.get((v.name, key), {}) and kind in done.get((base, key), {})
+
+
+def verdict(row: dict) -> str:
+    """One line on the final score (the last kind both have): who is better, by how much, how sure."""
+    kind = list(row["kinds"])[-1]
+    s = row["kinds"][kind]
+    unit = "artifact" if row["scope"] else "seed"  # --eval-only pairs two scores of one artifact
+    what, n = f"bpb {KINDS[kind]}", f"{s['n']} {unit}{'s' if s['n'] > 1 else ''}"
+    on = f" (on {row['scope']})" if row["scope"] else ""
+    a, b = row["baseline"], row["variant"]
+    if s["p"] is None:
+        return f"{b} - {a} = {s['mean']:+.4f} {what}, {n}: no test (needs 2 or more seeds){on}"
+    spread = f"{abs(s['mean']):.4f} ± {s['sd']:.4f} {what}, p={s['p']:.3g}, {n}{on}"
+    if s["p"] < P_SIGNIFICANT:
+        return f"{b if s['mean'] < 0 else a} better by {spread}"
+    return f"no clear difference: {b} - {a} = {s['mean']:+.4f} ± {s['sd']:.4f} {what}, p={s['p']:.3g}, {n}{on}"
+
+
+def fmt(value, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def mean_sd(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mean, sd = recordlib.mean_std(values)
+    return f"{mean:.4f}" + (f" ± {sd:.4f}" if sd is not None else "")
+
+
+def markdown(jobs: list[Job], variants: list[Variant], rows: list[dict], cmd: str) -> str:
+    kinds = [k for k in KINDS if any(k in j.metrics for j in jobs)]
+    head = ["run", "seed", "steps", "step_avg ms", "peak MiB"] + [f"bpb {KINDS[k]}" for k in kinds] + ["status"]
+    lines = [f"`{cmd}`", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for j in jobs:
+        m = j.metrics
+        cells = [j.name, str(j.seed), fmt(m.get("steps")), fmt(m.get("step_avg_ms"), 2), fmt(m.get("peak_mib"))]
+        cells += [fmt(m.get(k)) for k in kinds] + [j.status + (f": {j.reason}" if j.status != "finished" else "")]
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    lines += ["", "| variant | runs | " + " | ".join(f"bpb {KINDS[k]}, mean ± sd" for k in kinds) + " |"]
+    lines.append("|" + "---|" * (2 + len(kinds)))
+    for scope in dict.fromkeys(j.pair_key[0] for j in jobs):
+        for v in variants:
+            runs = [j for j in jobs if j.variant == v.name and j.pair_key[0] == scope and j.status == "finished"]
+            label = f"{v.name} on {scope}" if scope else v.name
+            cells = [mean_sd([j.metrics[k] for j in runs if k in j.metrics]) for k in kinds]
+            lines.append(f"| {label} | {len(runs)} | " + " | ".join(cells) + " |")
+    if rows:
+        lines += ["", "| difference | pairs | " + " | ".join(f"{KINDS[k]}: mean ± sd (p)" for k in kinds) + " |"]
+        lines.append("|" + "---|" * (2 + len(kinds)))
+        for row in rows:
+            label = f"{row['variant']} - {row['baseline']}" + (f" on {row['scope']}" if row["scope"] else "")
+            n = max(s["n"] for s in row["kinds"].values())
+            cells = []
+            for k in kinds:
+                s = row["kinds"].get(k)
+                if s is None:
+                    cells.append("-")
+                else:
+                    sd = f" ± {s['sd']:.4f}" if s["sd"] is not None else ""
+                    cells.append(f"{s['mean']:+.4f}{sd}" + (f" (p={s['p']:.3g})" if s["p"] is not None else ""))
+            lines.append(f"| {label} | {n} | " + " | ".join(cells) + " |")
+        lines += [""] + [f"- {row['verdict']}" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def plot(jobs: list[Job], variants: list[Variant], path: Path) -> str:
+    """Every run's train loss against step in one PNG; a note instead when matplotlib is missing or nothing trained."""
+    curves = [j for j in jobs if j.metrics.get("train_loss")]
+    if not curves:
+        return "plot: no train_loss lines to plot"
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "plot: skipped, matplotlib is not installed (pip install matplotlib)"
+    colors = {v.name: f"C{i % 10}" for i, v in enumerate(variants)}
+    seeds = list(dict.fromkeys(j.seed for j in jobs))
+    styles = ["-", "--", ":", "-."]
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for j in curves:
+        steps, losses = zip(*j.metrics["train_loss"])
+        style = styles[seeds.index(j.seed) % len(styles)]
+        ax.plot(steps, losses, style, color=colors[j.variant], label=j.name, linewidth=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("train loss")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return f"plot: {path}"
+
+
+# ==== The experiment folder =========================================================================================
+
+
+def experiment_of(cli, variants: list[Variant]) -> dict:
+    """What makes two commands one experiment (their runs comparable); seeds may be added, and --gpus/--slots vary."""
+    return dict(
+        mode="eval" if cli.eval_only else "train",
+        trained=str(cli.eval_only.resolve()) if cli.eval_only else "",
+        common=cli.common_env,
+        variants={v.name: dict(env=v.env, script=str(v.script or "")) for v in variants},
+        nproc=cli.nproc,
+        val=[str(x) for x in cli.val],
+    )
+
+
+def check_out(out: Path, experiment: dict) -> None:
+    path = out / "results.json"
+    if path.is_file():
+        before = json.loads(path.read_text())["experiment"]
+        if before != experiment:
+            keys = [k for k in experiment if before.get(k) != experiment[k]]
+            raise UsageError(
+                f"--out {out} holds another experiment's runs (its {', '.join(keys)} differ from this command's): "
+                "choose another --out, or delete that folder to start over."
+            )
+    elif out.is_dir() and any(out.iterdir()):
+        raise UsageError(f"--out {out} is not empty and holds no ab.py results.json: choose a new or empty folder.")
+
+
+def write_results(out: Path, experiment: dict, jobs: list[Job], rows: list[dict]) -> None:
+    runs = []
+    for j in jobs:
+        run = dict(name=j.name, variant=j.variant, seed=j.seed, trained=j.trained, status=j.status, reason=j.reason)
+        run.update(rc=j.rc, env=j.env, script=str(j.script), artifact=j.env.get("ARTIFACT_PATH", ""))
+        run.update(console=str(console_path(out, j)), log=str(out / "logs" / f"{j.name}.txt"))
+        run["metrics"] = {k: v for k, v in j.metrics.items() if k != "train_loss"}
+        runs.append(run)
+    data = dict(experiment=experiment, runs=runs, comparisons=rows)
+    tmp = out / "results.json.tmp"
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(out / "results.json")  # whole or not at all: an interrupt leaves the last complete one
+
+
+def start(job: Job, slot: Slot, port: int, out: Path, slots: int) -> subprocess.Popen:
+    console = console_path(out, job)
+    if console.exists():  # a failed or interrupted attempt: kept beside, the trainer's log cleared for the new one
+        console.replace(console.with_suffix(".failed.txt"))
+    (out / "logs" / f"{job.name}.txt").unlink(missing_ok=True)
+    env = run_environment(job.env, slot.cuda_visible, slot.nproc, slots)
+    with open(console, "w") as f:
+        return subprocess.Popen(
+            command(job.script, slot, port), env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def run_all(pending: list[Job], slots: list[Slot], out: Path, save) -> bool:
+    """Runs the pending jobs wave by wave; each as it ends is read, printed and saved. False if interrupted."""
+    running: dict[str, tuple[Job, subprocess.Popen, float]] = {}
+    try:
+        for wave in waves(pending, len(slots)):
+            for job, slot, port in zip(wave, slots, free_ports(len(wave))):
+                where = f"gpus {slot.cuda_visible}" if slot.cuda_visible else "cpu"
+                print(f"start {job.name} ({where})", flush=True)
+                running[job.name] = (job, start(job, slot, port, out, len(slots)), time.time())
+            while running:
+                time.sleep(0.2)
+                for name, (job, proc, t0) in list(running.items()):
+                    if proc.poll() is not None:
+                        del running[name]
+                        job.rc = proc.returncode
+                        job.status, job.reason, job.metrics = read_run(console_path(out, job))
+                        if job.status == "finished" and job.rc != 0:
+                            job.reason = f"exit {job.rc} after its score"
+                        print(line_of(job, time.time() - t0), flush=True)
+                        save()
+    except KeyboardInterrupt:  # the runs under way are stopped as the trainer stops on SIGTERM (it logs where)
+        for job, proc, _ in running.values():
+            with_signal(proc, signal.SIGTERM)
+        for job, proc, _ in running.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                with_signal(proc, signal.SIGKILL)
+                proc.wait()
+            job.rc = proc.returncode
+            job.status, job.reason, job.metrics = read_run(console_path(out, job))
+            if job.status != "finished":
+                job.status, job.reason = "interrupted", job.reason or "stopped by ab.py"
+        save()
+        return False
+    return True
+
+
+def with_signal(proc: subprocess.Popen, sig: int) -> None:
+    """The signal to the run's own process group (torchrun and its workers), which ab.py started."""
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def line_of(job: Job, seconds: float | None = None) -> str:
+    m = job.metrics
+    took = f" in {seconds:.0f}s" if seconds is not None else ""
+    if job.status != "finished":
+        return f"{job.status} {job.name}{took}: {job.reason} (console/{job.name}.txt)"
+    scores = " ".join(f"{k}:{m[k]:.4f}" for k in KINDS if k in m)
+    return f"finished {job.name}{took}: steps:{m.get('steps', '-')} {scores}"
+
+
+# ==== main ==========================================================================================================
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=__doc__[__doc__.index("\n\n") :], formatter_class=Raw
+    )
+    parser.add_argument("--out", type=Path, required=True, help="folder of this experiment's runs and report")
+    parser.add_argument(
+        "--variant",
+        nargs="+",
+        action="append",
+        metavar=("NAME", "VAR=VALUE"),
+        help="a variant: its name, then its settings; the first is the baseline. Repeat for each (2 or more).",
+    )
+    parser.add_argument("--common", nargs="+", action="extend", default=[], metavar="VAR=VALUE", help="settings of all")
+    parser.add_argument("--script", action="append", default=[], metavar="VARIANT=PATH", help="another trainer")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None, help="default: 1337 42 (--eval-only: all)")
+    parser.add_argument("--gpus", help="GPU indices, e.g. 0,1,2,3 (default: every GPU nvidia-smi lists)")
+    parser.add_argument("--nproc", type=int, default=1, help="GPUs (torchrun processes) of each run (default 1)")
+    parser.add_argument("--slots", type=int, help="runs at a time on the CPU (no GPU used)")
+    parser.add_argument("--eval-only", type=Path, metavar="TRAINED_OUT", help="re-score that experiment's artifacts")
+    parser.add_argument(
+        "--val", action="append", default=[], metavar="[VARIANT=]PATH", help="--eval-only: another validation set"
+    )
+    parser.add_argument("--plan", action="store_true", help="resolve and compare configs, list the runs; run nothing")
+    return parser.parse_args(argv)
+
+
+class Raw(argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def prepare(cli) -> tuple[list[Variant], list[Job], dict, list[str]]:
+    """Everything checked before any run: (variants, jobs, experiment, config lines); a UsageError otherwise."""
+    variants = parse_variants(cli)
+    cli.common_env = parse_assignments(cli.common, "--common")
+    trained = []
+    if cli.eval_only:
+        if cli.eval_only.resolve() == cli.out.resolve():
+            raise UsageError(f"--out {cli.out} is the trained experiment itself: give the evaluation its own folder.")
+        trained, seeds = load_trained(cli.eval_only, parse_seeds(cli.seeds) if cli.seeds else None)
+    else:
+        if cli.val:
+            raise UsageError("--val re-scores artifacts on another validation set: it needs --eval-only.")
+        seeds = parse_seeds(cli.seeds or [1337, 42])
+    vals = {}
+    for spec in cli.val:
+        name, sep, path = spec.rpartition("=")
+        vals[name if sep else "*"] = Path(path)
+        if not Path(path).is_dir():
+            raise UsageError(f"--val {spec}: {path} is not a folder of shards: name the folder holding fineweb_val_*.")
+    cli.val_for = lambda variant: vals.get(variant, vals.get("*", Path(trained[0]["env"].get("DATA_PATH", ""))))
+    for v in variants:
+        v.script = prepare_script(v, cli.out.resolve()) if v.script else None
+    jobs = plan_jobs(cli, variants, seeds, trained)
+    experiment = experiment_of(cli, variants)
+    check_out(cli.out, experiment)
+    lines = compare_configs(variants, jobs, resolve_configs(jobs))
+    return variants, jobs, experiment, lines
+
+
+def interrupt(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def main(argv=None) -> int:
+    for signum in (signal.SIGINT, signal.SIGTERM):  # both stop the runs under way and keep the finished ones
+        signal.signal(signum, interrupt)
+    cli = parse_args(argv)
+    try:
+        slots, where = make_slots(cli)
+        variants, jobs, experiment, config_lines = prepare(cli)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    out = cli.out
+    print(where)
+    print("\n".join(config_lines))
+    for job in jobs:
+        job.status, job.reason, job.metrics = read_run(console_path(out, job))
+    pending = [j for j in jobs if j.status != "finished"]
+    for job in jobs:
+        if job.status == "finished":
+            print(f"done before: {line_of(job)}")
+        elif job.status != "pending":
+            print(f"rerun {job.name}: it {job.status} before: {job.reason}")
+    print(f"runs: {len(jobs)}, to run: {len(pending)} in {len(waves(pending, len(slots)))} wave(s) of <= {len(slots)}")
+    if cli.plan:
+        for job in pending:
+            print(f"plan {job.name}: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in job.env.items()))
+        return 0
+    for sub in ("console", "logs", "artifacts"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    cmd = "python3 scripts/ab.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+
+    def save():
+        write_results(out, experiment, jobs, comparisons(jobs, variants))
+
+    save()
+    completed = run_all(pending, slots, out, save)
+    rows = comparisons(jobs, variants)
+    save()
+    report = markdown(jobs, variants, rows, cmd)
+    (out / "report.md").write_text(report)
+    print("\n" + report)
+    print(plot(jobs, variants, out / "train_loss.png"))
+    failed = [j for j in jobs if j.status != "finished"]
+    for job in failed:
+        print(f"not finished: {job.name}: {job.reason}")
+    if not completed:
+        print("interrupted: the finished runs are kept; run the same command again to run the others")
+        return 130
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,301 @@
+"""scripts/ab.py, run as a user would: end to end on CPU (2 slots, 2 variants, 2 seeds of the tiny configuration,
+interrupted and resumed, then an --eval-only A/B of the same artifacts); its GPU scheduling on a fake host (a fake
+nvidia-smi listing 4 GPUs, a fake trainer under torchrun that prints what it was given); each bad input's one-line
+error (exit 2, nothing run); its statistics against the t distribution written out.
+
+Run: python3 -m pytest -q tests/test_ab.py   (CPU only; about a minute on 2 cores)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import OUR_NAMES, ROOT, TinyData, tiny_env
+
+AB = ROOT / "scripts" / "ab.py"
+sys.path.insert(0, str(ROOT / "scripts"))
+import ab  # noqa: E402
+
+SLIDING_LINE = re.compile(r"^final_int8_zlib_sliding_window_exact val_loss:\S+ val_bpb:(\S+)$", re.M)
+ROUNDTRIP_LINE = re.compile(r"^final_int8_zlib_roundtrip_exact val_loss:\S+ val_bpb:(\S+)$", re.M)
+
+
+def environment(**extra) -> dict[str, str]:
+    """The test's environment less any of the trainer's variables, one thread a process."""
+    env = {k: v for k, v in os.environ.items() if k not in OUR_NAMES}
+    return dict(env, OMP_NUM_THREADS="1", **extra)
+
+
+def ab_run(args: list[str], cwd: Path, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(AB), *args], cwd=cwd, env=env or environment(), capture_output=True, text=True,
+        timeout=timeout,
+    )  # fmt: skip
+
+
+def common(data: TinyData, tmp_path: Path) -> list[str]:
+    """--common: the tiny configuration, scored after the round trip and on sliding windows."""
+    env = tiny_env(data, tmp_path, ITERATIONS=6, EVAL_STRIDE=32)
+    return ["--common"] + [f"{k}={v}" for k, v in env.items() if k not in ("RUN_ID", "LOG_DIR", "ARTIFACT_PATH")]
+
+
+def results(out: Path) -> dict:
+    return json.loads((out / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_data, tmp_path_factory):
+    """base against lr04 (MATRIX_LR=0.04), seeds 1 and 2, 2 at a time: SIGINT once the second wave started, then
+    the same command again. Returns (folder, the command's arguments, the interrupted call, the resumed call)."""
+    cwd = tmp_path_factory.mktemp("ab")
+    args = ["--slots", "2", "--out", "out", "--seeds", "1", "2", *common(tiny_data, cwd)]
+    args += ["--variant", "base", "--variant", "lr04", "MATRIX_LR=0.04"]
+    proc = subprocess.Popen(
+        [sys.executable, str(AB), *args], cwd=cwd, env=environment(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    out, deadline = cwd / "out", time.time() + 240
+    while not (out / "console" / "lr04_seed2.txt").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # the second wave's trainers are starting: stopped before they score
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    first = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    first.results = results(out)
+    again = ab_run(args, cwd)
+    return out, args, first, again
+
+
+def test_ab_interrupted_keeps_the_finished_runs_and_the_same_command_resumes_the_others(trained):
+    out, _, first, again = trained
+    assert first.returncode == 130, first.stdout + first.stderr
+    assert "Traceback" not in first.stderr
+    assert "interrupted: the finished runs are kept" in first.stdout
+    # the first wave (seed 1's pair) had finished; seed 2's was stopped: nothing in it counts as finished
+    assert re.search(r"^finished base_seed1 ", first.stdout, re.M) and re.search(
+        r"^finished lr04_seed1 ", first.stdout, re.M
+    )
+    before = {r["name"]: r["status"] for r in first.results["runs"]}
+    assert before == dict(
+        base_seed1="finished", lr04_seed1="finished", base_seed2="interrupted", lr04_seed2="interrupted"
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "done before: finished base_seed1" in again.stdout and "done before: finished lr04_seed1" in again.stdout
+    assert "start base_seed1" not in again.stdout and "start lr04_seed1" not in again.stdout
+    assert re.search(r"^rerun lr04_seed2: it (interrupted|failed) before", again.stdout, re.M), again.stdout
+    assert (out / "console" / "lr04_seed2.failed.txt").is_file()  # the stopped attempt's output, kept beside
+    assert {r["name"]: r["status"] for r in results(out)["runs"]} == dict.fromkeys(before, "finished")
+
+
+def test_ab_pairs_the_seeds_and_reports_what_the_logs_say(trained):
+    out, args, _, again = trained
+    score = {}
+    for name in ("base_seed1", "base_seed2", "lr04_seed1", "lr04_seed2"):
+        text = (out / "console" / f"{name}.txt").read_text()
+        score[name] = float(SLIDING_LINE.findall(text)[-1])
+        assert (out / "artifacts" / f"{name}.ptz").is_file() and (out / "logs" / f"{name}.txt").is_file()
+    diffs = [score["lr04_seed1"] - score["base_seed1"], score["lr04_seed2"] - score["base_seed2"]]
+    mean, sd = sum(diffs) / 2, abs(diffs[0] - diffs[1]) / math.sqrt(2)
+    p = 1 - 2 / math.pi * math.atan(abs(mean) / (sd / math.sqrt(2)))  # Student's t with 1 df is Cauchy's
+    (row,) = results(out)["comparisons"]
+    got = row["kinds"]["sliding_window"]
+    assert (row["variant"], row["baseline"], got["n"]) == ("lr04", "base", 2)
+    assert got["mean"] == pytest.approx(mean, abs=1e-9) and got["sd"] == pytest.approx(sd, abs=1e-9)
+    assert got["p"] == pytest.approx(p, rel=1e-6)
+    assert list(row["kinds"]) == ["pre_export", "roundtrip", "sliding_window"]
+    better = "lr04" if mean < 0 else "base"
+    verdict = f"- {better} better by {abs(mean):.4f} ± {sd:.4f} bpb sliding, p={p:.3g}, 2 seeds"
+    if p >= 0.05:
+        verdict = f"- no clear difference: lr04 - base = {mean:+.4f} ± {sd:.4f} bpb sliding, p={p:.3g}, 2 seeds"
+    report = (out / "report.md").read_text()
+    assert verdict in report.splitlines() and verdict in again.stdout
+    assert report.startswith("`python3 scripts/ab.py --slots 2 --out out")  # the command above the table
+    assert "config lr04 vs base: set by the variants: MATRIX_LR 0.02 -> 0.04" in again.stdout
+    assert "ALSO DIFFERS" not in again.stdout
+    assert (out / "train_loss.png").stat().st_size > 1000 or "matplotlib is not installed" in again.stdout
+
+
+def test_ab_eval_only_rescores_the_same_artifacts_with_each_variants_settings(trained):
+    out, _, _, _ = trained
+    cwd = out.parent
+    args = ["--slots", "2", "--eval-only", "out", "--out", "ttt", "--seeds", "1"]
+    args += ["--common", "EVAL_STRIDE=0 TTT_ENABLED=1 TTT_CHUNK_TOKENS=4096"]  # TTT that adapts, no sliding windows
+    run = ab_run(args + ["--variant", "ttt1", "TTT_EPOCHS=1", "--variant", "ttt2", "TTT_EPOCHS=2"], cwd)
+    assert run.returncode == 0, run.stdout + run.stderr
+    runs = {r["name"]: r for r in results(cwd / "ttt")["runs"]}
+    assert sorted(runs) == ["ttt1_on_base_seed1", "ttt1_on_lr04_seed1", "ttt2_on_base_seed1", "ttt2_on_lr04_seed1"]
+    for name, r in runs.items():
+        trained_run = name.split("_on_")[1]
+        assert r["artifact"] == str((out / "artifacts" / f"{trained_run}.ptz").resolve())
+        text = (cwd / "ttt" / "console" / f"{name}.txt").read_text()
+        config = json.loads(re.search(r"^config:(\{.*\})$", text, re.M).group(1))
+        assert config["eval_only"] is True and config["ttt_epochs"] == int(name[3])
+        assert config["matrix_lr"] == (0.04 if "lr04" in name else 0.02)  # the trained run's settings reach it
+        trained_text = (out / "console" / f"{trained_run}.txt").read_text()  # the same weights: the same round trip
+        assert ROUNDTRIP_LINE.findall(text) == ROUNDTRIP_LINE.findall(trained_text)
+    rows = {row["scope"]: row for row in results(cwd / "ttt")["comparisons"]}
+    assert sorted(rows) == ["all", "base", "lr04"]
+    assert rows["base"]["kinds"]["roundtrip"]["mean"] == 0.0 and rows["base"]["kinds"]["ttt"]["mean"] != 0.0
+    assert rows["all"]["kinds"]["ttt"]["n"] == 2
+    assert "bpb after TTT, 1 artifact: no test (needs 2 or more seeds) (on base)" in run.stdout  # no t-test claimed
+
+
+def test_ab_refuses_another_experiments_folder_and_a_folder_it_did_not_make(trained, tmp_path):
+    out, args, _, _ = trained
+    changed = [a if a != "MATRIX_LR=0.04" else "MATRIX_LR=0.05" for a in args]
+    run = ab_run(changed, out.parent)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert run.stderr.startswith("error: --out out holds another experiment's runs (its variants differ")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("x")
+    run = ab_run(["--out", "mine", "--variant", "a", "--variant", "b", "X=1"], tmp_path)
+    assert run.returncode == 2 and run.stderr.startswith("error: --out mine is not empty and holds no ab.py results")
+
+
+def test_ab_a_trainer_refusal_while_running_ends_that_run_with_the_trainers_message(tiny_data, tmp_path):
+    for name in ("no_shards", "no_shards_either"):
+        (tmp_path / name).mkdir()
+    args = ["--slots", "2", "--out", "out", "--seeds", "1", *common(tiny_data, tmp_path)]
+    args += ["--variant", "here", f"DATA_PATH={tmp_path / 'no_shards_either'}"]
+    run = ab_run(args + ["--variant", "empty", f"DATA_PATH={tmp_path / 'no_shards'}"], tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "Traceback" not in run.stdout + run.stderr
+    (line,) = [x for x in run.stdout.splitlines() if x.startswith("failed empty_seed1")]
+    assert re.fullmatch(r"failed empty_seed1 in \d+s: error: .*no_shards.* \(console/empty_seed1\.txt\)", line), line
+    assert "not finished: empty_seed1: error: " in run.stdout
+    statuses = {r["name"]: (r["status"], r["rc"]) for r in results(tmp_path / "out")["runs"]}
+    assert statuses == {"here_seed1": ("failed", 2), "empty_seed1": ("failed", 2)}
+
+
+# ---- bad input: one line, exit 2, before anything runs ----
+
+FAKE_SMI = "#!/bin/sh\nprintf 'NVIDIA H100 80GB HBM3\\nNVIDIA H100 80GB HBM3\\nNVIDIA H100 80GB HBM3\\nNVIDIA H100 80GB HBM3\\n'\n"
+
+
+@pytest.fixture
+def fake_host(tmp_path) -> dict[str, str]:
+    """An environment whose nvidia-smi lists 4 H100s."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    return environment(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+BAD_INPUTS = [
+    (["--variant", "a"], "give at least two --variant"),
+    (["--variant", "a", "--variant", "a", "X=1"], "--variant a is given twice"),
+    (["--variant", "a", "--variant", "b", "SEED=3"], "--variant b: SEED is set by ab.py for each run: use --seeds"),
+    (["--variant", "a", "--variant", "b", "lr"], "--variant b: 'lr' is not VAR=VALUE"),
+    (["--variant", "a", "--variant", "b", "X=1", "--seeds", "1", "42", "1"], "--seeds 1 42 1 repeats 1"),
+    (["--variant", "a", "--variant", "b", "X=1", "--gpus", "0,4"], "--gpus 0,4: GPU 4 does not exist; this machine"),
+    (["--variant", "a", "--variant", "b", "X=1", "--nproc", "3"], "--nproc 3 does not divide the 4 GPUs"),
+    (["--variant", "a", "--variant", "b", "X=1", "--nproc", "0"], "--nproc 0: give the processes"),
+    (["--variant", "a", "--variant", "b", "X=1", "--slots", "2", "--gpus", "0"], "--slots runs on the CPU and --gpus"),
+    (["--variant", "a", "--variant", "b", "X=1", "--val", "v"], "--val re-scores artifacts on another validation"),
+    (["--variant", "a", "--variant", "b", "X=1", "--eval-only", "nowhere"], "--eval-only nowhere: no results.json"),
+    (["--variant", "a", "--variant", "b", "X=1", "--script", "c=x.py"], "--script 'c=x.py' must be VARIANT=PATH"),
+]
+
+
+@pytest.mark.parametrize("args, message", BAD_INPUTS, ids=[m.split(":")[0][:30] for _, m in BAD_INPUTS])
+def test_ab_bad_input_is_one_error_line_and_nothing_runs(args, message, tmp_path, fake_host):
+    run = ab_run(["--out", "out", *args], tmp_path, env=fake_host)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stderr.startswith(f"error: {message}") and run.stderr.count("\n") == 1, run.stderr
+    assert run.stdout == "" and not (tmp_path / "out").exists()
+
+
+def test_ab_refuses_twin_variants_and_settings_the_trainer_refuses_before_running(tiny_data, tmp_path):
+    base = ["--slots", "2", "--out", "out", *common(tiny_data, tmp_path), "--variant", "a"]
+    run = ab_run(base + ["--variant", "b", "MATRIX_LR=0.02"], tmp_path)  # 0.02 is the default: the same config
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert run.stderr.startswith("error: variants a and b resolve to the same config with the same script")
+    run = ab_run(base + ["--variant", "b", "TTT_EPOCH=1"], tmp_path)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert run.stderr.startswith("error: variant b: the trainer refuses its settings: unknown environment variable")
+    assert "did you mean TTT_EPOCHS?" in run.stderr and not (tmp_path / "out").exists()
+
+
+def test_ab_plan_shows_what_differs_besides_what_the_variants_set(tiny_data, tmp_path):
+    args = ["--slots", "1", "--out", "out", "--plan", *common(tiny_data, tmp_path)]
+    run = ab_run(args + ["--variant", "ours", "--variant", "p180", "RECIPE=p180"], tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "config p180 vs ours: set by the variants: RECIPE '' -> 'p180'" in run.stdout
+    also = [x for x in run.stdout.splitlines() if x.startswith("config p180 vs ours: ALSO DIFFERS")]
+    assert len(also) == 1 and "NUM_LOOPS" not in also[0] and "TTT_LR 0.005 -> 0.01" in also[0]
+    assert "COMPRESSOR 'zlib' -> 'brotli'" in also[0] and "NUM_LAYERS" not in also[0]  # --common set NUM_LAYERS
+    assert re.search(r"^plan p180_seed42: .*RECIPE=p180 SEED=42 RUN_ID=p180_seed42 ", run.stdout, re.M)
+    assert not (tmp_path / "out").exists()
+
+
+# ---- scheduling on a GPU host, faked: which run went where ----
+
+FAKE_TRAINER = """
+import dataclasses, os
+@dataclasses.dataclass
+class Hyperparameters:
+    bpb: float = 1.0
+    seed: int = 0
+    @classmethod
+    def from_env(cls, env):
+        return cls(float(env.get("BPB", "1.0")), int(env["SEED"]))  # exact in binary: so are the differences
+if __name__ == "__main__" and os.environ.get("RANK", "0") == "0":
+    args = Hyperparameters.from_env(os.environ)
+    keys = ("CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE", "MASTER_PORT", "WORLD_SIZE")
+    print("fake " + " ".join(f"{k.lower()}:{os.environ.get(k)}" for k in keys), flush=True)
+    print(f"final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:{args.bpb + 0.25 * args.seed:.8f}")
+"""
+
+
+def test_ab_on_gpus_runs_each_seeds_pair_at_once_on_its_own_gpu_groups_under_torchrun(tmp_path, fake_host):
+    (tmp_path / "fake.py").write_text(FAKE_TRAINER)
+    args = ["--out", "out", "--gpus", "0,1,2,3", "--nproc", "2", "--seeds", "1", "2", "--variant", "a", "BPB=1.0"]
+    args += ["--variant", "b", "BPB=0.5", "--script", "a=fake.py", "--script", "b=fake.py"]
+    run = ab_run(args, tmp_path, env=fake_host)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "gpus: 2 runs at a time, 2 GPU(s) each: [[0, 1], [2, 3]] (NVIDIA H100 80GB HBM3)" in run.stdout
+    starts = re.findall(r"^start (\w+) \(gpus ([\d,]+)\)$", run.stdout, re.M)
+    assert starts == [("a_seed1", "0,1"), ("b_seed1", "2,3"), ("a_seed2", "0,1"), ("b_seed2", "2,3")]
+    assert run.stdout.index("finished a_seed1") < run.stdout.index("start a_seed2")  # waves: a pair, then the next
+    seen = {}
+    for name, gpus in starts:
+        text = (tmp_path / "out" / "console" / f"{name}.txt").read_text()
+        fake = dict(t.split(":", 1) for t in re.search(r"^fake (.*)$", text, re.M).group(1).split(" "))
+        assert fake["cuda_visible_devices"] == gpus and fake["nccl_nvls_enable"] == "0" and fake["world_size"] == "2"
+        seen[name] = int(fake["master_port"])
+    assert seen["a_seed1"] != seen["b_seed1"] and seen["a_seed2"] != seen["b_seed2"]  # one rendezvous each
+    # b - a = -0.5 on both seeds: no spread, so the t-test is exact
+    assert "- b better by 0.5000 ± 0.0000 bpb after the round trip, p=0, 2 seeds" in run.stdout
+
+
+# ---- pieces ----
+
+
+def test_ab_paired_test_agrees_with_the_t_distribution_written_out():
+    diffs = [-0.010, -0.014, -0.009]
+    mean, sd, p = ab.paired_test(diffs)
+    t = mean / (sd / math.sqrt(3))
+    assert p == pytest.approx(1 - abs(t) / math.sqrt(2 + t * t), rel=1e-9)  # two-sided, 2 df: closed form
+    assert ab.paired_test([0.5]) == (0.5, None, None)
+    assert ab.paired_test([0.1, 0.1])[1:] == (0.0, 0.0) and ab.paired_test([0.0, 0.0])[2] == 1.0
+
+
+def test_ab_waves_keep_a_seeds_variants_together():
+    jobs = [ab.Job(v, s, f"{v}_seed{s}", {}, Path("t.py")) for s in (1, 2, 3) for v in ("a", "b")]
+    assert [[j.name for j in w] for w in ab.waves(jobs, 4)] == [
+        ["a_seed1", "b_seed1", "a_seed2", "b_seed2"],
+        ["a_seed3", "b_seed3"],
+    ]
+    assert [len(w) for w in ab.waves(jobs, 3)] == [2, 2, 2]  # 3 slots: never one seed's pair split across waves
+    assert [len(w) for w in ab.waves(jobs[:2], 1)] == [1, 1]  # 1 slot: they cannot run at once
