@@ -1,6 +1,7 @@
 """scripts/profile_step.py: its kernel kinds on real kernel names from an H100 profile, and its CPU error;
 scripts/compare_revisions.py: what it lets differ between two revisions' logs and artifacts, and what not;
-scripts/bench_record.py: it reads both trainers' last-step lines as they write them, and splits shards losslessly;
+scripts/bench_record.py: it reads both trainers' last-step lines as they write them, splits shards losslessly, and
+refuses a --nproc the trainer cannot run before anything starts;
 scripts/bench_attention.py: its implementations against attention written out, its shape parsing and its CPU error.
 Run: python3 -m pytest -q tests/test_scripts.py"""
 
@@ -121,6 +122,35 @@ def test_bench_record_splits_training_tokens_into_shards_without_losing_one(tmp_
     assert len(parts) == 4
     again = np.concatenate([train_gpt.load_data_shard(p).numpy() for p in parts])  # each shard's header checked
     assert np.array_equal(again, tokens)
+
+
+@pytest.mark.parametrize("nproc", ["0", "3", "-2"])
+def test_bench_record_refuses_a_process_count_the_trainer_cannot_run_in_one_line(nproc, tmp_path):
+    missing = [str(tmp_path / name) for name in ("record.py", "shards", "sp.model")]  # never reached
+    args = ["--record", missing[0], "--data", missing[1], "--tokenizer", missing[2], "--nproc", nproc]
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_record.py"), *args], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 2, run.stderr
+    assert run.stderr == f"error: --nproc {nproc} must divide 8 (a step's micro-batches): 1, 2, 4 or 8.\n"
+
+
+def test_bench_record_and_ab_unpack_a_packed_record_and_replace_fa3_by_sdpa(tmp_path):
+    import hashlib
+
+    import recordlib
+
+    filler = "".join(f"# {hashlib.sha256(bytes([i])).hexdigest()}\n" for i in range(40))  # packs to > 1000 chars
+    source = f"import torch\nimport torch.nn.functional as F\n{bench_record.ab.FA3_IMPORT}\n{filler}"
+    (tmp_path / "train_gpt.py").write_text(recordlib.pack_script(source))
+    text = bench_record.record_source(tmp_path / "train_gpt.py")
+    assert text == source.replace(bench_record.ab.FA3_IMPORT, bench_record.ab.SDPA_SHIM)
+    namespace = {}
+    exec(text, namespace)  # the stand-in: attention of the FA3 layout (B, T, H, D), grouped kv heads
+    q, k = torch.randn(1, 5, 4, 8), torch.randn(1, 5, 2, 8)
+    y = namespace["flash_attn_3_func"](q, k, k, causal=True)
+    assert y.shape == q.shape
+    torch.testing.assert_close(y[:, 0, :2], k[:, 0, :1].expand(1, 2, 8))  # the first position reads itself only
 
 
 def test_bench_attention_implementations_agree_with_causal_gqa_attention_written_out():
