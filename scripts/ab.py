@@ -2,13 +2,13 @@
 with the same seeds on the GPUs of one host, paired by seed; per pair the difference of every score, a paired t-test
 and a one-line verdict; a table as Markdown, the train-loss curves as a PNG. Run the same command again to resume.
 
-  # on a CPU, in a minute: the tiny model of train_gpt.py's smoke run on the data `bash quickstart.sh` builds,
-  # two runs at a time, MATRIX_LR 0.02 (the baseline, the first variant) against 0.04:
+  # on a CPU, in about a minute on 2 free cores: the tiny model of train_gpt.py's smoke run on the data that
+  # `bash quickstart.sh` builds, two runs at a time, MATRIX_LR 0.02 (the baseline: the first variant) against 0.04:
   python3 scripts/ab.py --slots 2 --out /tmp/ab_lr --seeds 1 2 --common "VOCAB_SIZE=512 ITERATIONS=20 \\
       DATA_PATH=$(ls -d data/datasets/pystdlib_*_sp512 | tail -n1) WARMUP_STEPS=0 WARMDOWN_ITERS=5 \\
       TOKENIZER_PATH=$(ls data/tokenizers/pystdlib_*_sp512.model | tail -n1) MAX_WALLCLOCK_SECONDS=0 \\
       NUM_LAYERS=2 MODEL_DIM=64 NUM_HEADS=2 NUM_KV_HEADS=1 TRAIN_SEQ_LEN=128 TRAIN_BATCH_TOKENS=8192 \\
-      VAL_BATCH_SIZE=8192" --variant base --variant lr04 MATRIX_LR=0.04
+      VAL_BATCH_SIZE=8192 TRAIN_LOG_EVERY=1" --variant base --variant lr04 MATRIX_LR=0.04
 
   # a tokenizer A/B on a 4-GPU host at the 180-second proxy: 2 seeds x 2 variants, all four runs at once (one a GPU)
   python3 scripts/ab.py --out ab/caseops_p180 --seeds 1337 42 --common "RECIPE=p180 MAX_WALLCLOCK_SECONDS=180" \\
