@@ -10,7 +10,8 @@ and a one-line verdict; a table as Markdown, the train-loss curves as a PNG. Run
       NUM_LAYERS=2 MODEL_DIM=64 NUM_HEADS=2 NUM_KV_HEADS=1 TRAIN_SEQ_LEN=128 TRAIN_BATCH_TOKENS=8192 \\
       VAL_BATCH_SIZE=8192 TRAIN_LOG_EVERY=1" --variant base --variant lr04 MATRIX_LR=0.04
 
-  # a tokenizer A/B on a 4-GPU host at the 180-second proxy: 2 seeds x 2 variants, all four runs at once (one a GPU)
+  # a tokenizer A/B on a 4-GPU host at the 180-second proxy: 2 seeds x 2 variants, all four runs at once (one a GPU);
+  # each variant its own shards, tokenizer and vocabulary (here: two sp8192 tokenizers of the same text, CaseOps and not)
   python3 scripts/ab.py --out ab/caseops_p180 --seeds 1337 42 --common "RECIPE=p180 MAX_WALLCLOCK_SECONDS=180" \\
       --variant plain DATA_PATH=data/datasets/webmix_sp8192 TOKENIZER_PATH=data/tokenizers/webmix_8192.model \\
                       VOCAB_SIZE=8192 \\
@@ -695,11 +696,17 @@ def start(job: Job, slot: Slot, port: int, out: Path, slots: int) -> subprocess.
     if console.exists():  # a failed or interrupted attempt: kept beside, the trainer's log cleared for the new one
         console.replace(console.with_suffix(".failed.txt"))
     (out / "logs" / f"{job.name}.txt").unlink(missing_ok=True)
-    env = run_environment(job.env, slot.cuda_visible, slot.nproc, slots)
+    env, cwd = job.env, None
+    if job.script != TRAINER:  # a record's script writes its artifact and logs where it runs, whatever
+        cwd = out.resolve() / "work" / job.name  # ARTIFACT_PATH says: each run in a folder of its own, the
+        cwd.mkdir(parents=True, exist_ok=True)  # caller's data/ linked in, its paths made absolute
+        if Path("data").is_dir() and not (cwd / "data").exists():
+            (cwd / "data").symlink_to(Path("data").resolve())
+        env = {k: str(Path(v).resolve()) if "/" in v and os.path.exists(v) else v for k, v in env.items()}
+    env = run_environment(env, slot.cuda_visible, slot.nproc, slots)
     with open(console, "w") as f:
-        return subprocess.Popen(
-            command(job.script, slot, port), env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        cmd = command(job.script, slot, port)
+        return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def run_all(pending: list[Job], slots: list[Slot], out: Path, save) -> bool:
@@ -833,6 +840,9 @@ def main(argv=None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted: before any run started", file=sys.stderr)
+        return 130
     out = cli.out
     print(where)
     print("\n".join(config_lines))

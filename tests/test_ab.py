@@ -263,8 +263,9 @@ def test_ab_plan_shows_what_differs_besides_what_the_variants_set(tiny_data, tmp
 
 # ---- scheduling on a GPU host, faked: which run went where ----
 
+TORCHRUN_PREFIXES = ("RANK", "LOCAL_", "GROUP_", "ROLE_", "WORLD_SIZE", "MASTER_", "TORCHELASTIC_", "TORCH_", "OMP_")
 FAKE_TRAINER = """
-import dataclasses, os
+import dataclasses, json, os
 @dataclasses.dataclass
 class Hyperparameters:
     bpb: float = 1.0
@@ -275,7 +276,8 @@ class Hyperparameters:
 if __name__ == "__main__" and os.environ.get("RANK", "0") == "0":
     args = Hyperparameters.from_env(os.environ)
     keys = ("CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE", "MASTER_PORT", "WORLD_SIZE")
-    print("fake " + " ".join(f"{k.lower()}:{os.environ.get(k)}" for k in keys), flush=True)
+    json.dump(sorted(os.environ), open("env.json", "w"))
+    print("fake " + " ".join(f"{k.lower()}:{os.environ.get(k)}" for k in keys) + f" cwd:{os.getcwd()}", flush=True)
     print(f"final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:{args.bpb + 0.25 * args.seed:.8f}")
 """
 
@@ -295,7 +297,12 @@ def test_ab_on_gpus_runs_each_seeds_pair_at_once_on_its_own_gpu_groups_under_tor
         text = (tmp_path / "out" / "console" / f"{name}.txt").read_text()
         fake = dict(t.split(":", 1) for t in re.search(r"^fake (.*)$", text, re.M).group(1).split(" "))
         assert fake["cuda_visible_devices"] == gpus and fake["nccl_nvls_enable"] == "0" and fake["world_size"] == "2"
+        assert fake["cwd"] == str(tmp_path / "out" / "work" / name)  # not ours: a folder of its own for what it writes
         seen[name] = int(fake["master_port"])
+    extra = set(json.loads((tmp_path / "out" / "work" / "a_seed1" / "env.json").read_text())) - set(fake_host)
+    torchrun = {name for name in extra if name.startswith(TORCHRUN_PREFIXES)}  # what torchrun adds
+    ours = {"BPB", "SEED", "RUN_ID", "LOG_DIR", "ARTIFACT_PATH", "CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE"}
+    assert extra - torchrun == ours  # the variant's, the run's and the GPU group's: nothing of ab.py's own
     assert seen["a_seed1"] != seen["b_seed1"] and seen["a_seed2"] != seen["b_seed2"]  # one rendezvous each
     # b - a = -0.5 on both seeds: no spread, so the t-test is exact
     assert "- b better by 0.5000 ± 0.0000 bpb after the round trip, p=0, 2 seeds" in run.stdout
