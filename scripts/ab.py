@@ -228,17 +228,18 @@ def record_source(path: Path) -> str:
     return text
 
 
+PREPARED: dict[Path, str] = {}  # out/scripts/VARIANT.py: its source, written there once the checks have passed
+
+
 def prepare_script(variant: Variant, out: Path) -> Path | None:
-    """The script a variant runs: ours as it is; another one unpacked (and FA3 replaced) into out/scripts/."""
+    """The script a variant runs: ours as it is; another one unpacked (and FA3 replaced) as out/scripts/VARIANT.py."""
     if variant.script is None or variant.script == TRAINER:
         return variant.script
     source = record_source(variant.script)
     if source == variant.script.read_text(encoding="utf-8"):
         return variant.script  # a plain script (a fork of ours): run where it is, beside its own modules
-    prepared = out / "scripts" / f"{variant.name}.py"
-    prepared.parent.mkdir(parents=True, exist_ok=True)
-    prepared.write_text(source, encoding="utf-8")
-    return prepared
+    PREPARED[out / "scripts" / f"{variant.name}.py"] = source
+    return out / "scripts" / f"{variant.name}.py"
 
 
 def plan_jobs(cli, variants: list[Variant], seeds: list[int], trained: list[dict]) -> list[Job]:
@@ -256,7 +257,7 @@ def plan_jobs(cli, variants: list[Variant], seeds: list[int], trained: list[dict
                 env.update(SEED=str(seed), RUN_ID=name, LOG_DIR=str(out / "logs"))
                 if base:
                     env.update(EVAL_ONLY="1", ARTIFACT_PATH=base["artifact"])
-                    if cli.val:
+                    if cli.val_for(base["variant"]):
                         env["DATA_PATH"] = str(cli.val_for(base["variant"]))
                 else:
                     env["ARTIFACT_PATH"] = str(out / "artifacts" / f"{name}.ptz")
@@ -298,7 +299,12 @@ def resolve_configs(jobs: list[Job]) -> dict[tuple[str, str], dict]:
         for i, (script, keys) in enumerate(by_script.items()):
             envs = [run_environment(first[key].env, cuda_visible="") for key in keys]
             (Path(tmp) / f"{i}.json").write_text(json.dumps(envs))
-            cmd = [sys.executable, "-c", RESOLVE, str(script), str(Path(tmp) / f"{i}.json")]
+            path = script
+            if script in PREPARED:  # not written into --out yet: nothing is, before the checks pass
+                path = Path(tmp) / str(i) / script.name
+                path.parent.mkdir()
+                path.write_text(PREPARED[script], encoding="utf-8")
+            cmd = [sys.executable, "-c", RESOLVE, str(path), str(Path(tmp) / f"{i}.json")]
             procs[script] = subprocess.Popen(
                 cmd, env=envs[0], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
@@ -816,7 +822,10 @@ def prepare(cli) -> tuple[list[Variant], list[Job], dict, list[str]]:
         vals[name if sep else "*"] = Path(path)
         if not Path(path).is_dir():
             raise UsageError(f"--val {spec}: {path} is not a folder of shards: name the folder holding fineweb_val_*.")
-    cli.val_for = lambda variant: vals.get(variant, vals.get("*", Path(trained[0]["env"].get("DATA_PATH", ""))))
+    unknown = sorted(set(vals) - {"*"} - {r["variant"] for r in trained})
+    if unknown:
+        raise UsageError(f"--val {unknown[0]}=...: {cli.eval_only} has no trained variant {unknown[0]}.")
+    cli.val_for = lambda variant: vals.get(variant, vals.get("*"))  # None: the trained run's own DATA_PATH
     for v in variants:
         v.script = prepare_script(v, cli.out.resolve()) if v.script else None
     jobs = plan_jobs(cli, variants, seeds, trained)
@@ -861,6 +870,9 @@ def main(argv=None) -> int:
         return 0
     for sub in ("console", "logs", "artifacts"):
         (out / sub).mkdir(parents=True, exist_ok=True)
+    for path, source in PREPARED.items():
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(source, encoding="utf-8")
     cmd = "python3 scripts/ab.py " + shlex.join(sys.argv[1:] if argv is None else argv)
 
     def save():

@@ -328,3 +328,43 @@ def test_ab_waves_keep_a_seeds_variants_together():
     ]
     assert [len(w) for w in ab.waves(jobs, 3)] == [2, 2, 2]  # 3 slots: never one seed's pair split across waves
     assert [len(w) for w in ab.waves(jobs[:2], 1)] == [1, 1]  # 1 slot: they cannot run at once
+
+
+FAKE_RECORD = """import os
+import torch.nn.functional as F
+from flash_attn_interface import flash_attn_func as flash_attn_3_func
+class Hyperparameters:  # the records' way: class attributes read from the environment when the class is made
+    iterations = int(os.environ.get("ITERATIONS", 20000))
+    seed = int(os.environ.get("SEED", 1337))
+if __name__ == "__main__":
+    import torch
+    args = Hyperparameters()
+    q = torch.ones(1, 3, 2, 4)  # (B, T, H, D), FA3's layout
+    assert flash_attn_3_func(q, q, q, causal=True).shape == q.shape
+    open("final_model.int6.ptz", "w").write(str(args.iterations))  # where it runs, as the records do
+    print(f"quantized_sliding_window val_loss:2.0 val_bpb:{1 + 1 / args.iterations + args.seed / 1024:.8f}")
+"""
+
+
+def test_ab_runs_a_packed_record_with_fa3_replaced_each_run_in_a_folder_of_its_own(tmp_path):
+    import hashlib
+
+    import recordlib
+
+    filler = "".join(f"# {hashlib.sha256(bytes([i])).hexdigest()}\n" for i in range(40))  # packs to > 1000 chars
+    (tmp_path / "record.py").write_text(recordlib.pack_script(FAKE_RECORD + filler))
+    args = ["--slots", "2", "--out", "out", "--seeds", "1", "--variant", "a", "ITERATIONS=10", "--variant", "b"]
+    args += ["ITERATIONS=20", "--script", "a=record.py", "--script", "b=record.py"]
+    plan = ab_run(args + ["--plan"], tmp_path)
+    assert plan.returncode == 0, plan.stderr
+    assert "config b vs a: set by the variants: ITERATIONS 10 -> 20" in plan.stdout  # its class attributes, resolved
+    assert not (tmp_path / "out").exists()
+    run = ab_run(args, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    script = (tmp_path / "out" / "scripts" / "a.py").read_text()
+    assert "b85decode" not in script and ab.SDPA_SHIM in script and ab.FA3_IMPORT not in script
+    for name, iterations in (("a_seed1", "10"), ("b_seed1", "20")):
+        assert (tmp_path / "out" / "work" / name / "final_model.int6.ptz").read_text() == iterations
+    assert "- b - a = -0.0500 bpb sliding, 1 seed: no test (needs 2 or more seeds)" in run.stdout  # no spread claimed
+    row = results(tmp_path / "out")["comparisons"][0]
+    assert row["kinds"]["sliding_window"]["mean"] == pytest.approx(1 / 20 - 1 / 10, abs=1e-8)
