@@ -79,6 +79,7 @@ KINDS = {  # the scores a log may have, in the order a run logs them, and how a 
 }
 SCORE_LINE = re.compile(r"^(final_\w+_exact|quantized\w*|legal_ttt\w*) val_loss:\s*([0-9.]+) val_bpb:\s*([0-9.]+)")
 STEP_AVG = re.compile(r"(?:^|\s)step_avg:\s*([0-9.]+)ms")
+PRE_EXPORT = re.compile(r"^pre-quantization\b.* val_bpb:\s*([0-9.]+)")  # the records' score of the weights exported
 PEAK = re.compile(r"(?:^|\s)peak_memory_allocated:\s*(\d+)\s*MiB|^peak memory allocated: (\d+) MiB")
 FAILED = re.compile(r"^(?:error|interrupted)\b")
 P_SIGNIFICANT = 0.05
@@ -506,6 +507,11 @@ def read_run(path: Path) -> tuple[str, str, dict]:
             metrics["score"] = float(match.group(3))
     if log.val_bpb_curve:
         metrics["pre_export"] = log.val_bpb_curve[-1].value
+    for line in lines:
+        if match := PRE_EXPORT.match(line):  # a record's, after its EMA: not on a step line
+            metrics["pre_export"] = float(match.group(1))
+    if "step_avg_ms" not in metrics and log.train_ms and log.steps:  # the records log no step_avg
+        metrics["step_avg_ms"] = round(log.train_ms / log.steps, 2)
     metrics["train_loss"] = [[p.step, p.value] for p in log.train_loss]
     failure = [line.strip() for line in lines if FAILED.match(line.strip())]
     if failure:

@@ -368,3 +368,25 @@ def test_ab_runs_a_packed_record_with_fa3_replaced_each_run_in_a_folder_of_its_o
     assert "- b - a = -0.0500 bpb sliding, 1 seed: no test (needs 2 or more seeds)" in run.stdout  # no spread claimed
     row = results(tmp_path / "out")["comparisons"][0]
     assert row["kinds"]["sliding_window"]["mean"] == pytest.approx(1 / 20 - 1 / 10, abs=1e-8)
+
+
+RECORD_LOG = (
+    ROOT.parent / "shared/records_examples/2026-04-09_SP8192_3LayerRecur_ParResid_QK525_LegalTTT/train_seed42.log"
+)
+
+
+@pytest.mark.skipif(not RECORD_LOG.exists(), reason="needs ../shared/records_examples")
+def test_ab_reads_every_score_of_a_records_log():
+    status, reason, metrics = ab.read_run(RECORD_LOG)
+    assert (status, reason) == ("finished", "")
+    del metrics["train_loss"]
+    assert metrics == dict(
+        steps=4550,
+        step_avg_ms=129.24,  # 588047 ms of training (its stopping_early line) over 4550 steps
+        peak_mib=39045,
+        pre_export=1.08734790,  # pre-quantization post-ema: the weights it exported
+        roundtrip=1.09970431,
+        sliding_window=1.08286335,
+        ttt=1.08079352,
+        score=1.08079352,
+    )
