@@ -861,6 +861,8 @@ def main(argv=None) -> int:
     out = cli.out
     print(where)
     print("\n".join(config_lines))
+    before = json.loads((out / "results.json").read_text())["runs"] if (out / "results.json").is_file() else []
+    interrupted = {r["name"] for r in before if r["status"] == "interrupted"}
     for job in jobs:
         job.status, job.reason, job.metrics = read_run(console_path(out, job))
     pending = [j for j in jobs if j.status != "finished"]
@@ -868,7 +870,7 @@ def main(argv=None) -> int:
         if job.status == "finished":
             print(f"done before: {line_of(job)}")
         elif job.status != "pending":
-            print(f"rerun {job.name}: it {job.status} before: {job.reason}")
+            print(f"rerun {job.name}: it {'was interrupted' if job.name in interrupted else 'failed'}: {job.reason}")
     print(f"runs: {len(jobs)}, to run: {len(pending)} in {len(waves(pending, len(slots)))} wave(s) of <= {len(slots)}")
     if cli.plan:
         for job in pending:
