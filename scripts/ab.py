@@ -71,11 +71,11 @@ SET_BY_AB = {  # variables ab.py sets itself, and the flag that sets them
 VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 NOT_COMPARED = recordlib.NOT_CONFIG | {"eval_only"}  # settings that name a run, not configure it
-KINDS = {  # the scores a log may have, in the order a run logs them, and how a verdict names each
-    "pre_export": "before export",
-    "roundtrip": "after the round trip",
-    "sliding_window": "sliding",
-    "ttt": "after TTT",
+KINDS = {  # the scores a log may have, in the order a run logs them: (the table's column, the verdict's words)
+    "pre_export": ("before export", "before export"),
+    "roundtrip": ("round trip", "after the round trip"),
+    "sliding_window": ("sliding window", "on sliding windows"),
+    "ttt": ("TTT", "after TTT"),
 }
 SCORE_LINE = re.compile(r"^(final_\w+_exact|quantized\w*|legal_ttt\w*) val_loss:\s*([0-9.]+) val_bpb:\s*([0-9.]+)")
 STEP_AVG = re.compile(r"(?:^|\s)step_avg:\s*([0-9.]+)ms")
@@ -571,7 +571,7 @@ def verdict(row: dict) -> str:
     kind = list(row["kinds"])[-1]
     s = row["kinds"][kind]
     unit = "artifact" if row["scope"] else "seed"  # --eval-only pairs two scores of one artifact
-    what, n = f"bpb {KINDS[kind]}", f"{s['n']} {unit}{'s' if s['n'] > 1 else ''}"
+    what, n = f"bpb {KINDS[kind][1]}", f"{s['n']} {unit}{'s' if s['n'] > 1 else ''}"
     on = f" (on {row['scope']})" if row["scope"] else ""
     a, b = row["baseline"], row["variant"]
     if s["p"] is None:
@@ -582,7 +582,7 @@ def verdict(row: dict) -> str:
     return f"no clear difference: {b} - {a} = {s['mean']:+.4f} ± {s['sd']:.4f} {what}, p={s['p']:.3g}, {n}{on}"
 
 
-def fmt(value, digits: int = 4) -> str:
+def fmt(value, digits: int = 5) -> str:
     if value is None:
         return "-"
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
@@ -592,19 +592,21 @@ def mean_sd(values: list[float]) -> str:
     if not values:
         return "-"
     mean, sd = recordlib.mean_std(values)
-    return f"{mean:.4f}" + (f" ± {sd:.4f}" if sd is not None else "")
+    return f"{mean:.5f}" + (f" ± {sd:.5f}" if sd is not None else "")
 
 
 def markdown(jobs: list[Job], variants: list[Variant], rows: list[dict], cmd: str) -> str:
     kinds = [k for k in KINDS if any(k in j.metrics for j in jobs)]
-    head = ["run", "seed", "steps", "step_avg ms", "peak MiB"] + [f"bpb {KINDS[k]}" for k in kinds] + ["status"]
-    lines = [f"`{cmd}`", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = ["run", "seed", "steps", "step_avg ms", "peak MiB"] + [KINDS[k][0] for k in kinds] + ["status"]
+    lines = [f"`{cmd}`", "", "val_bpb of each run:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for j in jobs:
         m = j.metrics
-        cells = [j.name, str(j.seed), fmt(m.get("steps")), fmt(m.get("step_avg_ms"), 2), fmt(m.get("peak_mib"))]
+        cells = [j.name, str(j.seed), fmt(m.get("steps")), fmt(m.get("step_avg_ms"), 1), fmt(m.get("peak_mib"))]
         cells += [fmt(m.get(k)) for k in kinds] + [j.status + (f": {j.reason}" if j.status != "finished" else "")]
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
-    lines += ["", "| variant | runs | " + " | ".join(f"bpb {KINDS[k]}, mean ± sd" for k in kinds) + " |"]
+    if not kinds:  # no run has scored: nothing to average or compare
+        return "\n".join(lines) + "\n"
+    lines += ["", "| variant, mean ± sd | runs | " + " | ".join(KINDS[k][0] for k in kinds) + " |"]
     lines.append("|" + "---|" * (2 + len(kinds)))
     for scope in dict.fromkeys(j.pair_key[0] for j in jobs):
         for v in variants:
@@ -613,8 +615,8 @@ def markdown(jobs: list[Job], variants: list[Variant], rows: list[dict], cmd: st
             cells = [mean_sd([j.metrics[k] for j in runs if k in j.metrics]) for k in kinds]
             lines.append(f"| {label} | {len(runs)} | " + " | ".join(cells) + " |")
     if rows:
-        lines += ["", "| difference | pairs | " + " | ".join(f"{KINDS[k]}: mean ± sd (p)" for k in kinds) + " |"]
-        lines.append("|" + "---|" * (2 + len(kinds)))
+        head = ["paired difference, mean ± sd (p)", "pairs"] + [KINDS[k][0] for k in kinds] + ["each pair (last)"]
+        lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for row in rows:
             label = f"{row['variant']} - {row['baseline']}" + (f" on {row['scope']}" if row["scope"] else "")
             n = max(s["n"] for s in row["kinds"].values())
@@ -624,8 +626,9 @@ def markdown(jobs: list[Job], variants: list[Variant], rows: list[dict], cmd: st
                 if s is None:
                     cells.append("-")
                 else:
-                    sd = f" ± {s['sd']:.4f}" if s["sd"] is not None else ""
-                    cells.append(f"{s['mean']:+.4f}{sd}" + (f" (p={s['p']:.3g})" if s["p"] is not None else ""))
+                    sd = f" ± {s['sd']:.5f}" if s["sd"] is not None else ""
+                    cells.append(f"{s['mean']:+.5f}{sd}" + (f" (p={s['p']:.3g})" if s["p"] is not None else ""))
+            cells.append(" ".join(f"{d:+.5f}" for d in list(row["kinds"].values())[-1]["each"]))
             lines.append(f"| {label} | {n} | " + " | ".join(cells) + " |")
         lines += [""] + [f"- {row['verdict']}" for row in rows]
     return "\n".join(lines) + "\n"

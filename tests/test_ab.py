@@ -133,12 +133,18 @@ def test_ab_pairs_the_seeds_and_reports_what_the_logs_say(trained):
     assert got["p"] == pytest.approx(p, rel=1e-6)
     assert list(row["kinds"]) == ["pre_export", "roundtrip", "sliding_window"]
     better = "lr04" if mean < 0 else "base"
-    verdict = f"- {better} better by {abs(mean):.4f} ± {sd:.4f} bpb sliding, p={p:.3g}, 2 seeds"
+    verdict = f"- {better} better by {abs(mean):.4f} ± {sd:.4f} bpb on sliding windows, p={p:.3g}, 2 seeds"
     if p >= 0.05:
-        verdict = f"- no clear difference: lr04 - base = {mean:+.4f} ± {sd:.4f} bpb sliding, p={p:.3g}, 2 seeds"
+        verdict = (
+            f"- no clear difference: lr04 - base = {mean:+.4f} ± {sd:.4f} bpb on sliding windows, p={p:.3g}, 2 seeds"
+        )
     report = (out / "report.md").read_text()
     assert verdict in report.splitlines() and verdict in again.stdout
     assert report.startswith("`python3 scripts/ab.py --slots 2 --out out")  # the command above the table
+    (base_row,) = [line for line in report.splitlines() if line.startswith("| base_seed1 | 1 | 6 | ")]
+    assert f" | {score['base_seed1']:.5f} | finished |" in base_row  # the sliding-window score, the last column
+    (diff_row,) = [line for line in report.splitlines() if line.startswith("| lr04 - base | 2 | ")]
+    assert f" | {mean:+.5f} ± {sd:.5f} (p={p:.3g}) | {diffs[0]:+.5f} {diffs[1]:+.5f} |" in diff_row
     assert "config lr04 vs base: set by the variants: MATRIX_LR 0.02 -> 0.04" in again.stdout
     assert "ALSO DIFFERS" not in again.stdout
     assert (out / "train_loss.png").stat().st_size > 1000 or "matplotlib is not installed" in again.stdout
@@ -365,7 +371,9 @@ def test_ab_runs_a_packed_record_with_fa3_replaced_each_run_in_a_folder_of_its_o
     assert "b85decode" not in script and ab.SDPA_SHIM in script and ab.FA3_IMPORT not in script
     for name, iterations in (("a_seed1", "10"), ("b_seed1", "20")):
         assert (tmp_path / "out" / "work" / name / "final_model.int6.ptz").read_text() == iterations
-    assert "- b - a = -0.0500 bpb sliding, 1 seed: no test (needs 2 or more seeds)" in run.stdout  # no spread claimed
+    assert (
+        "- b - a = -0.0500 bpb on sliding windows, 1 seed: no test (needs 2 or more seeds)" in run.stdout
+    )  # no spread claimed
     row = results(tmp_path / "out")["comparisons"][0]
     assert row["kinds"]["sliding_window"]["mean"] == pytest.approx(1 / 20 - 1 / 10, abs=1e-8)
 
