@@ -3,7 +3,7 @@ interrupted and resumed, then an --eval-only A/B of the same artifacts); its GPU
 nvidia-smi listing 4 GPUs, a fake trainer under torchrun that prints what it was given); each bad input's one-line
 error (exit 2, nothing run); its statistics against the t distribution written out.
 
-Run: python3 -m pytest -q tests/test_ab.py   (CPU only; about a minute on 2 cores)
+Run: python3 -m pytest -q tests/test_ab.py   (CPU only; about 90 s of CPU time: 1.5 to 3 minutes on 2 busy cores)
 """
 
 from __future__ import annotations
