@@ -31,7 +31,11 @@ marked, and a variant the trainer refuses stops the command with the trainer's m
 same time (one wave), so each pair shares the machine's state. --out DIR holds console/RUN.txt (each run's output),
 logs/, artifacts/, results.json, report.md and train_loss.png (with matplotlib); running the same command again
 skips the finished runs (a score line, no error) and reruns the others, saying why they failed. More --seeds may be
-added to a finished experiment; another experiment needs another --out.
+added to a finished experiment; another experiment needs another --out. --script VARIANT=PATH runs that variant with
+another trainer (a fork, an older revision, a record's train_gpt.py: unpacked if packed, its FlashAttention 3 call
+replaced by SDPA where FA3 is not installed, each run in out/work/RUN/ since a record writes its artifact where it
+runs). --eval-only re-scores the trained runs' artifacts (EVAL_ONLY=1, each trained run's settings, then --common and
+the variant's); --val [TRAINED_VARIANT=]PATH scores them on another validation set of the same tokenizer.
 """
 
 from __future__ import annotations
