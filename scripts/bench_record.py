@@ -16,7 +16,8 @@ is logged, so no export or final scoring is spent (on 4 H200s each run took abou
 compilation and the 20 warm-up steps of each layer order; 60 steps themselves take 15-20 s). Printed per run: tokens/s
 at the last step (both logs count training time only), the step time ratio ours / record's, and the last step's
 val_bpb; with several seeds, the mean and spread of the val_bpb difference. Needs CUDA and torchrun; logs stay in
---work.
+--work. For scores rather than speed (variants against a baseline, paired seeds, to the end of scoring), use
+scripts/ab.py, which runs a record's code too (--script) and shares this tool's loading of it.
 """
 
 from __future__ import annotations
