@@ -346,7 +346,10 @@ def decoded_bytes(sp, tokens: torch.Tensor) -> tuple[torch.Tensor, int]:
     letter it marks one). A byte-fallback piece adds its byte, also where the split ends inside a character.
     Counted here, from the tokenizer's decoding, not by any function of the checked script; the total is the bytes
     of every document as the split decodes."""
-    ids, bos, original = tokens.tolist(), sp.bos_id(), caseops.is_caseops_tokenizer(sp)
+    # train_gpt's test of a CaseOps tokenizer, imported here, not at the top: a worker loads the checked copy instead
+    from build_shards import train_gpt
+
+    ids, bos, original = tokens.tolist(), sp.bos_id(), train_gpt.is_caseops(sp)
 
     def length(doc: list[int]) -> int:  # UTF-8 bytes of doc's text; a trailing run of byte pieces counted raw
         whole = len(doc)
