@@ -1437,6 +1437,8 @@ def log_header(run: Run) -> None:
             warmdown=warmdown or f"iters_{args.warmdown_iters}", **run.val.bytes_from)
     if ctx.device.type == "cpu" and args.train_batch_tokens >= Hyperparameters.train_batch_tokens:
         log.text("cpu_note: these are GPU settings (minutes a step on a CPU); a CPU smoke run: head -n 10 train_gpt.py")
+    if "CASEOPS_ENABLED" in os.environ:  # the records' switch
+        log.text("caseops_note: CASEOPS_ENABLED has no effect: the data decides (val_bytes above)")
 
 def train_and_score(run: Run) -> None:
     args, ctx, log = run.args, run.ctx, run.log
@@ -1475,6 +1477,9 @@ def raise_interrupt(signum, frame):  # SIGINT and SIGTERM alike: unwind, log the
 def main() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, raise_interrupt)
+    if sys.argv[1:] in (["-h"], ["--help"]):  # the usage: the docstring's launch lines
+        print(__doc__)
+        return
     require(len(sys.argv) == 1, f"train_gpt.py takes no arguments ({' '.join(sys.argv[1:])}): settings are env vars")
     run = preflight(Hyperparameters.from_env(), dist_context())
     try:
