@@ -17,7 +17,7 @@ byte after a quantize -> compress -> decompress round trip. Settings: the `Hyper
 from __future__ import annotations
 
 import contextlib, copy, dataclasses, difflib, glob, hashlib, importlib, io, json, lzma, math
-import os, platform, shutil, signal, sys, tempfile, time
+import os, platform, re, shutil, signal, sys, tempfile, time
 from pathlib import Path
 
 import numpy as np
@@ -907,11 +907,17 @@ def check_shards(sp, args: Hyperparameters, val_files: list[Path], train_files: 
         tried += len(ids)
     return f"round_trip_{tried}/{tried}"
 
+def is_caseops(sp) -> bool:  # a plain tokenizer trained on text with U+E001 has it as a plain piece
+    """Whether sp holds data/caseops.py's symbols U+E001..U+E004 as user-defined pieces (CaseOps)."""
+    proto = sp.serialized_model_proto()  # a piece: field 1 its text, 2 its score, 3 its type
+    user_defined = rb"\n\x03%s(\x15.{4})?\x18\x04"  # that text (3 bytes), type 4: user-defined
+    return all(re.search(user_defined % c.encode(), proto, re.S) for c in "\ue001\ue002\ue003\ue004")
+
 def val_token_bytes(args: Hyperparameters, files: list[Path], tokens: Tensor, sp) -> tuple[Tensor, dict]:
     """(ValData.token_bytes, bytes_from): the shards' byte sidecars if there are any (CaseOps), else tokenizer_bytes."""
     sidecars = [f.with_name(f.name.replace("fineweb_val_", "fineweb_val_bytes_")) for f in files]
-    if not any(s.exists() for s in sidecars):  # CaseOps' control symbol U+E001 is a piece only of a CaseOps tokenizer
-        require(sp.piece_to_id("\ue001") == sp.unk_id(), f"TOKENIZER_PATH={args.tokenizer_path} (CaseOps) needs byte "
+    if not any(s.exists() for s in sidecars):
+        require(not is_caseops(sp), f"TOKENIZER_PATH={args.tokenizer_path} (CaseOps) needs byte "
                 f"sidecars fineweb_val_bytes_*.bin in DATA_PATH={args.data_path}: build them (data/README.md: CaseOps)")
         return tokenizer_bytes(tokens, *build_byte_luts(sp, args.vocab_size)), dict(val_bytes="tokenizer")
     wrong = [s.name for s, f in zip(sidecars, files) if not s.exists() or read_shard_header(s) != read_shard_header(f)]
@@ -1406,9 +1412,9 @@ def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
     require(usable >= T * ctx.world_size, f"the validation split ({tokens.numel()} tokens in {val_files[0].parent}) "
             f"is shorter than one {seq}={T} sequence (+1) per rank: use more validation data or a smaller {seq}.")
     sp = load_tokenizer(args.tokenizer_path, args.vocab_size)
-    token_bytes, bytes_from = val_token_bytes(args, val_files, tokens, sp)
-    verified = check_shards(sp, args, val_files, train_files)
+    verified = check_shards(sp, args, val_files, train_files)  # before the sidecars' check
     artifact = read_artifact(args.artifact_path, args) if args.eval_only else None  # its model, tokenizer, payload
+    token_bytes, bytes_from = val_token_bytes(args, val_files, tokens, sp)
     loss_impl, why = resolve_loss_impl(args, ctx.device)
     log_path = Path(args.log_dir) / f"{args.run_id}.txt"
     require(not log_path.exists(), f"{log_path} already exists: set another RUN_ID (logs are never overwritten).")
@@ -1431,6 +1437,8 @@ def log_header(run: Run) -> None:
             warmdown=warmdown or f"iters_{args.warmdown_iters}", **run.val.bytes_from)
     if ctx.device.type == "cpu" and args.train_batch_tokens >= Hyperparameters.train_batch_tokens:
         log.text("cpu_note: these are GPU settings (minutes a step on a CPU); a CPU smoke run: head -n 10 train_gpt.py")
+    if "CASEOPS_ENABLED" in os.environ:  # the records' switch
+        log.text("caseops_note: CASEOPS_ENABLED has no effect: the data decides (val_bytes above)")
 
 def train_and_score(run: Run) -> None:
     args, ctx, log = run.args, run.ctx, run.log
@@ -1469,6 +1477,9 @@ def raise_interrupt(signum, frame):  # SIGINT and SIGTERM alike: unwind, log the
 def main() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, raise_interrupt)
+    if sys.argv[1:] in (["-h"], ["--help"]):  # the usage: the docstring's launch lines
+        print(__doc__)
+        return
     require(len(sys.argv) == 1, f"train_gpt.py takes no arguments ({' '.join(sys.argv[1:])}): settings are env vars")
     run = preflight(Hyperparameters.from_env(), dist_context())
     try:

@@ -539,14 +539,15 @@ def trained_tokenizer_path(cfg: BuildConfig) -> Path | None:
 
 
 def check_caseops_tokenizer(path: Path, sp: spm.SentencePieceProcessor, use_caseops: bool) -> None:
-    """A CaseOps build needs a CaseOps tokenizer (the control symbols as pieces), and a plain build a plain one."""
-    if caseops.is_caseops_tokenizer(sp) != use_caseops:
+    """A CaseOps build needs a CaseOps tokenizer (train_gpt.is_caseops), and a plain build a plain one."""
+    if train_gpt.is_caseops(sp) != use_caseops:
         raise BuildError(
             f"--tokenizer {path} is a CaseOps tokenizer (its pieces hold the control symbols U+E001..U+E004): pass "
             "--caseops, which transforms the text the same way and writes the byte sidecars bpb needs."
             if not use_caseops
-            else f"--caseops needs a CaseOps tokenizer, but --tokenizer {path} has no pieces for the control symbols "
-            "U+E001..U+E004: leave out --tokenizer to train one on the transformed text, or drop --caseops."
+            else f"--caseops needs a CaseOps tokenizer, but --tokenizer {path} does not hold the control "
+            "symbols U+E001..U+E004 as user-defined pieces: leave out --tokenizer to train one on the transformed "
+            "text, or drop --caseops."
         )
 
 

@@ -11,11 +11,12 @@ pieces of "the". Over each word (a maximal run of ASCII letters; every other cha
                          a capital, CAPNEXT before     "iPhone"   -> "i" CAPNEXT "phone"
                          each later capital
 
-The control symbols are the private-use characters U+E001..U+E004 (the records' choice), one piece each in a CaseOps
-tokenizer (data/build_shards.py --caseops trains it so). A control symbol that occurs in the text is escaped: ESC +
-the symbol. A capital followed by a combining mark (U+0300..U+036F) stays as it is, outside any word: lowercased,
-some of them would compose with the mark under the tokenizer's NFKC ("J" + U+030C -> "ǰ") and the inverse would no
-longer see a letter. So `encode` applied to normalized text gives text that the normalization leaves unchanged.
+The control symbols are the private-use characters U+E001..U+E004 (the records' choice), one user-defined piece each
+in a CaseOps tokenizer (data/build_shards.py --caseops trains it so; train_gpt.is_caseops tells one from a plain
+tokenizer trained on text that holds them). A control symbol that occurs in the text is escaped: ESC + the symbol. A
+capital followed by a combining mark (U+0300..U+036F) stays as it is, outside any word: lowercased, some of them
+would compose with the mark under the tokenizer's NFKC ("J" + U+030C -> "ǰ") and the inverse would no longer see a
+letter. So `encode` applied to normalized text gives text that the normalization leaves unchanged.
 
 Bits per byte must count the bytes of the original text, not of the transformed one (each control symbol is 3 UTF-8
 bytes): `piece_bytes` and `token_bytes` give each piece or token its share, markers 0, an escaped symbol its 3, any
@@ -119,8 +120,3 @@ def token_bytes(sp, ids: list[int]) -> np.ndarray:
             piece = sp.id_to_piece(i)
             pieces.append((piece[1:] if k == 0 and piece.startswith("\u2581") else piece).replace("\u2581", " "))
     return np.array(piece_bytes(pieces), dtype=np.uint16)
-
-
-def is_caseops_tokenizer(sp) -> bool:
-    """Whether every control symbol is a piece of sp's vocabulary (a CaseOps tokenizer), not byte-fallback."""
-    return all(sp.piece_to_id(c) != sp.unk_id() for c in CONTROLS)

@@ -82,9 +82,14 @@ SHORTFALL_FRACTION = 0.5  # fewer than half the reference's steps per second: "f
 # torch's default thread count is one per core. On a 2-core machine where other processes keep the cores busy,
 # each parallel region then waits for a thread that is not running: the quick start's step took 36 s that way,
 # 1.3 s with OMP_NUM_THREADS=1 (issue 20; data/README.md has another such measurement). So train_gpt.py gets
-# the cores that the load average leaves idle, at least 1, at most MAX_TRAIN_THREADS: a guess, not measured
+# the cores that other processes leave idle, at least 1, at most MAX_TRAIN_THREADS: a guess, not measured
 # (only 2-core machines were), that the tiny model's 128-wide matrices leave more threads little to share.
+# Idle is measured (/proc/stat, over IDLE_SAMPLE_SECONDS just before training), not read from the 1-minute load
+# average: that still counts the quick start's own pip install and data build, and gave a fresh idle 2-core
+# machine 1 thread (issue 44: 247 to 269 steps where 2 threads make about 450). Without /proc/stat: the average.
 MAX_TRAIN_THREADS = 8
+IDLE_SAMPLE_SECONDS = 1.0
+PROC_STAT = Path("/proc/stat")
 HEARTBEAT_SECONDS = 15  # train_gpt.py prints nothing while it evaluates: say what it does after this long
 
 
@@ -263,15 +268,47 @@ def shell_line(settings: dict[str, str], command: list[str], cwd: Path) -> str:
     )
 
 
+def cpu_times(cpus: set[int]) -> dict[int, tuple[int, int]]:
+    """{cpu: (busy, total) clock ticks since boot} of those of cpus that /proc/stat lists; {} without it."""
+    try:
+        lines = PROC_STAT.read_text().splitlines()
+    except OSError:
+        return {}
+    times = {}
+    for name, *fields in (line.split() for line in lines if line.strip()):
+        if name[3:].isdigit() and name.startswith("cpu") and int(name[3:]) in cpus:
+            ticks = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
+            times[int(name[3:])] = (sum(ticks) - ticks[3] - ticks[4], sum(ticks))
+    return times
+
+
+def busy_cores(cpus: set[int]) -> float | None:
+    """How many of cpus' worth of time other processes use over the next IDLE_SAMPLE_SECONDS (this one sleeps);
+    None where /proc/stat does not list them all (not Linux)."""
+    before = cpu_times(cpus)
+    if len(before) < len(cpus):
+        return None
+    time.sleep(IDLE_SAMPLE_SECONDS)
+    after = cpu_times(cpus)
+    if len(after) < len(cpus):
+        return None
+    return sum((after[c][0] - before[c][0]) / max(after[c][1] - before[c][1], 1) for c in cpus)
+
+
 def train_threads() -> tuple[int | None, str]:
     """OMP_NUM_THREADS for train_gpt.py (see MAX_TRAIN_THREADS) and the reason, in words; None where the
     environment sets OMP_NUM_THREADS: the user's choice stands."""
     if os.environ.get("OMP_NUM_THREADS"):
         return None, "as set in the environment"
     if hasattr(os, "sched_getaffinity"):
-        cores = len(os.sched_getaffinity(0))  # the cores this process may use (taskset, containers)
+        cpus = set(os.sched_getaffinity(0))  # the cores this process may use (taskset, containers)
     else:
-        cores = os.cpu_count() or 1
+        cpus = set(range(os.cpu_count() or 1))
+    cores = len(cpus)
+    busy = busy_cores(cpus)
+    if busy is not None:
+        threads = max(1, min(int(cores - busy + 0.5), MAX_TRAIN_THREADS))
+        return threads, f"{cores} cores, {busy:.1f} of them busy over {IDLE_SAMPLE_SECONDS:g} s just before training"
     if not hasattr(os, "getloadavg"):
         return max(1, min(cores, MAX_TRAIN_THREADS)), f"{cores} cores; this system gives no load average"
     load = os.getloadavg()[0]

@@ -158,12 +158,13 @@ class Plan:
 def check_caseops(use_caseops: bool, source: Tokenizer, target: Tokenizer) -> bool:
     """--caseops goes with a CaseOps --to-model and only with one; returns whether --from-model is CaseOps."""
     is_caseops = {
-        t.path: caseops.is_caseops_tokenizer(spm.SentencePieceProcessor(model_proto=t.proto)) for t in (source, target)
+        t.path: train_gpt.is_caseops(spm.SentencePieceProcessor(model_proto=t.proto)) for t in (source, target)
     }
     if use_caseops and not is_caseops[target.path]:
         raise RetokenizeError(
-            f"--caseops needs a CaseOps --to-model, but {target.path} has no pieces for the control symbols "
-            "U+E001..U+E004: train one with data/build_shards.py --caseops, or drop --caseops."
+            f"--caseops needs a CaseOps --to-model, but {target.path} does not hold the control symbols "
+            "U+E001..U+E004 as user-defined pieces (a tokenizer trained on text with them has plain ones): train "
+            "one with data/build_shards.py --caseops, or drop --caseops."
         )
     if is_caseops[target.path] and not use_caseops:
         raise RetokenizeError(

@@ -27,6 +27,11 @@ SIZES = [(8192, 65536), (1024, 65536), (8192, 16384), (1024, 16384)]  # (V, N), 
 SWEEP = {1024: [1, 2, 4, 8], 8192: [4, 8, 16, 32]}  # num_warps per vocabulary (the whole row is one block)
 
 
+def usage_error(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -48,7 +53,12 @@ def parse_args():
         default=0.0,
         help="start no new size after this many seconds (0: no limit); the table still prints",
     )
-    return parser.parse_args()
+    args = parser.parse_args()
+    if not all(c.isdigit() for c in args.chunks.split(",")):
+        usage_error(f"--chunks {args.chunks}: give tokens per chunk, comma-separated (0: the trainer's), e.g. 0,8192.")
+    if not args.budget_s >= 0:
+        usage_error(f"--budget-s {args.budget_s}: give seconds >= 0 (0: no limit).")
+    return args
 
 
 def naive_loss(x, weight, targets, softcap):
@@ -194,14 +204,14 @@ def sweep(tg):
 
 def main():
     args = parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("error: bench_loss.py needs a CUDA GPU (it times the output loss's kernels there).")
     sys.path.insert(0, args.trainer_dir)
     import train_gpt as tg
 
-    if not torch.cuda.is_available():
-        sys.exit("bench_loss.py needs a CUDA GPU")
     reason = tg.triton_unavailable_reason()
     if reason is not None:
-        sys.exit(f"the Triton loss cannot run here: {reason}")
+        sys.exit(f"error: the Triton loss cannot run here: {reason}")
     print(
         f"device:{torch.cuda.get_device_name()} torch:{torch.__version__} "
         f"triton:{tg.triton.__version__} trainer:{Path(tg.__file__).resolve()}",

@@ -346,7 +346,10 @@ def decoded_bytes(sp, tokens: torch.Tensor) -> tuple[torch.Tensor, int]:
     letter it marks one). A byte-fallback piece adds its byte, also where the split ends inside a character.
     Counted here, from the tokenizer's decoding, not by any function of the checked script; the total is the bytes
     of every document as the split decodes."""
-    ids, bos, original = tokens.tolist(), sp.bos_id(), caseops.is_caseops_tokenizer(sp)
+    # train_gpt's test of a CaseOps tokenizer, imported here, not at the top: a worker loads the checked copy instead
+    from build_shards import train_gpt
+
+    ids, bos, original = tokens.tolist(), sp.bos_id(), train_gpt.is_caseops(sp)
 
     def length(doc: list[int]) -> int:  # UTF-8 bytes of doc's text; a trailing run of byte pieces counted raw
         whole = len(doc)
@@ -600,9 +603,10 @@ def short_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}{where}"
 
 
-def run_main(T, environ: dict[str, str], watcher: Watcher, tokens: torch.Tensor | None, log_path: Path):
+def run_main(T, environ: dict[str, str], watcher: Watcher, tokens: torch.Tensor | None, log_path: Path, first=False):
     """The checked script's main() as `python3 train_gpt.py` runs it under `environ`, every scoring path watched;
-    tokens: the validation split's tokens replace what preflight read (a changed run). (error or None, log lines)."""
+    tokens: the validation split's tokens replace what preflight read (a changed run). (error or None, log lines).
+    first: the original run, whose ConfigError (a configuration the script refuses) is raised, not a verdict."""
     saved_env = dict(os.environ)
     preflight, score_artifact, destroy = T.preflight, T.score_artifact, dist.destroy_process_group
 
@@ -630,6 +634,8 @@ def run_main(T, environ: dict[str, str], watcher: Watcher, tokens: torch.Tensor 
     except EnoughObserved:
         pass
     except BaseException as exc:  # the checked script's own failure: reported with the conditions it blocks
+        if first and isinstance(exc, T.ConfigError):
+            raise
         error = short_error(exc)
     finally:
         sys.argv = saved_argv
@@ -701,9 +707,8 @@ def worker_geometry(
     def run(tag: str, upto=None, changed=None, reference=None, **overrides):
         run_id = f"{name}_{tag}"  # unique in this worker's folder: a log is never overwritten
         watcher = Watcher(upto, total, ctx.device, reference)
-        error, lines = run_main(
-            T, base | overrides | {"RUN_ID": run_id}, watcher, changed, Path(base["LOG_DIR"]) / f"{run_id}.txt"
-        )
+        log_path = Path(base["LOG_DIR"]) / f"{run_id}.txt"
+        error, lines = run_main(T, base | overrides | {"RUN_ID": run_id}, watcher, changed, log_path, tag == "original")
         return watcher, error, lines if ctx.rank == 0 else []
 
     watcher, error, lines = run("original")
@@ -765,6 +770,9 @@ def worker(out: Path, script: Path, device: str, broken: bool, geometries: list[
             break
         try:
             saved["geometries"][name] = worker_geometry(T, ctx, folder, name, environ, geometry, device, vocab)
+        except T.ConfigError as exc:  # its pre-flight refused the run: the user's to fix, as above
+            saved["config_error"] = f"{script.name} refuses the run on the check's copy of the data: {exc}"
+            break
         except BaseException as exc:  # the script's failure outside a run, or the check's own: on stderr in full
             traceback.print_exc()
             saved["geometries"][name] = dict(error="the check could not run the script: " + short_error(exc))

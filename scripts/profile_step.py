@@ -59,7 +59,12 @@ def parse_args():
     parser.add_argument("--profile", type=int, default=3, help="steps profiled")
     parser.add_argument("--top", type=int, default=25, help="kernels listed")
     parser.add_argument("--looping", action="store_true", help="run the looped layer order (NUM_LOOPS > 0) throughout")
-    return parser.parse_args()
+    cli = parser.parse_args()
+    for flag, least in (("warmup", 0), ("steps", 1), ("profile", 1), ("top", 0)):  # steps, profile: divisors
+        if getattr(cli, flag) < least:
+            print(f"error: --{flag} {getattr(cli, flag)}: give a count of at least {least}.", file=sys.stderr)
+            sys.exit(2)
+    return cli
 
 
 def main() -> None:

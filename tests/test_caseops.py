@@ -118,8 +118,8 @@ def caseops_sp(tmp_path_factory) -> spm.SentencePieceProcessor:
 
 
 def test_the_control_symbols_are_pieces_of_a_caseops_tokenizer(caseops_sp, tiny_data):
-    assert caseops.is_caseops_tokenizer(caseops_sp)
-    assert not caseops.is_caseops_tokenizer(tiny_data.sp)
+    assert train_gpt.is_caseops(caseops_sp)
+    assert not train_gpt.is_caseops(tiny_data.sp)
     for symbol in caseops.CONTROLS:
         assert caseops_sp.encode(symbol) == [caseops_sp.piece_to_id(symbol)]
 

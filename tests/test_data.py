@@ -213,7 +213,7 @@ def test_caseops_build_keeps_the_validation_documents_and_counts_their_original_
         texts = [sp.decode(doc[1:].tolist()) for doc in split_documents(shards)]
         builds[name] = manifest["datasets"][0], sp, shards, texts
     (plain, plain_sp, _, plain_texts), (entry, sp, shards, texts) = builds["plain"], builds["caseops"]
-    assert caseops.is_caseops_tokenizer(sp) and not caseops.is_caseops_tokenizer(plain_sp)
+    assert train_gpt.is_caseops(sp) and not train_gpt.is_caseops(plain_sp)
     assert [caseops.decode(t) for t in texts] == plain_texts  # the same documents, the same text
     assert any(caseops.TITLE in t for t in texts) and len(shards) > 2
     val = entry["splits"]["val"]

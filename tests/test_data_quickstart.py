@@ -264,9 +264,12 @@ def fake_trainer(repo: Path, body: str) -> None:
 
 
 def machine(monkeypatch, cores: int, load: float) -> None:
+    """cores and a load average, without /proc/stat: the load average decides (tests/test_fresh_round5.py has the
+    measured idle cores)."""
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(quickstart.os, "sched_getaffinity", lambda pid: set(range(cores)))
     monkeypatch.setattr(quickstart.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(quickstart, "cpu_times", lambda cpus: {})
 
 
 @pytest.mark.parametrize("cores, load, threads", [(2, 3.7, 1), (2, 1.0, 1), (2, 0.1, 2), (1, 0.0, 1), (16, 12.2, 4)])
