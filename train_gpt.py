@@ -910,14 +910,37 @@ def check_shards(sp, args: Hyperparameters, val_files: list[Path], train_files: 
 def val_token_bytes(args: Hyperparameters, files: list[Path], tokens: Tensor, sp) -> tuple[Tensor, dict]:
     """(ValData.token_bytes, bytes_from): the shards' byte sidecars if there are any (CaseOps), else tokenizer_bytes."""
     sidecars = [f.with_name(f.name.replace("fineweb_val_", "fineweb_val_bytes_")) for f in files]
+    base, space, boundary = build_byte_luts(sp, args.vocab_size)
     if not any(s.exists() for s in sidecars):  # CaseOps' control symbol U+E001 is a piece only of a CaseOps tokenizer
         require(sp.piece_to_id("\ue001") == sp.unk_id(), f"TOKENIZER_PATH={args.tokenizer_path} (CaseOps) needs byte "
                 f"sidecars fineweb_val_bytes_*.bin in DATA_PATH={args.data_path}: build them (data/README.md: CaseOps)")
-        return tokenizer_bytes(tokens, *build_byte_luts(sp, args.vocab_size)), dict(val_bytes="tokenizer")
-    wrong = [s.name for s, f in zip(sidecars, files) if not s.exists() or read_shard_header(s) != read_shard_header(f)]
-    require(not wrong, f"DATA_PATH={args.data_path}: {', '.join(wrong)} missing or not as long as its shard: rebuild.")
-    source = dict(val_bytes="sidecar", val_bytes_sha256=",".join(map(file_sha256, sidecars)))  # as the manifest's
-    return torch.cat([load_data_shard(s) for s in sidecars]).to(torch.int32), source
+        return tokenizer_bytes(tokens, base, space, boundary), dict(val_bytes="tokenizer")
+    here = Path(args.data_path) / "manifest.json"  # what the sidecars count, their sha256
+    manifest = json.loads(here.read_text(encoding="utf-8")) if here.is_file() else {}
+    entry = (manifest.get("datasets") or [{}])[0]
+    redo = "rebuild them: data/build_shards.py" if "built_with" in manifest else "download them again"
+    wrong = [s.name for s, f in zip(sidecars, files)  # a sidecar's header is its shard's, its size too
+             if not s.exists() or s.stat().st_size != f.stat().st_size]
+    require(not wrong, f"DATA_PATH={args.data_path}: {', '.join(wrong)} missing or not as long as "
+            f"its shard: {redo}.")
+    kind = "sidecar_raw" if entry.get("val_bytes") == "sidecar_raw" else "sidecar"  # data/README.md
+    digests = list(map(file_sha256, sidecars))
+    listed = {f.get("name"): f.get("sha256") for f in entry.get("files", [])}
+    wrong = [f"{s.name}: not its sha256" for s, d in zip(sidecars, digests) if listed.get(s.name, d) != d]
+    counts = torch.cat([load_data_shard(s) for s in sidecars]).to(torch.int32)
+    marks = [i for i in map(sp.piece_to_id, "\ue001\ue002\ue003\ue004") if i != sp.unk_id()]  # CaseOps'
+    implied = tokenizer_bytes(tokens, base.index_fill(0, torch.tensor(marks).long(), 0), space, boundary)
+    for p in (tokens[:-1] == sp.piece_to_id("\ue004")).nonzero()[:, 0].tolist():  # after ESC: 3
+        implied[p + 1] += 3 * int(implied[p] == 0 and tokens[p + 1] in marks)
+    starts = tokens == sp.bos_id()
+    doc = (starts.cumsum(0) - 1).clamp(min=0)  # each token's document
+    theirs, ours = (torch.bincount(doc, c.double()) for c in (counts, implied))
+    off = counts != implied  # sidecar_raw: each document's start 0, its total near its tokens'
+    off = off if kind == "sidecar" else counts[starts].bool() | ((theirs - ours).abs() > 64 + ours / 8)
+    wrong += [f"{int(off.sum())} {'tokens' if kind == 'sidecar' else 'documents'} off"] * off.any()
+    require(not wrong, f"DATA_PATH={args.data_path}: byte sidecars ({kind}) not of these shards "
+            f"({'; '.join(wrong)}): {redo}.")
+    return counts, dict(val_bytes=kind, val_bytes_sha256=",".join(digests))
 
 def window_starts(val: ValData, stride: int) -> Tensor:  # every `stride` tokens (0: seq_len), while a window scores
     return torch.arange(0, val.tokens.numel() - 1 - (val.seq_len - (stride or val.seq_len)), stride or val.seq_len)
