@@ -613,7 +613,16 @@ def choose_tokenizer(cfg: BuildConfig, documents, say) -> tuple[Path, spm.Senten
     if cfg.tokenizer is not None:
         return Path(cfg.tokenizer), load_tokenizer(Path(cfg.tokenizer)), None
     t0 = time.perf_counter()
-    total = sum(len(t.encode("utf-8")) for t, is_val in documents() if not is_val)
+    total = count = 0
+    for text, is_val in documents():
+        total += 0 if is_val else len(text.encode("utf-8"))
+        count += 1
+    if total == 0:
+        raise BuildError(
+            f"no training document to train the tokenizer on ({count} documents, all validation"
+            + (f": --val-docs {cfg.val_docs} takes the first {cfg.val_docs}" if cfg.val_docs is not None else "")
+            + "). Give more text, fewer validation documents, or a tokenizer with --tokenizer."
+        )
     rate = min(1.0, cfg.tokenizer_train_bytes / max(total, 1))
     say(
         f"tokenizer: training BPE vocab_size:{cfg.vocab_size} on {rate * total / 1e6:.1f}MB of "
