@@ -434,3 +434,20 @@ def test_the_readme_recipes_run_as_written_in_a_fresh_clone(docs, records_files,
             assert re.search(r"^final_\S+_exact val_loss:\S+ val_bpb:\S+", result.stdout, re.MULTILINE), n
     assert used == set(AT_A_TINY_SIZE), "a size this test changes is no longer in the recipes"
     assert (clone / "data" / "docs_selected.jsonl").is_file()
+
+
+def test_the_readmes_say_which_bytes_a_sidecar_holds_and_which_a_score_used():
+    """Issue 44 row 13: README and data/README once said a sidecar holds "the UTF-8 bytes of the original text";
+    ours hold the bytes of the text as the tokenizer normalizes it, the records' the original document's. Each value
+    the trainer logs as val_bytes: (the recipes' test sees all three) is in README's table with what it divides by,
+    and data/README's table names the manifest field and the same three values."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    data_readme = (ROOT / "data" / "README.md").read_text(encoding="utf-8")
+    for text in (readme, data_readme):
+        assert "bytes of the original text that token stands for" not in text
+    rows = dict(re.findall(r"^\| `val_bytes:(\w+)` \| (.+) \|$", readme, re.MULTILINE))
+    assert sorted(rows) == ["sidecar", "sidecar_raw", "tokenizer"]
+    assert "as the tokenizer normalizes it" in rows["sidecar"] and "original document's" in rows["sidecar_raw"]
+    rows = dict(re.findall(r"^\| `(\w+)` \| (.+?) \| .+ \|$", data_readme, re.MULTILINE))
+    assert "as the tokenizer normalizes it" in rows["sidecar"] and "original document's" in rows["sidecar_raw"]
+    assert "`DATA_PATH/manifest.json`" in data_readme and "`val_bytes` field" in data_readme
