@@ -156,6 +156,7 @@ class FileTask:
     kind: str = "file"  # "shard", "sidecar" (a validation shard's byte sidecar), "docs" or "file"
     sha256: str | None = None  # from the manifest, when it lists one
     shard: Path | None = None  # a sidecar's shard: the sidecar must be as long as it
+    documents: int | None = None  # the documents' count (num_docs of their source manifest), when given
 
     @property
     def is_shard(self) -> bool:
@@ -302,6 +303,8 @@ def problem_with(path: Path, task: FileTask, size: int | None, etag: str | None,
     expected_sha = task.sha256 or (etag if etag and SHA256_HEX.fullmatch(etag) else None)
     if full and expected_sha and file_sha256(path) != expected_sha:
         return f"sha256 differs from {expected_sha}"
+    if full and task.documents is not None and (found := count_documents(path)) != task.documents:
+        return f"it holds {found} documents, its source manifest says {task.documents}"
     return None
 
 
@@ -319,7 +322,7 @@ def fetch_checked(hub: Hub, task: FileTask, staging: Path, size: int | None, eta
     os.replace(fetched, task.local)
 
 
-def write_dataset_manifest(manifest: dict, dataset_name: str, hub: Hub, data_dir: Path) -> Path:
+def write_dataset_manifest(manifest: dict, dataset_name: str, hub: Hub, data_dir: Path) -> tuple[Path, str]:
     """DATA_PATH/manifest.json: the dataset's entry, val_bytes saying which bytes its sidecars count, and its
     tokenizer's; train_gpt.py reads it there (as it reads the one data/build_shards.py writes beside its shards)."""
     entry = dataset_entry(manifest, dataset_name)
@@ -330,7 +333,7 @@ def write_dataset_manifest(manifest: dict, dataset_name: str, hub: Hub, data_dir
     }
     path = data_dir / "datasets" / dataset_name / "manifest.json"
     build_shards.write_json(path, local)
-    return path
+    return path, local["datasets"][0]["val_bytes"]
 
 
 def download(
@@ -349,7 +352,8 @@ def download(
     tasks = plan(manifest, dataset_name, train_shards, data_dir)
     source = docs_source(hub, data_dir, staging) if with_docs else None
     if source is not None:
-        tasks.append(FileTask(DOCS, data_dir / DOCS, "docs", source["docs_sha256"]))
+        num_docs = None if source.get("num_docs") is None else int(source["num_docs"])
+        tasks.append(FileTask(DOCS, data_dir / DOCS, "docs", source["docs_sha256"], documents=num_docs))
     count = {k: sum(t.kind == k for t in tasks) for k in ("shard", "sidecar", "file", "docs")}
     say(
         f"{dataset_name}: {count['shard'] - train_shards} validation shards, {count['sidecar']} byte sidecars, "
@@ -367,22 +371,15 @@ def download(
         say(f"[{i}/{len(tasks)}] {where}: fetching {size / 1e6 if size else float('nan'):.1f}MB ({problem})")
         t1 = time.perf_counter()
         fetch_checked(hub, task, staging, size, etag)
-        if task.kind == "docs" and source.get("num_docs") is not None:
-            if (found := count_documents(task.local)) != int(source["num_docs"]):
-                task.local.unlink()
-                raise DownloadError(
-                    f"{hub.remote(DOCS)} from {hub.where()} holds {found} documents, its source manifest says "
-                    f"{source['num_docs']}. Run again to retry; if it persists, the file on the hub is bad."
-                )
         fetched_bytes += task.local.stat().st_size
         seconds = time.perf_counter() - t1
         rate = task.local.stat().st_size / 1e6 / max(seconds, 1e-9)
         say(f"[{i}/{len(tasks)}] {where}: ok {seconds:.1f}s {rate:.1f}MB/s")
     shutil.rmtree(staging, ignore_errors=True)  # only hub bookkeeping is left in it
-    local_manifest = write_dataset_manifest(manifest, dataset_name, hub, data_dir)
+    local_manifest, val_bytes = write_dataset_manifest(manifest, dataset_name, hub, data_dir)
     say(
         f"done: fetched {fetched_bytes / 1e6:.1f}MB in {time.perf_counter() - t0:.1f}s; "
-        f"DATA_PATH={local_manifest.parent} (val_bytes:{json.loads(local_manifest.read_text())['datasets'][0]['val_bytes']})"
+        f"DATA_PATH={local_manifest.parent} (val_bytes:{val_bytes})"
         + (f"; documents: {data_dir / DOCS}" if source else "")
     )
     return [t.local for t in tasks]

@@ -347,7 +347,10 @@ def test_with_docs_fetches_the_documents_checked_against_their_source_manifest(d
         assert not (tmp_path / "plain" / "docs_selected.jsonl").exists()  # only when asked
     for change, message in (
         (dict(docs_sha256="0" * 64), "docs_selected.jsonl .*sha256 differs from 0000"),
-        (dict(num_docs=len(docs) + 1), f"holds {len(docs)} documents, its source manifest says {len(docs) + 1}"),
+        (
+            dict(num_docs=len(docs) + 1),
+            f"not valid after download: it holds {len(docs)} documents, its source manifest says {len(docs) + 1}",
+        ),
         (dict(docs_sha256=None), "gives no docs_sha256"),
     ):
         bad = dict(files)
