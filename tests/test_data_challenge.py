@@ -323,6 +323,29 @@ def test_a_sidecar_is_checked_like_a_shard_and_resumed(records_files, tmp_path):
             download(fake, RECORDS_REPO, RECORDS_DATASET, tmp_path / "listed")
 
 
+def test_a_caseops_export_of_ours_downloads_with_its_listed_sidecars(docs, tmp_path):
+    """data/build_shards.py --caseops served as an export: its manifest lists the sidecars (split val_bytes, with
+    their sha256) and says val_bytes: sidecar; they come with their shards and keep that convention."""
+    out, tok = tmp_path / "build" / "ours_caseops", tmp_path / "build" / "ours_caseops.model"
+    argv = [str(write_jsonl(tmp_path / "docs.jsonl", docs)), "--val-docs", str(VAL_DOCS), "--caseops"]
+    manifest = build(
+        argv + ["--vocab-size", "400", "--shard-tokens", "1000", "--output", str(out), "--tokenizer-out", str(tok)]
+    )
+    entry = manifest["datasets"][0]
+    assert "val_bytes_glob" not in entry and entry["val_bytes"] == "sidecar"
+    files = {"my_export/manifest.json": (out / "manifest.json").read_bytes()}
+    files["my_export/tokenizers/ours_caseops.model"] = tok.read_bytes()
+    for f in entry["files"]:
+        files[f"my_export/datasets/ours_caseops/{f['name']}"] = (out / f["name"]).read_bytes()
+    with FakeHub(files, repo_id="me/mine") as fake:
+        hub = dl.Hub("me/mine", "my_export", "main", fake.endpoint)
+        dl.download(hub, "ours_caseops", 1, tmp_path / "data", say=lambda *a: None)
+    folder = tmp_path / "data" / "datasets" / "ours_caseops"
+    sidecars = sorted(p.name for p in folder.glob("fineweb_val_bytes_*.bin"))
+    assert sidecars == sorted(f["name"] for f in entry["files"] if f["split"] == "val_bytes") and len(sidecars) >= 2
+    assert json.loads((folder / "manifest.json").read_text())["datasets"][0]["val_bytes"] == "sidecar"
+
+
 def build_sidecar_shorter(data: bytes, tmp_path: Path) -> bytes:
     """A valid shard file with one value fewer than the sidecar given."""
     values = np.frombuffer(data[train_gpt.SHARD_HEADER_BYTES :], dtype="<u2")
