@@ -939,7 +939,7 @@ def val_token_bytes(args: Hyperparameters, files: list[Path], tokens: Tensor, sp
     off = off if kind == "sidecar" else counts[starts].bool() | ((theirs - ours).abs() > 64 + ours / 8)
     wrong += [f"{int(off.sum())} {'tokens' if kind == 'sidecar' else 'documents'} off"] * off.any()
     require(not wrong, f"DATA_PATH={args.data_path}: byte sidecars ({kind}) not of these shards "
-            f"({'; '.join(wrong)}): {redo}.")
+            f"({'; '.join(wrong)}): {redo} (which bytes they count: data/README.md).")
     return counts, dict(val_bytes=kind, val_bytes_sha256=",".join(digests))
 
 def window_starts(val: ValData, stride: int) -> Tensor:  # every `stride` tokens (0: seq_len), while a window scores
