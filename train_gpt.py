@@ -847,7 +847,7 @@ class ValData:
     """The validation split and the bytes each of its tokens stands for, which turn its loss into bits per byte."""
     tokens: Tensor  # (N,) int64 on CPU, trimmed to whole sequences + 1
     token_bytes: Tensor  # (N,) int32 on the device: UTF-8 bytes of the text that token p stands for, as a target
-    bytes_from: dict  # for the log: val_bytes (sidecar or tokenizer) and the sidecars' val_bytes_sha256
+    bytes_from: dict  # for the log: val_bytes (tokenizer, sidecar, sidecar_raw) and the sidecars' val_bytes_sha256
     seq_len: int
     batch_seqs: int  # sequences per rank per evaluation batch
 
