@@ -847,7 +847,7 @@ class ValData:
     """The validation split and the bytes each of its tokens stands for, which turn its loss into bits per byte."""
     tokens: Tensor  # (N,) int64 on CPU, trimmed to whole sequences + 1
     token_bytes: Tensor  # (N,) int32 on the device: UTF-8 bytes of the text that token p stands for, as a target
-    bytes_from: dict  # for the log: val_bytes (tokenizer, sidecar, sidecar_raw) and the sidecars' val_bytes_sha256
+    bytes_from: dict  # for the log: val_bytes (tokenizer/sidecar/sidecar_raw), val_bytes_sha256
     seq_len: int
     batch_seqs: int  # sequences per rank per evaluation batch
 
@@ -919,16 +919,16 @@ def val_token_bytes(args: Hyperparameters, files: list[Path], tokens: Tensor, sp
     manifest = json.loads(here.read_text(encoding="utf-8")) if here.is_file() else {}
     entry = (manifest.get("datasets") or [{}])[0]
     redo = "rebuild them: data/build_shards.py" if "built_with" in manifest else "download them again"
-    wrong = [s.name for s, f in zip(sidecars, files)  # a sidecar's header is its shard's, its size too
+    wrong = [s.name for s, f in zip(sidecars, files)  # the same size: the same header and length
              if not s.exists() or s.stat().st_size != f.stat().st_size]
     require(not wrong, f"DATA_PATH={args.data_path}: {', '.join(wrong)} missing or not as long as "
             f"its shard: {redo}.")
     kind = "sidecar_raw" if entry.get("val_bytes") == "sidecar_raw" else "sidecar"  # data/README.md
     digests = list(map(file_sha256, sidecars))
     listed = {f.get("name"): f.get("sha256") for f in entry.get("files", [])}
-    wrong = [f"{s.name}: not its sha256" for s, d in zip(sidecars, digests) if listed.get(s.name, d) != d]
+    wrong = [f"{s.name} not its sha256" for s, d in zip(sidecars, digests) if listed.get(s.name, d) != d]
     counts = torch.cat([load_data_shard(s) for s in sidecars]).to(torch.int32)
-    marks = [i for i in map(sp.piece_to_id, "\ue001\ue002\ue003\ue004") if i != sp.unk_id()]  # CaseOps'
+    marks = [i for i in map(sp.piece_to_id, "\ue001\ue002\ue003\ue004") if i != sp.unk_id()]  # 0 bytes
     implied = tokenizer_bytes(tokens, base.index_fill(0, torch.tensor(marks).long(), 0), space, boundary)
     for p in (tokens[:-1] == sp.piece_to_id("\ue004")).nonzero()[:, 0].tolist():  # after ESC: 3
         implied[p + 1] += 3 * int(implied[p] == 0 and tokens[p + 1] in marks)
