@@ -847,7 +847,7 @@ class ValData:
     """The validation split and the bytes each of its tokens stands for, which turn its loss into bits per byte."""
     tokens: Tensor  # (N,) int64 on CPU, trimmed to whole sequences + 1
     token_bytes: Tensor  # (N,) int32 on the device: UTF-8 bytes of the text that token p stands for, as a target
-    bytes_from: dict  # for the log: val_bytes (sidecar or tokenizer) and the sidecars' val_bytes_sha256
+    bytes_from: dict  # for the log: val_bytes (tokenizer/sidecar/sidecar_raw), val_bytes_sha256
     seq_len: int
     batch_seqs: int  # sequences per rank per evaluation batch
 
@@ -916,14 +916,40 @@ def is_caseops(sp) -> bool:  # a plain tokenizer trained on text with U+E001 has
 def val_token_bytes(args: Hyperparameters, files: list[Path], tokens: Tensor, sp) -> tuple[Tensor, dict]:
     """(ValData.token_bytes, bytes_from): the shards' byte sidecars if there are any (CaseOps), else tokenizer_bytes."""
     sidecars = [f.with_name(f.name.replace("fineweb_val_", "fineweb_val_bytes_")) for f in files]
+    base, space, boundary = build_byte_luts(sp, args.vocab_size)
     if not any(s.exists() for s in sidecars):
         require(not is_caseops(sp), f"TOKENIZER_PATH={args.tokenizer_path} (CaseOps) needs byte "
                 f"sidecars fineweb_val_bytes_*.bin in DATA_PATH={args.data_path}: build them (data/README.md: CaseOps)")
-        return tokenizer_bytes(tokens, *build_byte_luts(sp, args.vocab_size)), dict(val_bytes="tokenizer")
-    wrong = [s.name for s, f in zip(sidecars, files) if not s.exists() or read_shard_header(s) != read_shard_header(f)]
-    require(not wrong, f"DATA_PATH={args.data_path}: {', '.join(wrong)} missing or not as long as its shard: rebuild.")
-    source = dict(val_bytes="sidecar", val_bytes_sha256=",".join(map(file_sha256, sidecars)))  # as the manifest's
-    return torch.cat([load_data_shard(s) for s in sidecars]).to(torch.int32), source
+        return tokenizer_bytes(tokens, base, space, boundary), dict(val_bytes="tokenizer")
+    here = Path(args.data_path) / "manifest.json"  # what the sidecars count, their sha256
+    try:
+        manifest = json.loads(here.read_text(encoding="utf-8")) if here.is_file() else {}
+        entry = dict((manifest.get("datasets") or [{}])[0])
+    except (ValueError, AttributeError, TypeError, KeyError):  # not JSON, or not a manifest's shape
+        raise ConfigError(f"{here} is not a manifest of data/: rebuild or download the data again.") from None
+    redo = "rebuild them: data/build_shards.py" if "built_with" in manifest else "download them again"
+    wrong = [s.name for s, f in zip(sidecars, files)  # the same size: the same header and length
+             if not s.exists() or s.stat().st_size != f.stat().st_size]
+    require(not wrong, f"DATA_PATH={args.data_path}: {', '.join(wrong)} missing or not as long as "
+            f"its shard: {redo}.")
+    kind = "sidecar_raw" if entry.get("val_bytes") == "sidecar_raw" else "sidecar"  # data/README.md
+    digests = list(map(file_sha256, sidecars))
+    listed = {f.get("name"): f.get("sha256") for f in entry.get("files", [])}
+    wrong = [f"{s.name} not its sha256" for s, d in zip(sidecars, digests) if listed.get(s.name, d) != d]
+    counts = torch.cat([load_data_shard(s) for s in sidecars]).to(torch.int32)
+    marks = [sp.piece_to_id(c) for c in "\ue001\ue002\ue003\ue004" if is_caseops(sp)]  # 0 bytes
+    implied = tokenizer_bytes(tokens, base.index_fill(0, torch.tensor(marks).long(), 0), space, boundary)
+    for p in (tokens[:-1] == sp.piece_to_id("\ue004")).nonzero()[:, 0].tolist():  # after ESC: 3
+        implied[p + 1] += 3 * int(implied[p] == 0 and tokens[p + 1] in marks)
+    starts = tokens == sp.bos_id()
+    doc = (starts.cumsum(0) - 1).clamp(min=0)  # each token's document
+    theirs, ours = (torch.bincount(doc, c.double()) for c in (counts, implied))
+    off = counts != implied  # sidecar_raw: each document's start 0, its total near its tokens'
+    off = off if kind == "sidecar" else counts[starts].bool() | ((theirs - ours).abs() > 64 + ours / 8)
+    wrong += [f"{int(off.sum())} {'tokens' if kind == 'sidecar' else 'documents'} off"] * off.any()
+    require(not wrong, f"DATA_PATH={args.data_path}: byte sidecars ({kind}) not of these shards "
+            f"({'; '.join(wrong)}): {redo} (which bytes they count: data/README.md).")
+    return counts, dict(val_bytes=kind, val_bytes_sha256=",".join(digests))
 
 def window_starts(val: ValData, stride: int) -> Tensor:  # every `stride` tokens (0: seq_len), while a window scores
     return torch.arange(0, val.tokens.numel() - 1 - (val.seq_len - (stride or val.seq_len)), stride or val.seq_len)

@@ -22,7 +22,13 @@ documents run on across shard boundaries, so every shard but the last of a split
 The validation split is chosen per document by a hash of its UTF-8 text (below --val-fraction:
 validation), or given outright with --val FILE. So the same text lands in the same split whatever
 the tokenizer (val_bpb of two tokenizers is only comparable on the same text), the split does not
-depend on input order or worker count, and exact duplicates never straddle it.
+depend on input order or worker count, and exact duplicates never straddle it. Or it is the challenge's
+rule, --val-docs N: the first N documents of the inputs, in order, are validation and the rest train,
+in order (blank documents are skipped; the challenge's have none). On the challenge's documents:
+
+  python3 data/cached_challenge_fineweb.py --variant sp1024 --train-shards 0 --with-docs
+  python3 data/build_shards.py data/docs_selected.jsonl --val-docs 50000 \
+      --tokenizer data/tokenizers/fineweb_1024_bpe.model --output data/datasets/fineweb10B_sp1024_rebuilt
 """
 
 from __future__ import annotations
@@ -293,13 +299,13 @@ def load_tokenizer(path: Path) -> spm.SentencePieceProcessor:
 # =================================================================================================
 
 _worker_sp: spm.SentencePieceProcessor | None = None
-_worker_sidecar_below: float | None = None  # CaseOps: documents whose val_hash is below this get byte sidecars
+_worker_caseops = False  # CaseOps: the texts are transformed, and validation documents get byte sidecar values
 
 
-def init_worker(model_proto: bytes, sidecar_below: float | None = None) -> None:
-    global _worker_sp, _worker_sidecar_below
+def init_worker(model_proto: bytes, use_caseops: bool = False) -> None:
+    global _worker_sp, _worker_caseops
     _worker_sp = spm.SentencePieceProcessor(model_proto=model_proto)
-    _worker_sidecar_below = sidecar_below
+    _worker_caseops = use_caseops
 
 
 @dataclass
@@ -308,7 +314,7 @@ class EncodedBatch:
     lengths: np.ndarray  # (docs,) int64, BOS included
     text_bytes: np.ndarray  # (docs,) int64: UTF-8 bytes of the document as read
     normalized_bytes: np.ndarray  # (docs,) int64: UTF-8 bytes of the text the tokens decode to
-    val_hash: np.ndarray  # (docs,) float64: unit_hash for the validation split
+    is_val: np.ndarray  # (docs,) bool: the document is in the validation split
     token_bytes: list[np.ndarray | None]  # CaseOps validation documents: the sidecar's values, BOS (0) included
 
 
@@ -326,11 +332,15 @@ def caseops_token_bytes(sp: spm.SentencePieceProcessor, ids: list[int], text: st
     return counts
 
 
-def encode_batch(texts: list[str]) -> EncodedBatch:
-    sp, sidecar_below = _worker_sp, _worker_sidecar_below
-    if sidecar_below is not None:  # CaseOps: the normalized text (what bpb counts), transformed, is what is encoded
-        texts_read, texts = texts, [normalized_text(sp, t) for t in texts]
-    ids = sp.encode([caseops.encode(t) for t in texts] if sidecar_below is not None else texts, num_threads=1)
+def encode_batch(documents: list[tuple[str, bool]]) -> EncodedBatch:
+    """Encode (text, is_val) pairs: each document is BOS + its ids; CaseOps validation documents get their byte
+    sidecar values."""
+    sp, use_caseops = _worker_sp, _worker_caseops
+    texts_read = [text for text, _ in documents]
+    is_val = np.array([v for _, v in documents], dtype=bool)
+    # CaseOps: the normalized text (what bpb counts), transformed, is what is encoded
+    texts = [normalized_text(sp, t) for t in texts_read] if use_caseops else texts_read
+    ids = sp.encode([caseops.encode(t) for t in texts] if use_caseops else texts, num_threads=1)
     lengths = np.array([len(x) + 1 for x in ids], dtype=np.int64)
     tokens = np.empty(int(lengths.sum()), dtype=np.uint16)
     pos = 0
@@ -338,26 +348,24 @@ def encode_batch(texts: list[str]) -> EncodedBatch:
         tokens[pos] = BOS_ID
         tokens[pos + 1 : pos + 1 + len(doc)] = doc
         pos += 1 + len(doc)
-    read = texts if sidecar_below is None else texts_read  # as read: the split is by the original text's hash
-    val_hash = np.array([unit_hash(t, b"val-split") for t in read], dtype=np.float64)
     return EncodedBatch(
         tokens=tokens,
         lengths=lengths,
-        text_bytes=np.array([len(t.encode("utf-8")) for t in read], dtype=np.int64),
+        text_bytes=np.array([len(t.encode("utf-8")) for t in texts_read], dtype=np.int64),
         normalized_bytes=np.array([len(normalized_text(sp, t).encode("utf-8")) for t in texts], dtype=np.int64),
-        val_hash=val_hash,
+        is_val=is_val,
         token_bytes=[
-            caseops_token_bytes(sp, doc, text) if sidecar_below is not None and h < sidecar_below else None
-            for doc, text, h in zip(ids, texts, val_hash)
+            caseops_token_bytes(sp, doc, text) if use_caseops and v else None
+            for doc, text, v in zip(ids, texts, is_val)
         ],
     )
 
 
-def batches(texts: Iterable[str], batch_bytes: int = BATCH_BYTES) -> Iterator[list[str]]:
+def batches(documents: Iterable[tuple[str, bool]], batch_bytes: int = BATCH_BYTES) -> Iterator[list[tuple[str, bool]]]:
     batch, size = [], 0
-    for text in texts:
-        batch.append(text)
-        size += len(text)
+    for document in documents:
+        batch.append(document)
+        size += len(document[0])
         if size >= batch_bytes:
             yield batch
             batch, size = [], 0
@@ -366,16 +374,16 @@ def batches(texts: Iterable[str], batch_bytes: int = BATCH_BYTES) -> Iterator[li
 
 
 def encode_all(
-    texts: Iterable[str], model_proto: bytes, workers: int, sidecar_below: float | None = None
+    documents: Iterable[tuple[str, bool]], model_proto: bytes, workers: int, use_caseops: bool = False
 ) -> Iterator[EncodedBatch]:
-    """Encoded batches in input order (so the output does not depend on the worker count). sidecar_below: CaseOps
-    (None: plain text), the documents whose val_hash is below it get their byte sidecar values."""
+    """Encoded batches of (text, is_val) documents in input order (so the output does not depend on the worker
+    count). use_caseops: the CaseOps form of the text, and byte sidecar values for the validation documents."""
     if workers <= 1:
-        init_worker(model_proto, sidecar_below)
-        yield from map(encode_batch, batches(texts))
+        init_worker(model_proto, use_caseops)
+        yield from map(encode_batch, batches(documents))
         return
-    with multiprocessing.Pool(workers, initializer=init_worker, initargs=(model_proto, sidecar_below)) as pool:
-        yield from pool.imap(encode_batch, batches(texts))
+    with multiprocessing.Pool(workers, initializer=init_worker, initargs=(model_proto, use_caseops)) as pool:
+        yield from pool.imap(encode_batch, batches(documents))
 
 
 # =================================================================================================
@@ -504,6 +512,7 @@ class BuildConfig:
     name: str = ""  # dataset name in the manifest; default: the output folder's name
     quiet: bool = False
     caseops: bool = False  # the CaseOps form of the text (data/caseops.py), validation shards with byte sidecars
+    val_docs: int | None = None  # the first N documents of the inputs are the validation split (the challenge's rule)
 
 
 def check_config(cfg: BuildConfig) -> None:
@@ -512,6 +521,10 @@ def check_config(cfg: BuildConfig) -> None:
         raise BuildError(vocab_size_error(cfg.vocab_size))
     if not 0 <= cfg.val_fraction < 1:
         raise BuildError(f"--val-fraction {cfg.val_fraction} must be in [0, 1).")
+    if cfg.val_docs is not None and cfg.val_docs < 1:
+        raise BuildError(f"--val-docs {cfg.val_docs} must be at least 1 (the challenge's split: --val-docs 50000).")
+    if cfg.val_docs is not None and cfg.val_inputs:
+        raise BuildError("--val-docs and --val both choose the validation split: give one of them.")
     if cfg.shard_tokens < 1:
         raise BuildError(f"--shard-tokens {cfg.shard_tokens} must be positive.")
     if cfg.workers < 1:
@@ -577,68 +590,104 @@ def build(cfg: BuildConfig) -> dict:
         raise
 
 
-def build_into(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> dict:
-    say = (lambda *a: None) if cfg.quiet else (lambda *a: print(*a, flush=True))
-    val_fraction = cfg.val_fraction if not val_files else 0.0
-    t0 = time.perf_counter()
+def labelled_documents(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> Iterator[tuple[str, bool]]:
+    """Every document with its split (True: validation), in the order they are written: the --val files' documents,
+    then the inputs', of which the first --val-docs are validation, or those the hash rule picks (--val-fraction)."""
+    for text in iter_documents(val_files, cfg.text_field):
+        yield text, True
+    val_fraction = 0.0 if val_files else cfg.val_fraction
+    for index, text in enumerate(iter_documents(files, cfg.text_field)):
+        yield text, (index < cfg.val_docs) if cfg.val_docs is not None else is_validation(text, val_fraction)
 
-    def train_texts() -> Iterator[str]:
-        return (t for t in iter_documents(files, cfg.text_field) if not is_validation(t, val_fraction))
 
-    model = None  # the .model bytes of a tokenizer trained here, written once the shards are built
+def split_rule(cfg: BuildConfig, val_files: list[Path]) -> str:
+    if val_files:
+        return "documents of the --val inputs"
+    if cfg.val_docs is not None:
+        return f"the first {cfg.val_docs} documents of the inputs, in order; the rest, in order, train"
+    return f"blake2b(utf-8 text, person=b'val-split') / 2**64 < {cfg.val_fraction}"
+
+
+def choose_tokenizer(cfg: BuildConfig, documents, say) -> tuple[Path, spm.SentencePieceProcessor, bytes | None]:
+    """Step 1: the tokenizer given (--tokenizer), or one trained on a hash-chosen sample of the training documents.
+    Returns its path, the processor and, when trained here, its .model bytes (written once the shards are built)."""
     if cfg.tokenizer is not None:
-        tokenizer_path, sp = Path(cfg.tokenizer), load_tokenizer(Path(cfg.tokenizer))
-    else:
-        tokenizer_path = trained_tokenizer_path(cfg)
-        total = sum(len(t.encode("utf-8")) for t in train_texts())
-        rate = min(1.0, cfg.tokenizer_train_bytes / max(total, 1))
-        say(
-            f"tokenizer: training BPE vocab_size:{cfg.vocab_size} on {rate * total / 1e6:.1f}MB of "
-            f"{total / 1e6:.1f}MB of training text"
+        return Path(cfg.tokenizer), load_tokenizer(Path(cfg.tokenizer)), None
+    t0 = time.perf_counter()
+    total = count = 0
+    for text, is_val in documents():
+        total += 0 if is_val else len(text.encode("utf-8"))
+        count += 1
+    if total == 0:
+        raise BuildError(
+            f"no training document to train the tokenizer on ({count} documents, all validation"
+            + (f": --val-docs {cfg.val_docs} takes the first {cfg.val_docs}" if cfg.val_docs is not None else "")
+            + "). Give more text, fewer validation documents, or a tokenizer with --tokenizer."
         )
-        sample = (t for t in train_texts() if unit_hash(t, b"tokenizer-pick") < rate)
-        model = train_tokenizer_model(sample, cfg.vocab_size, cfg.workers, cfg.caseops)
-        sp = spm.SentencePieceProcessor(model_proto=model)
-        say(f"tokenizer: trained time:{time.perf_counter() - t0:.1f}s (written to {tokenizer_path} with the shards)")
+    rate = min(1.0, cfg.tokenizer_train_bytes / max(total, 1))
+    say(
+        f"tokenizer: training BPE vocab_size:{cfg.vocab_size} on {rate * total / 1e6:.1f}MB of "
+        f"{total / 1e6:.1f}MB of training text"
+    )
+    sample = (t for t, is_val in documents() if not is_val and unit_hash(t, b"tokenizer-pick") < rate)
+    model = train_tokenizer_model(sample, cfg.vocab_size, cfg.workers, cfg.caseops)
+    path = trained_tokenizer_path(cfg)
+    say(f"tokenizer: trained time:{time.perf_counter() - t0:.1f}s (written to {path} with the shards)")
+    return path, spm.SentencePieceProcessor(model_proto=model), model
 
+
+def write_shards(cfg: BuildConfig, sp: spm.SentencePieceProcessor, documents, say) -> dict[str, SplitWriter]:
+    """Step 2: encode the documents (in worker processes) and write each to its split's shards, in input order."""
     writers = {
         s: SplitWriter(cfg.output, s, cfg.shard_tokens, sidecar=cfg.caseops and s == "val") for s in ("val", "train")
     }
-    sources = [(val_files, True), (files, False)]
-    t1, last_report, done_bytes = time.perf_counter(), time.perf_counter(), 0
-    for source_files, all_val in sources:
-        texts = iter_documents(source_files, cfg.text_field)
-        sidecar_below = (1.0 if all_val else val_fraction) if cfg.caseops else None
-        for batch in encode_all(texts, sp.serialized_model_proto(), cfg.workers, sidecar_below):
-            ends = np.cumsum(batch.lengths)
-            for i, end in enumerate(ends):
-                split = "val" if all_val or batch.val_hash[i] < val_fraction else "train"
-                writers[split].add(
-                    batch.tokens[end - batch.lengths[i] : end],
-                    int(batch.text_bytes[i]),
-                    int(batch.normalized_bytes[i]),
-                    batch.token_bytes[i],
-                )
-            done_bytes += int(batch.text_bytes.sum())
-            if time.perf_counter() - last_report > 10:
-                last_report = time.perf_counter()
-                say(f"encoding: {done_bytes / 1e6:.1f}MB {done_bytes / 1e6 / (last_report - t1):.2f}MB/s")
+    t0, last_report, done_bytes = time.perf_counter(), time.perf_counter(), 0
+    for batch in encode_all(documents(), sp.serialized_model_proto(), cfg.workers, cfg.caseops):
+        ends = np.cumsum(batch.lengths)
+        for i, end in enumerate(ends):
+            writers["val" if batch.is_val[i] else "train"].add(
+                batch.tokens[end - batch.lengths[i] : end],
+                int(batch.text_bytes[i]),
+                int(batch.normalized_bytes[i]),
+                batch.token_bytes[i],
+            )
+        done_bytes += int(batch.text_bytes.sum())
+        if time.perf_counter() - last_report > 10:
+            last_report = time.perf_counter()
+            say(f"encoding: {done_bytes / 1e6:.1f}MB {done_bytes / 1e6 / (last_report - t0):.2f}MB/s")
     for writer in writers.values():
         writer.flush()
-    encode_s = time.perf_counter() - t1
+    return writers
+
+
+def check_splits(cfg: BuildConfig, writers: dict[str, SplitWriter], files: list[Path]) -> None:
+    """Step 3: both splits hold documents, and --val-docs N took N of them."""
+    if cfg.val_docs is not None and writers["val"].docs < cfg.val_docs:
+        raise BuildError(
+            f"--val-docs {cfg.val_docs}: the inputs hold only {writers['val'].docs + writers['train'].docs} "
+            "documents (blank ones skipped). Give fewer, or more text."
+        )
     for split, writer in writers.items():
         if writer.docs == 0:
             raise BuildError(
                 f"no document went to the {split} split ({len(files)} input files, "
-                f"--val-fraction {val_fraction}): use more text, change --val-fraction, "
-                "or pass validation documents with --val."
+                f"--val-fraction {cfg.val_fraction}): use more text, change --val-fraction, "
+                "or pass validation documents with --val (or --val-docs N)."
             )
-    if model is not None:
-        write_atomic(tokenizer_path, model)
-        say(f"tokenizer: wrote {tokenizer_path}")
 
+
+def build_manifest(
+    cfg: BuildConfig,
+    writers: dict[str, SplitWriter],
+    tokenizer_path: Path,
+    sp: spm.SentencePieceProcessor,
+    trained: bool,
+    inputs: list[Path],
+    rule: str,
+) -> dict:
+    """Step 4: the manifest of what was built: the shards, the tokenizer and how the split was made."""
     name = cfg.name or cfg.output.name
-    manifest = {
+    return {
         "format": {
             "magic": train_gpt.SHARD_MAGIC,
             "version": train_gpt.SHARD_VERSION,
@@ -667,13 +716,10 @@ def build_into(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> di
                     "tokens_val": writers["val"].tokens,
                 },
                 "splits": {s: w.stats() for s, w in writers.items()},
-                "split_rule": (
-                    "documents of the --val inputs"
-                    if val_files
-                    else f"blake2b(utf-8 text, person=b'val-split') / 2**64 < {val_fraction}"
-                ),
+                "split_rule": rule,
                 "files": writers["val"].files + writers["train"].files,
-                # CaseOps: the transform, and where bpb's bytes come from (the sidecars: the original text's)
+                # CaseOps: the transform, and where bpb's bytes come from: the sidecars, which count the bytes of
+                # the text as the tokenizer normalizes it (data/README.md, "Which bytes a sidecar counts")
                 "caseops": caseops.NAME if cfg.caseops else None,
                 "val_bytes": "sidecar" if cfg.caseops else "tokenizer",
             }
@@ -685,13 +731,14 @@ def build_into(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> di
                 "vocab_size": sp.vocab_size(),
                 "model_path": f"tokenizers/{tokenizer_path.name}",
                 "sha256": file_sha256(tokenizer_path),
-                "trained_here": model is not None,
+                "trained_here": trained,
                 "settings": {**TOKENIZER_SETTINGS, **caseops_settings(cfg.caseops), "vocab_size": sp.vocab_size()}
-                if model is not None
+                if trained
                 else None,
             }
         ],
-        "inputs": [str(p) for p in val_files + files],
+        "inputs": [str(p) for p in inputs],
+        "inputs_sha256": [file_sha256(p) for p in inputs],  # with --val-docs: docs_selected.jsonl's docs_sha256
         "built_with": {
             "script": "data/build_shards.py",
             "python": platform.python_version(),
@@ -699,14 +746,33 @@ def build_into(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> di
             "numpy": np.__version__,
             "workers": cfg.workers,
         },
-        "encode_seconds": round(encode_s, 3),
     }
+
+
+def build_into(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> dict:
+    """The pipeline: tokenizer, shards, the splits checked, the tokenizer written (if trained here), the manifest."""
+    say = (lambda *a: None) if cfg.quiet else (lambda *a: print(*a, flush=True))
+
+    def documents() -> Iterator[tuple[str, bool]]:
+        return labelled_documents(cfg, files, val_files)
+
+    tokenizer_path, sp, model = choose_tokenizer(cfg, documents, say)
+    t0 = time.perf_counter()
+    writers = write_shards(cfg, sp, documents, say)
+    encode_s = time.perf_counter() - t0
+    check_splits(cfg, writers, files)
+    if model is not None:
+        write_atomic(tokenizer_path, model)
+        say(f"tokenizer: wrote {tokenizer_path}")
+    rule = split_rule(cfg, val_files)
+    manifest = build_manifest(cfg, writers, tokenizer_path, sp, model is not None, val_files + files, rule)
+    manifest["encode_seconds"] = round(encode_s, 3)
     write_json(cfg.output / "manifest.json", manifest)
-    total_mb = done_bytes / 1e6
+    text_mb = (writers["train"].text_bytes + writers["val"].text_bytes) / 1e6
     say(
         f"done: {cfg.output} train_tokens:{writers['train'].tokens} val_tokens:{writers['val'].tokens} "
-        f"docs:{writers['train'].docs + writers['val'].docs} text:{total_mb:.1f}MB encode_time:{encode_s:.1f}s "
-        f"throughput:{total_mb / max(encode_s, 1e-9):.2f}MB/s workers:{cfg.workers} "
+        f"docs:{writers['train'].docs + writers['val'].docs} text:{text_mb:.1f}MB encode_time:{encode_s:.1f}s "
+        f"throughput:{text_mb / max(encode_s, 1e-9):.2f}MB/s workers:{cfg.workers} "
         f"tokens_per_byte:{writers['val'].stats()['tokens_per_byte']:.4f}(val)"
         + (f" caseops:sidecar_bytes:{writers['val'].sidecar_bytes}(val)" if cfg.caseops else "")
     )
@@ -859,6 +925,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--val-fraction", type=float, default=0.01, help="share of documents for validation (default: %(default)s)"
+    )
+    p.add_argument(
+        "--val-docs",
+        type=int,
+        metavar="N",
+        help="the first N documents of the inputs, in order, are the validation split and the rest train, in order: "
+        "the challenge's split (--val-docs 50000 on docs_selected.jsonl); then --val-fraction is not used",
     )
     p.add_argument(
         "--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens per shard (default: %(default)s)"

@@ -14,6 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import sentencepiece as spm
 import torch
@@ -236,3 +237,128 @@ def test_the_records_caseops_enabled_runs_unchanged_here():
     assert Hyperparameters.from_env({"CASEOPS_ENABLED": "1", "RUN_ID": "r"}) == Hyperparameters.from_env(
         {"RUN_ID": "r"}
     )
+
+
+# ---- Issue 44 row 1 / issue 41: a sidecar must count these shards' bytes, by the convention its manifest names ----
+
+
+def caseops_error(data: TinyData, folder: Path, tmp_path: Path, **env) -> str:
+    """The message that refuses DATA_PATH=folder before training (the pre-flight)."""
+    args = Hyperparameters.from_env(tiny_env(dataclasses.replace(data, data_path=folder), tmp_path, **env))
+    with pytest.raises((train_gpt.ConfigError, train_gpt.ShardError)) as raised:
+        train_gpt.preflight(args, ONE_CPU)
+    return str(raised.value)
+
+
+def split_like(values: np.ndarray, folder: Path) -> None:
+    """Write values over the folder's sidecars, each as long as its shard."""
+    start = 0
+    for sidecar in sorted(folder.glob("fineweb_val_bytes_*.bin")):
+        n = train_gpt.read_shard_header(sidecar)
+        build_shards.write_data_shard(sidecar, values[start : start + n])
+        start += n
+
+
+def edit_manifest(folder: Path, **changes) -> None:
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    manifest["datasets"][0].update(changes)
+    (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+
+
+def sidecars_in_manifest(folder: Path) -> list[dict]:
+    """The manifest's file list with each sidecar's sha256 as it is now."""
+    files = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["datasets"][0]["files"]
+    for f in files:
+        f["sha256"] = build_shards.file_sha256(folder / f["name"])
+    return files
+
+
+def test_a_sidecar_of_another_build_is_refused_before_scoring(caseops_data, tmp_path):
+    """Issue 44 row 1: the sidecars of another build of other documents (the same tokenizer), cut to this split's
+    length, once divided val_bpb silently. Each check refuses them on its own: the per-token count (this project's
+    sidecars), the per-document count with document starts at 0 (sidecar_raw), the manifest's sha256."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "val.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in caseops_data.val_docs[::-1]))
+    (other / "train.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in caseops_data.train_docs[:20]))
+    argv = [str(other / "train.jsonl"), "--val", str(other / "val.jsonl"), "--output", str(other / "shards")]
+    argv += ["--caseops", "--tokenizer", str(caseops_data.tokenizer_path), "--workers", "1"]
+    build_shards.build(dataclasses.replace(build_shards.parse_args(argv), quiet=True))
+    foreign = train_gpt.load_data_shard(other / "shards" / "fineweb_val_bytes_000000.bin").numpy()
+    folder = tmp_path / "shards"
+    shutil.copytree(caseops_data.data_path, folder)
+    split_like(foreign, folder)
+    message = caseops_error(caseops_data, folder, tmp_path)  # as it comes: the manifest lists other sha256s
+    assert "byte sidecars (sidecar) not of these shards" in message
+    assert "fineweb_val_bytes_000000.bin not its sha256" in message
+    assert re.search(r"\d+ tokens off", message) and "rebuild them: data/build_shards.py" in message
+    edit_manifest(folder, files=sidecars_in_manifest(folder))  # the sha256 agree: the counts alone refuse them
+    message = caseops_error(caseops_data, folder, tmp_path, RUN_ID="b")
+    assert re.search(r"\(\d+ tokens off\)", message) and "sha256" not in message
+    edit_manifest(folder, val_bytes="sidecar_raw")  # counted as the original documents' bytes: per document
+    assert re.search(r"\(\d+ documents off\)", caseops_error(caseops_data, folder, tmp_path, RUN_ID="c"))
+    shutil.rmtree(folder)  # the sidecars as built, the manifest's sha256 of one changed: refused for that alone
+    shutil.copytree(caseops_data.data_path, folder)
+    files = sidecars_in_manifest(folder)
+    files[[f["name"] for f in files].index("fineweb_val_bytes_000001.bin")]["sha256"] = "0" * 64
+    edit_manifest(folder, files=files)
+    message = caseops_error(caseops_data, folder, tmp_path, RUN_ID="d")
+    assert "(fineweb_val_bytes_000001.bin not its sha256)" in message
+
+
+def raw_sidecar_values(data: TinyData) -> np.ndarray:
+    """A stand-in for the records' exporter: this project's sidecar values, each document's largest count changed
+    so that the document adds up to its original UTF-8 bytes (not the bytes of its normalized text)."""
+    tokens = torch.cat([train_gpt.load_data_shard(f) for f in sorted(data.data_path.glob("fineweb_val_0*.bin"))])
+    values = sidecar_bytes(data).numpy().astype(np.int64)
+    starts = list(np.flatnonzero(tokens.numpy() == build_shards.BOS_ID)) + [len(values)]
+    assert len(starts) - 1 == len(data.val_docs)
+    for doc, a, b in zip(data.val_docs, starts, starts[1:]):
+        values[a + 1 + np.argmax(values[a + 1 : b])] += len(doc.encode("utf-8")) - values[a:b].sum()
+    assert values.min() >= 0
+    return values
+
+
+def test_sidecars_that_count_the_original_bytes_are_scored_as_they_are_and_named(caseops_data, tmp_path):
+    """Issue 41: the records' sidecars count the original document's UTF-8 bytes (sidecar_raw in the manifest); ours
+    the bytes of the text as the tokenizer normalizes it (sidecar). Both are taken as they are, and the log's
+    val_bytes says which; their totals differ on a document with collapsed whitespace."""
+    folder = tmp_path / "shards"
+    shutil.copytree(caseops_data.data_path, folder)
+    split_like(raw_sidecar_values(caseops_data), folder)
+    edit_manifest(folder, files=sidecars_in_manifest(folder), val_bytes="sidecar_raw")
+    data = dataclasses.replace(caseops_data, data_path=folder)
+    val = train_gpt.preflight(Hyperparameters.from_env(tiny_env(data, tmp_path)), ONE_CPU).val
+    assert val.bytes_from["val_bytes"] == "sidecar_raw"
+    ours = train_gpt.preflight(Hyperparameters.from_env(tiny_env(caseops_data, tmp_path, RUN_ID="o")), ONE_CPU).val
+    assert ours.bytes_from["val_bytes"] == "sidecar"
+    raw_total = sum(len(d.encode("utf-8")) for d in caseops_data.val_docs)
+    normalized_total = sum(
+        len(build_shards.normalized_text(caseops_data.sp, d).encode()) for d in caseops_data.val_docs
+    )
+    assert int(sidecar_bytes(data).sum()) == raw_total and int(sidecar_bytes(caseops_data).sum()) == normalized_total
+    whitespace = "   leading spaces,\ttabs\n\nand  blank   lines   "  # one of the tiny data's documents
+    assert whitespace in caseops_data.val_docs
+    assert (len(whitespace.encode()), len(build_shards.normalized_text(caseops_data.sp, whitespace))) == (46, 36)
+    assert raw_total - normalized_total >= 46 - 36
+    edit_manifest(folder, val_bytes="sidecar")  # the same values taken for ours: refused token by token
+    assert re.search(r"\(\d+ tokens off\)", caseops_error(caseops_data, folder, tmp_path, RUN_ID="x"))
+
+
+def test_a_truncated_sidecar_built_here_is_to_be_rebuilt_not_fetched(caseops_data, tmp_path):
+    """Issue 44 row 7: a sidecar cut by 100 bytes in a folder data/build_shards.py made: rebuild it, it was never
+    downloaded; in a downloaded folder (its manifest not made here) download it again."""
+    folder = tmp_path / "shards"
+    shutil.copytree(caseops_data.data_path, folder)
+    sidecar = folder / "fineweb_val_bytes_000000.bin"
+    sidecar.write_bytes(sidecar.read_bytes()[:-100])
+    message = caseops_error(caseops_data, folder, tmp_path)
+    assert (
+        "fineweb_val_bytes_000000.bin missing or not as long as its shard: rebuild them: data/build_shards.py"
+        in message
+    )
+    assert "fetch" not in message and "download" not in message
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    del manifest["built_with"]
+    (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    assert "as long as its shard: download them again" in caseops_error(caseops_data, folder, tmp_path, RUN_ID="b")

@@ -28,10 +28,12 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 class FakeHub:
-    """Serves {path: bytes} as a hub dataset repo; counts the GETs of each path."""
+    """Serves {path: bytes} as a hub dataset repo (and other_repos, {repo_id: files}, beside it); counts the GETs of
+    each path."""
 
-    def __init__(self, files: dict[str, bytes], repo_id: str = REPO):
+    def __init__(self, files: dict[str, bytes], repo_id: str = REPO, other_repos: dict | None = None):
         self.files, self.repo_id, self.gets = dict(files), repo_id, {}
+        self.repos = {repo_id: self.files, **(other_repos or {})}
         hub = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -46,15 +48,15 @@ class FakeHub:
 
             def answer(self, body: bool):
                 m = re.fullmatch(r"/datasets/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", self.path)
-                if not m or m.group(1) != hub.repo_id:
+                if not m or m.group(1) not in hub.repos:
                     return self.error(404, "RepoNotFound")
                 if m.group(2) not in ("main", COMMIT):
                     return self.error(404, "RevisionNotFound")
-                data = hub.files.get(m.group(3))
+                data = hub.repos[m.group(1)].get(m.group(3))
                 if data is None:
                     return self.error(404, "EntryNotFound")
                 # LFS files carry their sha256 as the ETag; small git files a sha1.
-                lfs = m.group(3).endswith((".bin", ".model"))
+                lfs = m.group(3).endswith((".bin", ".model", ".jsonl"))
                 etag = hashlib.sha256(data).hexdigest() if lfs else hashlib.sha1(data).hexdigest()
                 start = 0
                 if body and self.headers.get("Range"):

@@ -153,6 +153,11 @@ def build_empty_split(t: Trial):
     return message
 
 
+def build_val_docs_too_many(t: Trial):
+    docs = write_jsonl(t.tmp / "d.jsonl", english_docs(30))
+    return build(t, str(docs), "--val-docs", "31", "--tokenizer", str(t.tokenizer))
+
+
 def build_tokenizer_taken(t: Trial):
     (t.tmp / "taken.model").write_bytes(b"mine")
     docs = write_jsonl(t.tmp / "d.jsonl", english_docs(5))
@@ -406,6 +411,7 @@ TRIGGERS = {
     "a `--tokenizer` whose BOS id is not 1, or with over 65536 tokens": build_bad_tokenizer,
     "`--output` already holds shards": build_output_taken,
     "too little text for one of the two splits": build_empty_split,
+    "`--val-docs N` (the challenge's split) over the number of documents, with `--tokenizer`": build_val_docs_too_many,
     "the tokenizer to train would replace a file (`--tokenizer-out`; default `data/tokenizers/<output name>.model`)": (
         build_tokenizer_taken
     ),
