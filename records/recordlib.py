@@ -66,17 +66,31 @@ def same_setting(key: str, a, b) -> bool:
 STEP = re.compile(r"(?:^|\s)step:\s*(\d+)/(\d+)|^(\d+)/(\d+)\s")
 TRAIN_TIME = re.compile(r"(?:^|\s)train_time:\s*([0-9.]+)(ms|s|m)\b")
 EVAL_TIME = re.compile(r"(?:^|\s)eval_time:\s*([0-9.]+)ms\b")
+# The 2026-04-10 records and later state their scoring's time once, excluding the "diagnostic" evaluations that
+# score nothing they submit: total_eval_time:500.1s.
+TOTAL_EVAL_TIME = re.compile(r"^total_eval_time:\s*([0-9.]+)s\b")
+DIAGNOSTIC = re.compile(r"^diagnostic\b", re.IGNORECASE)
 GPTQ_TIME = re.compile(r"(?:^|\s)gptq_time:\s*([0-9.]+)ms\b|^GPTQ:collected \d+ Hessians in ([0-9.]+)s")
 TRAIN_LOSS = re.compile(r"(?:^|\s)train_loss:\s*(-?[0-9.]+(?:e[-+]?\d+)?|nan|inf)\b")
 VAL_BPB = re.compile(r"(?:^|\s)val_bpb:\s*([0-9.]+)")
-# The score: the last of these lines. Ours and the 2026-03 records print final_<format>_exact, the
-# 2026-04 records quantized (and quantized_sliding_window, last, when it is on).
-SCORE = re.compile(r"^(final_\w+_exact|quantized\w*) val_loss:\s*([0-9.]+) val_bpb:\s*([0-9.]+)")
-ARTIFACT = re.compile(r"^artifact:\S|^Total submission size \S+: \d+ bytes")
+# The score: the last of these lines. Ours and the 2026-03 records print final_<format>_exact (some records
+# final_int6_roundtrip, final_sliding_window_eval_exact stride:64, final_ttt_lora, final_sliding), legal TTT
+# legal_ttt_exact, the 2026-04 records quantized, quantized_sliding_window, quantized_ttt, quantized_ttt_lora,
+# quantized_ttt_phased. "diagnostic quantized ..." lines are not scores (they do not start the line).
+SCORE = re.compile(r"^((?:final|quantized|legal_ttt)\w*)(?: stride:\d+)? val_loss:\s*([0-9.]+) val_bpb:\s*([0-9.]+)")
+ARTIFACT = re.compile(r"^artifact:\S|^Total submission size \S+: \d+ bytes|^budget:\d+/")
 ARTIFACT_SHA256 = re.compile(r"^artifact:\S+ sha256:([0-9a-f]{64})\b")
 MODEL_BYTES = re.compile(r"(?:^|\s)model_bytes:(\d+)|^Serialized model \S+: (\d+) bytes")
-CODE_BYTES = re.compile(r"(?:^|\s)code_bytes:(\d+)|^Code size: (\d+) bytes")
-TOTAL_BYTES = re.compile(r"(?:^|\s)total_bytes:(\d+)|^Total submission size \S+: (\d+) bytes")
+# Code bytes: ours, the 2026-03 records' "Code size: N bytes", the 2026-04-13 records' "Code size (compressed)"
+# (the packed file that ships; their "(uncompressed)" line is the source inside it), the ternary record's
+# "artifact:15.92MB ... code:N" with its "budget:TOTAL/16000000" line.
+CODE_BYTES = re.compile(
+    r"(?:^|\s)code_bytes:(\d+)|^Code size(?: \(compressed\))?: (\d+) bytes|^artifact:\S+MB .* code:(\d+)$"
+)
+CODE_BYTES_UNPACKED = re.compile(r"^Code size \(uncompressed\): (\d+) bytes")  # what the compressed size packed
+TOTAL_BYTES = re.compile(r"(?:^|\s)total_bytes:(\d+)|^Total submission size \S+: (\d+) bytes|^budget:(\d+)/")
+# A clock at the head of every line (the 2026-04-13 record's logs: "1776142360.540 seed: 0"): dropped on reading.
+LINE_CLOCK = re.compile(r"^\d{9,10}\.\d+ ", re.MULTILINE)
 WORLD_SIZE = re.compile(r"(?:^|\s)world_size:\s*(\d+)")
 # The validation tokens a run scores (the split cut to whole sequences): ours and the 2026-04 records log
 # val_tokens:N, the 2026-03 records "val_loader:shards pattern=... tokens:N".
@@ -111,6 +125,7 @@ class RunLog:
     gptq_ms: float = 0.0  # GPTQ after training: counts inside the training limit
     eval_ms: float | None = None  # eval_time summed over the lines after the artifact line
     code_bytes: int | None = None  # as logged
+    code_bytes_unpacked: int | None = None  # the source whose packed size code_bytes is, where the log says both
     model_bytes: int | None = None
     total_bytes: int | None = None  # as logged
     gpus: list[str] = field(default_factory=list)
@@ -126,6 +141,16 @@ class RunLog:
     @property
     def name(self) -> str:
         return self.path.name
+
+    @property
+    def closing_step_ms(self) -> float | None:
+        """The mean step time over the last two train_time points of the run: the pace of the step that crossed the
+        time limit."""
+        points = sorted({(p.step, p.train_ms) for p in self.train_loss + self.val_bpb_curve if p.train_ms is not None})
+        points = [(step, ms) for step, ms in points if self.train_ms is None or ms <= self.train_ms]
+        if len(points) >= 2 and points[-1][0] > points[-2][0]:
+            return (points[-1][1] - points[-2][1]) / (points[-1][0] - points[-2][0])
+        return self.train_ms / self.steps if self.train_ms and self.steps else None
 
     @property
     def seed(self) -> int | None:
@@ -195,11 +220,11 @@ def read_log(path: str | Path) -> RunLog:
     with open(path, encoding="utf-8", errors="replace", newline="") as f:  # newline="": the bytes' line ends
         text = f.read()
     script, body = split_head(text)
-    lines = body.splitlines()
+    lines = LINE_CLOCK.sub("", body).splitlines()
     config, source = read_config(lines)
     log = RunLog(path, script, config, source)
     artifact_at = max((i for i, line in enumerate(lines) if ARTIFACT.search(line)), default=None)
-    eval_ms = []
+    eval_ms, stated_eval_ms = [], None
     for i, line in enumerate(lines):
         if FAILURE.match(line):
             log.failure = line
@@ -218,11 +243,16 @@ def read_log(path: str | Path) -> RunLog:
                 log.train_ms = time_ms
         if match := GPTQ_TIME.search(line):
             log.gptq_ms += float(match.group(1)) if match.group(1) else 1000 * float(match.group(2))
-        if artifact_at is not None and i > artifact_at and (match := EVAL_TIME.search(line)):
-            eval_ms.append(float(match.group(1)))
+        if artifact_at is not None and i > artifact_at and not DIAGNOSTIC.match(line):
+            if match := EVAL_TIME.search(line):
+                eval_ms.append(float(match.group(1)))
+            if match := TOTAL_EVAL_TIME.match(line):
+                stated_eval_ms = round(1000 * float(match.group(1)), 3)
         for pattern, name in [(MODEL_BYTES, "model_bytes"), (CODE_BYTES, "code_bytes"), (TOTAL_BYTES, "total_bytes")]:
             if match := pattern.search(line):
-                setattr(log, name, int(match.group(1) or match.group(2)))
+                setattr(log, name, int(next(g for g in match.groups() if g is not None)))
+        if match := CODE_BYTES_UNPACKED.match(line):
+            log.code_bytes_unpacked = int(match.group(1))
         if match := WORLD_SIZE.search(line):
             log.world_size = int(match.group(1))
         if log.val_tokens is None and (match := VAL_TOKENS.search(line)):
@@ -240,6 +270,10 @@ def read_log(path: str | Path) -> RunLog:
             log.val_bpb_curve.append(Point(step, float(match.group(1)), time_ms))
     if artifact_at is not None and eval_ms:
         log.eval_ms = sum(eval_ms)
+    if stated_eval_ms is not None:  # the log's own sum, which leaves out its diagnostic evaluations
+        log.eval_ms = stated_eval_ms
+    if log.model_bytes is None and log.total_bytes is not None and log.code_bytes is not None:
+        log.model_bytes = log.total_bytes - log.code_bytes  # the ternary record states code and total only
     # The 2026-04 records log no time on validation lines: take the train line's at the same step.
     times = {p.step: p.train_ms for p in log.train_loss if p.train_ms is not None}
     if log.train_ms is not None and log.steps is not None:
@@ -284,19 +318,29 @@ def same_config(a: RunLog, b: RunLog, ignore: set[str] = frozenset()) -> bool:
 
 def log_paths(folder: Path) -> list[Path]:
     """The logs in a submission folder: *.log (what make_submission.py writes) and *.txt (train_gpt.py's
-    own name for them), but not requirements.txt."""
+    own name for them), but not requirements.txt; also those in its logs/ folder (the 2026-04-10 records)."""
     found = [
         p
-        for p in folder.iterdir()
+        for where in (folder, folder / "logs")
+        if where.is_dir()
+        for p in where.iterdir()
         if p.is_file() and (p.suffix == ".log" or (p.suffix == ".txt" and not p.name.startswith("requirements")))
     ]
     return sorted(found, key=lambda p: [int(s) if s.isdigit() else s for s in re.split(r"(\d+)", p.name)])
 
 
+def submission_path(folder: Path) -> Path | None:
+    """submission.json, else the folder's one submission*.json (the 2026-03-24 record's submission_ternary.json)."""
+    if (folder / "submission.json").is_file():
+        return folder / "submission.json"
+    found = sorted(folder.glob("submission*.json")) if folder.is_dir() else []
+    return found[0] if len(found) == 1 else None
+
+
 def read_submission(folder: Path) -> tuple[dict | None, str | None]:
     """submission.json with numbers as Decimal (their written precision is what a value is checked to)."""
-    path = folder / "submission.json"
-    if not path.is_file():
+    path = submission_path(folder)
+    if path is None:
         return None, "no submission.json"
     try:
         return json.loads(path.read_text(encoding="utf-8"), parse_float=Decimal), None
