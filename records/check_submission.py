@@ -124,6 +124,7 @@ def load(folder: Path) -> Submission:
     submission, submission_error = R.read_submission(folder)
     track, note = find_track(folder, submission)
     logs = R.complete_with_rescores([R.read_log(p) for p in R.log_paths(folder)])  # a run stopped while scoring
+    logs = R.claim_scores(logs, submission)
     return Submission(
         folder,
         track,
@@ -211,7 +212,8 @@ def check_final_line(s: Submission) -> Verdict:
         elif log.val_bpb is None:
             problems.append(f"{log.name}: no final score line (final_<format>_exact val_loss:... val_bpb:...)")
         else:
-            found.append(f"{log.name}: {log.score_label} val_loss:{log.val_loss} val_bpb:{log.val_bpb}")
+            claim = f" ({log.claimed_note})" if log.claimed_note else ""
+            found.append(f"{log.name}: {log.score_label} val_loss:{log.val_loss} val_bpb:{log.val_bpb}{claim}")
     if not s.logs:
         problems.append("no logs")
     return Verdict("final_line", not problems, "; ".join(problems or found))
@@ -364,11 +366,11 @@ def check_size(s: Submission) -> Verdict:
             problems.append(f"{log.name}: no compressed model size in the log")
             continue
         totals.append(total)
-        code, how = s.counted_code(log)
+        counted, how = s.counted_code(log)
         if how:
             notes.append((log.name, how))
         if total > R.LIMIT_BYTES:
-            shown = f"{code:,} + {log.model_bytes:,} = " if s.total_bytes(log) is not None else ""
+            shown = f"{counted:,} + {log.model_bytes:,} = " if s.total_bytes(log) is not None else ""
             problems.append(f"{log.name}: {shown}{total:,} bytes > {R.LIMIT_BYTES:,}")
         elif log.total_bytes is not None and log.total_bytes > R.LIMIT_BYTES and not how:
             notes.append(
@@ -785,6 +787,7 @@ def reference_scores(folder: Path) -> Scores:
     j, _ = R.read_submission(folder)
     j = j if isinstance(j, dict) else {}
     logs = R.complete_with_rescores([R.read_log(p) for p in R.log_paths(folder)]) if folder.is_dir() else []
+    logs = R.claim_scores(logs, j)
     results = j.get("seed_results") if isinstance(j.get("seed_results"), dict) else {}
     entries = [r for r in results.values() if isinstance(r, dict)]
     name = R.submission_path(folder).name if R.submission_path(folder) else "submission.json"
@@ -965,7 +968,7 @@ def check_significance(s: Submission, against: Path | None) -> tuple[Verdict, R.
             r = R.improvement_test(ours_loss, ref.loss)
         except ValueError as exc:
             return Verdict("significance", False, f"{exc}; {bpb_note}; {convention}"), None
-        unit, scale, compared = "nats", 1.0, "val_loss"
+        unit, compared, scope = "nats", "val_loss", "the same validation set"
     else:
         agree, bytes_said = same_bytes(ours_text, ref_text, against.name)
         if other_sidecars(ours_text, ref_text) or not agree:
@@ -986,10 +989,11 @@ def check_significance(s: Submission, against: Path | None) -> tuple[Verdict, R.
             r = R.improvement_test(ours_bpb, ref.bpb, R.MARGIN_NATS * scale)
         except ValueError as exc:
             return Verdict("significance", False, f"{exc}; {bpb_note}; {convention}"), None
-        unit, compared = "bpb", "val_bpb"
+        unit, compared, scope = "bpb", "val_bpb", "compared in val_bpb"
         same_text = (
-            "; ".join(differ)
-            + f", on the same text: {bytes_said}; compared in val_bpb with the margin of {R.MARGIN_NATS} nats per token at {against.name}'s {tokens_per_byte:.6f} tokens per byte = {R.MARGIN_NATS * scale:.5f} bpb"
+            f"the tokenizations differ ({'; '.join(differ)}), the text is the same: {bytes_said}; the margin, "
+            f"{R.MARGIN_NATS} nats per token at {against.name}'s {tokens_per_byte:.6f} tokens per byte, "
+            f"is {R.MARGIN_NATS * scale:.5f} bpb"
         )
     ref_shown = f"{r.ref_mean:.5f}" + (f" ± {r.ref_std:.5f}" if r.ref_std is not None else "")
     verdict = "clears" if r.clears else "does not clear"
@@ -1000,7 +1004,7 @@ def check_significance(s: Submission, against: Path | None) -> tuple[Verdict, R.
     evidence = (
         f"{compared} {r.mean:.5f} ± {r.std:.5f} ({r.n} seeds) vs {against.name} {ref_shown} ({r.ref_n} run(s), "
         f"from the {ref.source}): improvement {r.improvement:.5f} {unit}; {statistic}: {verdict} {R.MARGIN_NATS} nats "
-        f"at p < {R.P_MAX}; {bpb_note}; {convention}; the same validation set: {same_text}"
+        f"at p < {R.P_MAX}; {bpb_note}; {convention}; {scope}: {same_text}"
     )
     return Verdict("significance", r.clears, evidence), r
 
