@@ -16,6 +16,7 @@ sizes, times and seeds. records/README.md lists the rules, the readings the chec
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import re
@@ -254,6 +255,7 @@ RECORDS_PYTHON = (3, 12)
 NEWER_PYTHONS = ("python3.14", "python3.13", "python3.12")
 
 
+@functools.cache
 def newer_python() -> str | None:
     """A Python 3.12+ interpreter on the PATH that runs (a pyenv shim of a version not selected does not)."""
     for name in NEWER_PYTHONS:
@@ -521,6 +523,22 @@ def check_same_config(s: Submission) -> Verdict:
         f"{len(keys)} settings apart from the seed, read from the {first.config_source}",
         OURS,
     )
+
+
+def check_world_size(s: Submission) -> Verdict:
+    """The challenge's 8xH100, as far as the published logs show it: world_size 8 where a log states it. (Only ours
+    name the GPU: `ours: hardware` checks for H100s.)"""
+    if s.track != R.RECORD_TRACK:
+        return Verdict("world_size", True, f"track {s.track} has no hardware rule")
+    wrong = [(log.name, f"world_size {log.world_size}, not 8") for log in s.logs if log.world_size not in (8, None)]
+    unstated = [log.name for log in s.logs if log.world_size is None]
+    stated = len(s.logs) - len(unstated)
+    note = f"; {', '.join(unstated)}: no world_size in the log" if unstated else ""
+    if wrong or not s.logs:
+        return Verdict("world_size", False, (grouped(wrong) or "no logs") + note)
+    if not stated:
+        return Verdict("world_size", True, "no log states its world_size" + note, checked=False)
+    return Verdict("world_size", True, f"{stated} log(s) ran world_size 8" + note)
 
 
 def check_hardware(s: Submission) -> Verdict:
@@ -1016,6 +1034,7 @@ CHALLENGE_RULES = [
     check_size,
     check_train_time,
     check_eval_time,
+    check_world_size,
     check_challenge_fields,
 ]
 OUR_RULES = [

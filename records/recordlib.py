@@ -433,8 +433,14 @@ IMPORT_LINE = re.compile(
 )
 
 
+# A .py file named in a string of the code: the 2026-04-06 HessianSDClip record's train_gpt.py is
+# exec(open(__file__.replace("train_gpt.py","train_gpt_decode.py")).read()), its code in train_gpt_decode.py.
+NAMED_PY = re.compile(r"""["'](?:[^"'\s]*/)?(\w+\.py)["']""")
+
+
 def local_modules(code: str, folder: Path) -> list[Path]:
-    """Files in `folder` that `code` imports (module.py, or every .py of package/): they are code too."""
+    """Files in `folder` that `code` imports (module.py, or every .py of package/) or names in a string (a file it
+    reads and runs): they are code too."""
     try:
         tree = ast.parse(code)
         names = {
@@ -453,6 +459,9 @@ def local_modules(code: str, folder: Path) -> list[Path]:
             found.append(folder / f"{name}.py")
         elif (folder / name / "__init__.py").is_file():
             found.extend(sorted((folder / name).rglob("*.py")))
+    for name in sorted(set(NAMED_PY.findall(code)) - {"train_gpt.py", HUMAN_COPY}):  # a file it reads to run
+        if (folder / name).is_file() and folder / name not in found:
+            found.append(folder / name)
     return found
 
 
