@@ -302,19 +302,15 @@ def check_packed_script(s: Submission) -> Verdict:
     what = "the unpacked code" if s.packed else s.script_path.name
     try:
         error, judge = syntax_error(s.code)
-    except LookupError as exc:
+    except LookupError as exc:  # no Python of the records' grammar: this one's, where the code passes it
         try:
             compile(s.code, "train_gpt.py", "exec")
+            error, judge = None, f"{exc}; no Python 3.12+ on the PATH to judge it by the records' grammar"
+        except SyntaxError as failed:
             return Verdict(
                 "packed_script",
                 True,
-                f"{what} compiles under {exc} (no Python 3.12+ on the PATH to judge it by the records' grammar)",
-            )
-        except SyntaxError as error:
-            return Verdict(
-                "packed_script",
-                True,
-                f"cannot judge under {exc}: {what} fails its grammar at line {error.lineno} ({error.msg}), and the "
+                f"cannot judge under {exc}: {what} fails its grammar at line {failed.lineno} ({failed.msg}), and the "
                 "records ran Python 3.12+, whose grammar is wider; put python3.12 on the PATH to judge it",
                 checked=False,
             )
@@ -326,7 +322,8 @@ def check_packed_script(s: Submission) -> Verdict:
     return Verdict(
         "packed_script",
         True,
-        f"{s.script_path.name} ({len(s.script):,} bytes) unpacks to {len(unpacked):,} bytes of Python that compiles ({judge})",
+        f"{s.script_path.name} ({len(s.script):,} bytes) unpacks to {len(unpacked):,} bytes of Python that compiles "
+        f"({judge})",
     )
 
 
@@ -419,9 +416,8 @@ CLOCK_STEPS = 2
 
 
 def step_ms(log: R.RunLog) -> float | None:
-    """The run's step time at its end: the larger of its mean step and its closing interval's."""
-    times = [t for t in (log.closing_step_ms, log.train_ms / log.steps if log.train_ms and log.steps else None) if t]
-    return max(times) if times else None
+    """The run's step time at its end (its closing interval's)."""
+    return log.closing_step_ms
 
 
 def check_time(s: Submission, rule: str, limit_ms: float, what: str) -> Verdict:
@@ -945,7 +941,7 @@ def same_bytes(ours: ScoredText, ref: ScoredText, name: str) -> tuple[bool | Non
         return None, "the bytes scored are not known on both sides (tokens and tokens per byte)"
     gap = max(abs(x / y - 1) for x in a for y in b)
     shown = f"{'/'.join(f'{x:,.0f}' for x in a)} bytes scored here, {'/'.join(f'{y:,.0f}' for y in b)} in {name}"
-    return gap <= tolerance(ours, ref), shown + " (tokens / tokens per byte)"
+    return gap <= tolerance(ours, ref), shown + " (tokens scored × val_loss / (val_bpb · ln 2))"
 
 
 def conventions(ours: ScoredText, ref: ScoredText, name: str) -> str:
@@ -990,15 +986,19 @@ def check_significance(s: Submission, against: Path | None) -> tuple[Verdict, R.
     else:
         agree, bytes_said = same_bytes(ours_text, ref_text, against.name)
         if other_sidecars(ours_text, ref_text) or not agree:
-            why = "; ".join(differ + ([bytes_said] if agree is False else []))
-            if not why:  # the same tokenization, but the record gives no val_loss and no tokens per byte
-                why = f"{against.name} gives val_bpb only and no log with tokens per byte: its val_loss is not known"
+            if differ or other_sidecars(ours_text, ref_text):
+                why = "; ".join(differ + ([bytes_said] if agree is not True else []))
+                said = f"the two were scored on different validation sets: {why}"
+            else:  # nothing differs, but the record gives no val_loss and its logs no tokens per byte
+                said = (
+                    f"the two cannot be compared: {against.name} gives val_bpb only, and no log with its tokens per "
+                    "byte: neither its val_loss nor the bytes it scored are known"
+                )
             return Verdict(
                 "significance",
                 False,
-                f"the two were scored on different validation sets or cannot be compared: {why}. Scores compare only "
-                f"on the same validation text (in val_loss with the same tokenizer, in val_bpb on the same bytes); "
-                f"{bpb_note}; {convention}",
+                f"{said}. Scores compare only on the same validation text (in val_loss with the same tokenizer, in "
+                f"val_bpb on the same bytes); {bpb_note}; {convention}",
             ), None
         tokens_per_byte = ref_text.tokens_per_byte
         # 0.005 nats per token of the record's tokenization, in bits per byte of the same text

@@ -137,6 +137,7 @@ class RunLog:
     rescored_by: Path | None = None  # the EVAL_ONLY log whose score completes this run (complete_with_rescores)
     train_loss: list[Point] = field(default_factory=list)
     scores: list[tuple[str, float, float]] = field(default_factory=list)  # every score line: (label, loss, bpb)
+    clock: list[tuple[int, float]] = field(default_factory=list)  # (step, train_time ms) as logged, before the artifact
     claimed_note: str | None = None  # set by claim_scores where the score is not the log's last score line
     val_bpb_curve: list[Point] = field(default_factory=list)
 
@@ -146,12 +147,14 @@ class RunLog:
 
     @property
     def closing_step_ms(self) -> float | None:
-        """The mean step time over the last two train_time points of the run: the pace of the step that crossed the
-        time limit."""
-        points = sorted({(p.step, p.train_ms) for p in self.train_loss + self.val_bpb_curve if p.train_ms is not None})
-        points = [(step, ms) for step, ms in points if self.train_ms is None or ms <= self.train_ms]
-        if len(points) >= 2 and points[-1][0] > points[-2][0]:
-            return (points[-1][1] - points[-2][1]) / (points[-1][0] - points[-2][0])
+        """The mean step time between the last two train_time points of the log at different steps, in the order logged (a log holding
+        two runs, like the 2026-03-19 MixedQuant record's, ends with its last run's): the pace of the step that
+        crossed the time limit. The run's mean step where the log has fewer points."""
+        if self.clock:
+            step_b, ms_b = self.clock[-1]
+            earlier = next(((step, ms) for step, ms in reversed(self.clock) if step < step_b), None)
+            if earlier is not None:  # the last point of an earlier step (a validation line may repeat a step)
+                return (ms_b - earlier[1]) / (step_b - earlier[0])
         return self.train_ms / self.steps if self.train_ms and self.steps else None
 
     @property
@@ -244,6 +247,8 @@ def read_log(path: str | Path) -> RunLog:
             time_ms = float(match.group(1)) * UNITS_MS[match.group(2)]
             if artifact_at is None or i < artifact_at:
                 log.train_ms = time_ms
+                if step is not None:
+                    log.clock.append((step, time_ms))
         if match := GPTQ_TIME.search(line):
             log.gptq_ms += float(match.group(1)) if match.group(1) else 1000 * float(match.group(2))
         if artifact_at is not None and i > artifact_at and not DIAGNOSTIC.match(line):
