@@ -66,17 +66,31 @@ def same_setting(key: str, a, b) -> bool:
 STEP = re.compile(r"(?:^|\s)step:\s*(\d+)/(\d+)|^(\d+)/(\d+)\s")
 TRAIN_TIME = re.compile(r"(?:^|\s)train_time:\s*([0-9.]+)(ms|s|m)\b")
 EVAL_TIME = re.compile(r"(?:^|\s)eval_time:\s*([0-9.]+)ms\b")
+# The 2026-04-10 records and later state their scoring's time once, excluding the "diagnostic" evaluations that
+# score nothing they submit: total_eval_time:500.1s.
+TOTAL_EVAL_TIME = re.compile(r"^total_eval_time:\s*([0-9.]+)s\b")
+DIAGNOSTIC = re.compile(r"^diagnostic\b", re.IGNORECASE)
 GPTQ_TIME = re.compile(r"(?:^|\s)gptq_time:\s*([0-9.]+)ms\b|^GPTQ:collected \d+ Hessians in ([0-9.]+)s")
 TRAIN_LOSS = re.compile(r"(?:^|\s)train_loss:\s*(-?[0-9.]+(?:e[-+]?\d+)?|nan|inf)\b")
 VAL_BPB = re.compile(r"(?:^|\s)val_bpb:\s*([0-9.]+)")
-# The score: the last of these lines. Ours and the 2026-03 records print final_<format>_exact, the
-# 2026-04 records quantized (and quantized_sliding_window, last, when it is on).
-SCORE = re.compile(r"^(final_\w+_exact|quantized\w*) val_loss:\s*([0-9.]+) val_bpb:\s*([0-9.]+)")
-ARTIFACT = re.compile(r"^artifact:\S|^Total submission size \S+: \d+ bytes")
+# The score: the last of these lines. Ours and the 2026-03 records print final_<format>_exact (some records
+# final_int6_roundtrip, final_sliding_window_eval_exact stride:64, final_ttt_lora, final_sliding), legal TTT
+# legal_ttt_exact, the 2026-04 records quantized, quantized_sliding_window, quantized_ttt, quantized_ttt_lora,
+# quantized_ttt_phased. "diagnostic quantized ..." lines are not scores (they do not start the line).
+SCORE = re.compile(r"^((?:final|quantized|legal_ttt)\w*)(?: stride:\d+)? val_loss:\s*([0-9.]+) val_bpb:\s*([0-9.]+)")
+ARTIFACT = re.compile(r"^artifact:\S|^Total submission size \S+: \d+ bytes|^budget:\d+/")
 ARTIFACT_SHA256 = re.compile(r"^artifact:\S+ sha256:([0-9a-f]{64})\b")
 MODEL_BYTES = re.compile(r"(?:^|\s)model_bytes:(\d+)|^Serialized model \S+: (\d+) bytes")
-CODE_BYTES = re.compile(r"(?:^|\s)code_bytes:(\d+)|^Code size: (\d+) bytes")
-TOTAL_BYTES = re.compile(r"(?:^|\s)total_bytes:(\d+)|^Total submission size \S+: (\d+) bytes")
+# Code bytes: ours, the 2026-03 records' "Code size: N bytes", the 2026-04-13 records' "Code size (compressed)"
+# (the packed file that ships; their "(uncompressed)" line is the source inside it), the ternary record's
+# "artifact:15.92MB ... code:N" with its "budget:TOTAL/16000000" line.
+CODE_BYTES = re.compile(
+    r"(?:^|\s)code_bytes:(\d+)|^Code size(?: \(compressed\))?: (\d+) bytes|^artifact:\S+MB .* code:(\d+)$"
+)
+CODE_BYTES_UNPACKED = re.compile(r"^Code size \(uncompressed\): (\d+) bytes")  # what the compressed size packed
+TOTAL_BYTES = re.compile(r"(?:^|\s)total_bytes:(\d+)|^Total submission size \S+: (\d+) bytes|^budget:(\d+)/")
+# A clock at the head of every line (the 2026-04-13 record's logs: "1776142360.540 seed: 0"): dropped on reading.
+LINE_CLOCK = re.compile(r"^\d{9,10}\.\d+ ", re.MULTILINE)
 WORLD_SIZE = re.compile(r"(?:^|\s)world_size:\s*(\d+)")
 # The validation tokens a run scores (the split cut to whole sequences): ours and the 2026-04 records log
 # val_tokens:N, the 2026-03 records "val_loader:shards pattern=... tokens:N".
@@ -111,6 +125,7 @@ class RunLog:
     gptq_ms: float = 0.0  # GPTQ after training: counts inside the training limit
     eval_ms: float | None = None  # eval_time summed over the lines after the artifact line
     code_bytes: int | None = None  # as logged
+    code_bytes_unpacked: int | None = None  # the source whose packed size code_bytes is, where the log says both
     model_bytes: int | None = None
     total_bytes: int | None = None  # as logged
     gpus: list[str] = field(default_factory=list)
@@ -121,11 +136,26 @@ class RunLog:
     artifact_sha256: str | None = None  # ours: the artifact: line's
     rescored_by: Path | None = None  # the EVAL_ONLY log whose score completes this run (complete_with_rescores)
     train_loss: list[Point] = field(default_factory=list)
+    scores: list[tuple[str, float, float]] = field(default_factory=list)  # every score line: (label, loss, bpb)
+    clock: list[tuple[int, float]] = field(default_factory=list)  # (step, train_time ms) as logged, before the artifact
+    claimed_note: str | None = None  # set by claim_scores where the score is not the log's last score line
     val_bpb_curve: list[Point] = field(default_factory=list)
 
     @property
     def name(self) -> str:
         return self.path.name
+
+    @property
+    def closing_step_ms(self) -> float | None:
+        """The mean step time between the last two train_time points of the log at different steps, in the order logged (a log holding
+        two runs, like the 2026-03-19 MixedQuant record's, ends with its last run's): the pace of the step that
+        crossed the time limit. The run's mean step where the log has fewer points."""
+        if self.clock:
+            step_b, ms_b = self.clock[-1]
+            earlier = next(((step, ms) for step, ms in reversed(self.clock) if step < step_b), None)
+            if earlier is not None:  # the last point of an earlier step (a validation line may repeat a step)
+                return (ms_b - earlier[1]) / (step_b - earlier[0])
+        return self.train_ms / self.steps if self.train_ms and self.steps else None
 
     @property
     def seed(self) -> int | None:
@@ -195,11 +225,11 @@ def read_log(path: str | Path) -> RunLog:
     with open(path, encoding="utf-8", errors="replace", newline="") as f:  # newline="": the bytes' line ends
         text = f.read()
     script, body = split_head(text)
-    lines = body.splitlines()
+    lines = LINE_CLOCK.sub("", body).splitlines()
     config, source = read_config(lines)
     log = RunLog(path, script, config, source)
     artifact_at = max((i for i, line in enumerate(lines) if ARTIFACT.search(line)), default=None)
-    eval_ms = []
+    eval_ms, stated_eval_ms = [], None
     for i, line in enumerate(lines):
         if FAILURE.match(line):
             log.failure = line
@@ -207,6 +237,7 @@ def read_log(path: str | Path) -> RunLog:
             log.artifact_sha256 = match.group(1)
         if match := SCORE.match(line):
             log.score_label, log.val_loss, log.val_bpb = match.group(1), float(match.group(2)), float(match.group(3))
+            log.scores.append((log.score_label, log.val_loss, log.val_bpb))
         step = None
         if match := STEP.search(line):
             step = int(match.group(1) or match.group(3))
@@ -216,13 +247,20 @@ def read_log(path: str | Path) -> RunLog:
             time_ms = float(match.group(1)) * UNITS_MS[match.group(2)]
             if artifact_at is None or i < artifact_at:
                 log.train_ms = time_ms
+                if step is not None:
+                    log.clock.append((step, time_ms))
         if match := GPTQ_TIME.search(line):
             log.gptq_ms += float(match.group(1)) if match.group(1) else 1000 * float(match.group(2))
-        if artifact_at is not None and i > artifact_at and (match := EVAL_TIME.search(line)):
-            eval_ms.append(float(match.group(1)))
+        if artifact_at is not None and i > artifact_at and not DIAGNOSTIC.match(line):
+            if match := EVAL_TIME.search(line):
+                eval_ms.append(float(match.group(1)))
+            if match := TOTAL_EVAL_TIME.match(line):
+                stated_eval_ms = round(1000 * float(match.group(1)), 3)
         for pattern, name in [(MODEL_BYTES, "model_bytes"), (CODE_BYTES, "code_bytes"), (TOTAL_BYTES, "total_bytes")]:
             if match := pattern.search(line):
-                setattr(log, name, int(match.group(1) or match.group(2)))
+                setattr(log, name, int(next(g for g in match.groups() if g is not None)))
+        if match := CODE_BYTES_UNPACKED.match(line):
+            log.code_bytes_unpacked = int(match.group(1))
         if match := WORLD_SIZE.search(line):
             log.world_size = int(match.group(1))
         if log.val_tokens is None and (match := VAL_TOKENS.search(line)):
@@ -240,6 +278,10 @@ def read_log(path: str | Path) -> RunLog:
             log.val_bpb_curve.append(Point(step, float(match.group(1)), time_ms))
     if artifact_at is not None and eval_ms:
         log.eval_ms = sum(eval_ms)
+    if stated_eval_ms is not None:  # the log's own sum, which leaves out its diagnostic evaluations
+        log.eval_ms = stated_eval_ms
+    if log.model_bytes is None and log.total_bytes is not None and log.code_bytes is not None:
+        log.model_bytes = log.total_bytes - log.code_bytes  # the ternary record states code and total only
     # The 2026-04 records log no time on validation lines: take the train line's at the same step.
     times = {p.step: p.train_ms for p in log.train_loss if p.train_ms is not None}
     if log.train_ms is not None and log.steps is not None:
@@ -248,6 +290,31 @@ def read_log(path: str | Path) -> RunLog:
         if point.train_ms is None:
             point.train_ms = times.get(point.step)
     return log
+
+
+def claim_scores(logs: list[RunLog], submission: dict | None) -> list[RunLog]:
+    """Each log's score is its last score line, unless submission.json gives this seed's val_bpb (seed_results, or the
+    one val_bpb of a one-log folder) and another of its score lines is that value: the run scored several ways and the
+    submission claims that one (the 2026-04-04 record's seed 42: its sliding-window score, not the TTT after it)."""
+    j = submission if isinstance(submission, dict) else {}
+    results = j.get("seed_results") if isinstance(j.get("seed_results"), dict) else {}
+    claimed = []
+    for log in logs:
+        entry = results.get(str(log.seed)) if log.seed is not None else None
+        written = entry.get("val_bpb") if isinstance(entry, dict) else (j.get("val_bpb") if len(logs) == 1 else None)
+        if not isinstance(written, (int, float, Decimal)) or isinstance(written, bool) or len(log.scores) < 2:
+            claimed.append(log)
+            continue
+        places = decimals(written)
+        tolerance = 0.5 * 10.0**-places + 1e-12
+        matching = [score for score in log.scores if abs(score[2] - float(written)) <= tolerance]
+        if not matching or abs(log.val_bpb - float(written)) <= tolerance:
+            claimed.append(log)
+            continue
+        label, loss, bpb = matching[-1]
+        note = f"the score submission.json gives ({written}); its last score line is {log.score_label} val_bpb:{log.val_bpb}"
+        claimed.append(replace(log, score_label=label, val_loss=loss, val_bpb=bpb, claimed_note=note))
+    return claimed
 
 
 def complete_with_rescores(logs: list[RunLog]) -> list[RunLog]:
@@ -284,19 +351,29 @@ def same_config(a: RunLog, b: RunLog, ignore: set[str] = frozenset()) -> bool:
 
 def log_paths(folder: Path) -> list[Path]:
     """The logs in a submission folder: *.log (what make_submission.py writes) and *.txt (train_gpt.py's
-    own name for them), but not requirements.txt."""
+    own name for them), but not requirements.txt; also those in its logs/ folder (the 2026-04-10 records)."""
     found = [
         p
-        for p in folder.iterdir()
+        for where in (folder, folder / "logs")
+        if where.is_dir()
+        for p in where.iterdir()
         if p.is_file() and (p.suffix == ".log" or (p.suffix == ".txt" and not p.name.startswith("requirements")))
     ]
     return sorted(found, key=lambda p: [int(s) if s.isdigit() else s for s in re.split(r"(\d+)", p.name)])
 
 
+def submission_path(folder: Path) -> Path | None:
+    """submission.json, else the folder's one submission*.json (the 2026-03-24 record's submission_ternary.json)."""
+    if (folder / "submission.json").is_file():
+        return folder / "submission.json"
+    found = sorted(folder.glob("submission*.json")) if folder.is_dir() else []
+    return found[0] if len(found) == 1 else None
+
+
 def read_submission(folder: Path) -> tuple[dict | None, str | None]:
     """submission.json with numbers as Decimal (their written precision is what a value is checked to)."""
-    path = folder / "submission.json"
-    if not path.is_file():
+    path = submission_path(folder)
+    if path is None:
         return None, "no submission.json"
     try:
         return json.loads(path.read_text(encoding="utf-8"), parse_float=Decimal), None
@@ -354,22 +431,42 @@ def unpack_script(text: str) -> str | None:
     raise PackError("its base85 data is neither raw LZMA2 nor an xz/lzma stream of UTF-8 text")
 
 
+# An import statement: at a line's start, or after a ":" or ";" on it (the records' packed code writes
+# "if h.ngram_tilt_enabled:from ngram_tilt import NgramTiltState;...").
+IMPORT_LINE = re.compile(
+    r"(?:^|[:;])[ \t]*(?:from[ \t]+([\w.]+)[ \t]+import\b|import[ \t]+(\w+)((?:[ \t]*,[ \t]*[\w.]+)*))", re.M
+)
+
+
+# A .py file named in a string of the code: the 2026-04-06 HessianSDClip record's train_gpt.py is
+# exec(open(__file__.replace("train_gpt.py","train_gpt_decode.py")).read()), its code in train_gpt_decode.py.
+NAMED_PY = re.compile(r"""["'](?:[^"'\s]*/)?(\w+\.py)["']""")
+
+
 def local_modules(code: str, folder: Path) -> list[Path]:
-    """Files in `folder` that `code` imports (module.py, or every .py of package/): they are code too."""
+    """Files in `folder` that `code` imports (module.py, or every .py of package/) or names in a string (a file it
+    reads and runs): they are code too."""
     try:
         tree = ast.parse(code)
-    except SyntaxError:
-        return []
-    names = {
-        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
-    }
-    names |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        names = {
+            alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+        }
+        names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    except SyntaxError:  # code of a newer Python's grammar (3.12 f-strings under 3.11): its import lines, read as text
+        names = {m.group(1) or m.group(2) for m in IMPORT_LINE.finditer(code)}
+        names |= {
+            n.strip().split(".")[0] for m in IMPORT_LINE.finditer(code) if m.group(3) for n in m.group(3).split(",")
+        }
+        names.discard(None)
     found = []
     for name in sorted(names):
         if (folder / f"{name}.py").is_file() and name != "train_gpt":
             found.append(folder / f"{name}.py")
         elif (folder / name / "__init__.py").is_file():
             found.extend(sorted((folder / name).rglob("*.py")))
+    for name in sorted(set(NAMED_PY.findall(code)) - {"train_gpt.py", HUMAN_COPY}):  # a file it reads to run
+        if (folder / name).is_file() and folder / name not in found:
+            found.append(folder / name)
     return found
 
 

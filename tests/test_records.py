@@ -147,8 +147,15 @@ def make(
 
 
 def failing(folder: Path, against: Path | None = None) -> set[str]:
+    """The rules that fail, both tiers (the challenge's failures and our notes)."""
     verdicts, _ = check_submission.check(folder, against)
     return {v.rule for v in verdicts if not v.ok}
+
+
+def challenge_failing(folder: Path, against: Path | None = None) -> set[str]:
+    """The challenge's rules that fail: what decides the verdict and the exit code."""
+    verdicts, _ = check_submission.check(folder, against)
+    return {v.rule for v in verdicts if not v.ok and v.tier == check_submission.CHALLENGE}
 
 
 def evidence(folder: Path, rule: str, against: Path | None = None) -> str:
@@ -374,22 +381,27 @@ def test_a_made_folder_passes_every_rule_once_its_readme_is_written(made, capsys
     assert failing(made["unfilled"]) == {"files"}
     assert "README.md still holds the maker's TODO" in evidence(made["unfilled"], "files")
     assert failing(made["non_record"]) == set()
-    assert check_submission.main([str(made["non_record"])]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert len(out) == 1 + 12 + 1 and out[-1] == "verdict: pass: all 12 rules pass"
-    assert all(re.match(r"[a-z_]+ +pass  \S", line) for line in out[1:-1])
+    for strict in ([], ["--strict"]):  # both tiers: the challenge's 9 rules and our 8
+        assert check_submission.main([str(made["non_record"])] + strict) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert len(out) == 1 + 9 + 8 + 1 and out[-1] == "verdict: pass: 9 of 9 challenge rules pass; ours: all 8 pass"
+        assert all(re.match(r"[a-z_]+ +pass +\S", line) for line in out[1:10])
+        assert all(re.match(r"ours: [a-z_]+ +pass +\S", line) for line in out[10:-1])
 
 
-def test_on_the_record_track_a_cpu_run_fails_hardware_and_needs_a_record_to_beat(made, capsys):
-    assert failing(made["record"]) == {"hardware", "significance"}
-    assert "world_size 1, not 8" in evidence(made["record"], "hardware")
+def test_on_the_record_track_a_cpu_run_fails_world_size_and_significance_is_not_checked(made, capsys):
+    """Issue 43: without --against, significance is "not checked", not a failure; a CPU run fails the challenge's
+    world_size (8xH100) and our hardware note (no H100 named)."""
+    assert challenge_failing(made["record"]) == {"world_size"}
+    assert failing(made["record"]) == {"world_size", "hardware"}
+    assert "world_size 1, not 8" in evidence(made["record"], "world_size")
+    assert evidence(made["record"], "significance").startswith("not checked: ")
     assert "give --against RECORD_FOLDER" in evidence(made["record"], "significance")
     assert check_submission.main([str(made["record"]), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
-    assert report["verdict"] == "fail" and [r["rule"] for r in report["rules"] if r["status"] == "fail"] == [
-        "hardware",
-        "significance",
-    ]
+    status = {r["rule"]: (r["tier"], r["status"]) for r in report["rules"]}
+    assert report["verdict"] == "fail" and [r for r, (_, st) in status.items() if st == "FAIL"] == ["world_size"]
+    assert status["significance"] == ("challenge", "not checked") and status["hardware"] == ("ours", "note")
     assert [run["seed"] for run in report["runs"]] == list(SEEDS)
 
 
@@ -491,13 +503,13 @@ def test_a_packed_folder_ships_the_wrapper_and_the_readable_code_and_passes(runs
 def test_a_packed_folder_whose_readable_copy_is_not_the_code_fails(made, tmp_path):
     folder = shutil.copytree(made["packed"], tmp_path / "edited_human")
     (folder / R.HUMAN_COPY).write_text(SCRIPT.read_text() + "# tidied after the run\n")
-    assert failing(folder) == {"packed_script"}
-    assert "is not the code that ran" in evidence(folder, "packed_script")
+    assert failing(folder) == {"readable_copy"} and challenge_failing(folder) == set()  # ours: the maker's own copy
+    assert "is not the code that ran" in evidence(folder, "readable_copy")
 
 
 # Broken copies of the record-track folder: each adds its rule to the two a CPU run fails anyway.
 
-CPU_FAILS = {"hardware", "significance"}
+CPU_FAILS = {"world_size", "hardware"}
 
 
 def edit_log(path: Path, pattern: str, replacement) -> None:
@@ -516,19 +528,43 @@ def test_a_log_over_the_time_cap_fails_train_time(made, tmp_path):
     folder = broken(made, tmp_path, "slow")
     trained_ms = R.read_log(folder / "train_seed1338.log").train_ms
     edit_log(folder / "train_seed1338.log", r"train_time:(\d+)ms", lambda m: f"train_time:{int(m[1]) + 600_000}ms")
-    assert failing(folder) == CPU_FAILS | {"train_time"}
+    assert failing(folder) == CPU_FAILS | {"train_time", "time_with_gptq"}
     assert f"train_seed1338.log: {(trained_ms + 600_000) / 1000:.3f} s > 600 s" in evidence(folder, "train_time")
 
 
-def test_gptq_time_counts_inside_the_training_limit(made, tmp_path):
+def test_gptq_past_the_training_limit_is_a_challenge_note_and_fails_ours(made, tmp_path):
+    """Issue 43: the maintainers accepted records whose training + GPTQ passed 600 s (2026-04-09: 588.0 + 12.7 s): the
+    challenge's train_time notes it with the figure; `ours: time_with_gptq` (issue #677's ruling) fails it."""
     folder = broken(made, tmp_path, "gptq")
-    trained_ms = R.read_log(folder / "train_seed1337.log").train_ms  # > 0.1 s: over the limit with GPTQ
-    edit_log(folder / "train_seed1337.log", r"^(artifact:)", "gptq_time:599900ms hessians:64\n\\1")
-    assert failing(folder) == CPU_FAILS | {"train_time"}
-    assert (
-        f"train_seed1337.log: {trained_ms / 1000:.3f} s + GPTQ 599.900 s = {(trained_ms + 599_900) / 1000:.3f} s "
-        "> 600 s"
-    ) in evidence(folder, "train_time")
+    log = R.read_log(folder / "train_seed1337.log")
+    allowed = 600_000 + check_submission.CLOCK_STEPS * check_submission.step_ms(log)
+    gptq_ms = round(allowed - log.train_ms) + 1000  # a second past what the clock's steps allow
+    edit_log(folder / "train_seed1337.log", r"^(artifact:)", f"gptq_time:{gptq_ms}ms hessians:64\n\\1")
+    assert failing(folder) == CPU_FAILS | {"time_with_gptq"}
+    total = f"{(log.train_ms + gptq_ms) / 1000:.3f} s"
+    said = f"train_seed1337.log: {log.train_ms / 1000:.3f} s + GPTQ {gptq_ms / 1000:.3f} s = {total}"
+    assert said in evidence(folder, "time_with_gptq")
+    assert "as records the maintainers accepted" in evidence(folder, "train_time")
+
+
+def test_training_may_end_within_two_steps_past_the_limit(made, tmp_path):
+    """The published records end training up to 0.137 s past 600 s (the clock is read between steps): accepted within
+    CLOCK_STEPS of the run's step time, failed past that. The log's times are scaled so that it ends `steps` of its
+    own (scaled) steps past 600 s."""
+    log = R.read_log(made["record"] / "train_seed1338.log")
+    step = check_submission.step_ms(log)
+    for steps, fails in ((1.5, False), (2.5, True)):
+        folder = broken(made, tmp_path, f"overshoot_{steps}")
+        scale = 600_000 / (log.train_ms - steps * step)
+        edit_log(
+            folder / "train_seed1338.log", r"train_time:(\d+)ms", lambda m: f"train_time:{round(int(m[1]) * scale)}ms"
+        )
+        assert ("train_time" in failing(folder)) == fails
+        if not fails:
+            said = re.search(
+                rf"past 600 s by \S+ s, {steps:.2f} of its ([0-9.]+) ms steps", evidence(folder, "train_time")
+            )
+            assert said and abs(float(said[1]) - step * scale) < 1  # the times are whole milliseconds
 
 
 def test_evaluation_over_its_limit_fails_eval_time(made, tmp_path):
@@ -562,7 +598,7 @@ def test_a_script_edited_after_the_run_fails_script_matches_logs(made, tmp_path)
     with open(folder / "train_gpt.py", "a", encoding="utf-8") as f:
         f.write("# one more line after the runs\n")
     # The code is 31 bytes longer than the logs counted, so the sizes and submission.json disagree too.
-    assert failing(folder) == CPU_FAILS | {"script_matches_logs", "size", "submission_matches_logs"}
+    assert failing(folder) == CPU_FAILS | {"script_matches_logs", "sizes_agree", "submission_matches_logs"}
     assert re.search(
         r"train_seed1337\.log, train_seed1338\.log, train_seed1339\.log: the script in the log "
         r"differs from train_gpt\.py from line \d+",
@@ -583,8 +619,8 @@ def test_a_total_over_the_cap_fails_size(runs, tmp_path):
 def test_a_size_line_that_left_out_code_fails_size(made, tmp_path):
     folder = broken(made, tmp_path, "short_size_line")
     edit_log(folder / "train_seed1337.log", r" code_bytes:\d+\b", " code_bytes:80000")
-    assert failing(folder) == CPU_FAILS | {"size"}
-    assert "its size line counts 80,000 code bytes" in evidence(folder, "size")
+    assert failing(folder) == CPU_FAILS | {"sizes_agree"}
+    assert "its size line counts 80,000 code bytes" in evidence(folder, "sizes_agree")
 
 
 def test_a_module_the_script_imports_from_the_folder_counts_as_code(tmp_path):
@@ -622,10 +658,10 @@ def test_submission_json_that_disagrees_with_the_logs_fails(made, tmp_path):
     submission["seed_results"]["1338"]["steps"] = 7
     del submission["hardware"]
     (folder / "submission.json").write_text(json.dumps(submission))
-    assert failing(folder) == CPU_FAILS | {"submission_fields", "submission_matches_logs"}
+    assert failing(folder) == CPU_FAILS | {"our_fields", "submission_matches_logs"}
     mismatch = evidence(folder, "submission_matches_logs")
     assert "val_bpb " in mismatch and "seed_results[1338].steps 7 but train_seed1338.log gives 6" in mismatch
-    assert evidence(folder, "submission_fields") == "missing hardware"
+    assert evidence(folder, "our_fields") == "missing hardware"
 
 
 def with_submission(made, tmp_path: Path, name: str, edit) -> Path:
@@ -670,7 +706,7 @@ def test_an_unknown_track_is_judged_as_a_record(made, tmp_path):
     folder = shutil.copytree(made["non_record"], tmp_path / "unknown_track")
     submission = json.loads((folder / "submission.json").read_text())
     (folder / "submission.json").write_text(json.dumps(submission | {"track": "10min"}))
-    assert failing(folder) == CPU_FAILS | {"submission_fields"}
+    assert failing(folder) == CPU_FAILS | {"our_fields"}
 
 
 def test_the_maker_refuses_logs_it_cannot_make_a_folder_from(runs, tmp_path):
@@ -730,7 +766,7 @@ def test_the_maker_refuses_seeds_of_different_configs_unless_told_to_allow_them(
     assert "give --allow-config-differences to make the folder anyway" in err
     assert list(tmp_path.iterdir()) == []
     assert make_submission.main(maker_cli(logs, tmp_path / "folder", "--allow-config-differences")) == 0
-    assert re.search(r"^same_config +FAIL  train_seed1340\.log differs", capsys.readouterr().out, re.M)
+    assert re.search(r"^ours: same_config +note +train_seed1340\.log differs", capsys.readouterr().out, re.M)
 
 
 @pytest.mark.parametrize("fault", [OSError("No space left on device"), KeyboardInterrupt()], ids=["error", "ctrl-c"])
@@ -795,65 +831,249 @@ def test_the_published_logs_are_read_in_all_three_formats():
 
 
 @needs_published
-@pytest.mark.parametrize(
-    "folder, fails, said",
-    [
-        (
-            BASELINE,
-            {"script_matches_logs", "train_time", "hardware", "submission_fields", "significance"},
-            {
-                "train_time": "train.log: 600.038 s > 600 s",
-                "hardware": "train.log: the log names no GPU",
-                "script_matches_logs": "the log does not hold the script it ran",
-            },
-        ),
-        (
-            SEQ4096,
-            {"script_matches_logs", "size", "submission_fields", "submission_matches_logs", "significance"},
-            {
-                "script_matches_logs": "train.log: the script in the log differs from train_gpt.py from line 33",
-                "size": "train.log: its size line counts 47,642 code bytes, the folder's code is 47,759",
-                "submission_matches_logs": "val_bpb 1.20143417 but the mean of the 3 log(s) is 1.20136009",
-            },
-        ),
-        (
-            LOOP45,
-            {"script_matches_logs", "packed_script", "significance"},
-            {
-                "packed_script": "train_gpt_human.py (58,367 bytes) is not that code",
-                "size": "the largest 15,988,983 <= 16,000,000",
-                "train_time": "train_seed1.log: 588.138 s + GPTQ 11.300 s = 599.438 s",
-            },
-        ),
-    ],
-    ids=["2026-03-17", "2026-03-19", "2026-04-05"],
-)
-def test_the_published_folders_verdicts(folder, fails, said):
-    assert failing(folder) == fails
-    for rule, text in said.items():
-        assert text in evidence(folder, rule)
+def test_the_published_example_folders_pass_the_challenge_and_note_ours():
+    """Issue 43: every published record failed the old single-tier checker on rules the challenge does not have."""
+    assert challenge_failing(BASELINE) == set()
+    assert failing(BASELINE) == {"script_matches_logs", "hardware", "our_fields"}
+    assert "train.log: 600.038 s (past 600 s by 0.038 s" in evidence(BASELINE, "train_time")
+    assert "train.log: the log does not hold the script it ran" in evidence(BASELINE, "script_matches_logs")
+    assert challenge_failing(SEQ4096) == set()
+    assert failing(SEQ4096) == {"script_matches_logs", "sizes_agree", "our_fields", "submission_matches_logs"}
+    assert "train.log: its size line counts 47,642 code bytes, the folder's code is 47,759 (+117)" in evidence(
+        SEQ4096, "sizes_agree"
+    )
+    assert "val_bpb 1.20143417 but the mean of the 3 log(s) is 1.20136009" in evidence(
+        SEQ4096, "submission_matches_logs"
+    )
+    assert challenge_failing(LOOP45) == set() and failing(LOOP45) == {"script_matches_logs", "readable_copy"}
+    assert "the largest 15,988,983 <= 16,000,000" in evidence(LOOP45, "size")
+    assert "train_seed1.log: 588.138 s + GPTQ 11.300 s = 599.438 s" in evidence(LOOP45, "time_with_gptq")
+    assert "train_gpt_human.py (58,367 bytes) is not the code packed" in evidence(LOOP45, "readable_copy")
 
 
 @needs_published
 def test_significance_between_published_records():
     # The 2026-03-17 baseline's log scored another validation set than the 2026-03-19 record's: other token counts
-    # (more than cutting to 1024- or 4096-token sequences explains) and other tokens per byte. The t-test cleared.
+    # (more than cutting to 1024- or 4096-token sequences explains), other tokens per byte, and other bytes.
     assert "significance" in failing(SEQ4096, BASELINE)
     said = evidence(SEQ4096, "significance", BASELINE)
     assert "62,021,632 tokens here, 63,779,840 in 2026-03-17_NaiveBaseline (more than one 4096-token" in said
     assert "0.410521 tokens per byte here, 0.409449 in 2026-03-17_NaiveBaseline" in said
-    assert "the vocabularies differ (8192 here, 1024 in 2026-03-19" in evidence(LOOP45, "significance", SEQ4096)
+    assert "151,080,363 bytes scored here, 155,769,746 in 2026-03-17_NaiveBaseline" in said
+    # sp8192 against sp1024: other tokenizations of the same 151.08 million bytes, compared in val_bpb with the
+    # 0.005 nats per token of the record's tokenization (0.410521 tokens per byte) as the margin
+    said = evidence(LOOP45, "significance", SEQ4096)
+    assert "the vocabularies differ (8192 here, 1024 in 2026-03-19_TrainingOptSeq4096)" in said
+    assert "the text is the same: 151,078,222 bytes scored here, 151,080,363 in 2026-03-19_TrainingOptSeq4096" in said
+    assert "0.005 nats per token at 2026-03-19_TrainingOptSeq4096's 0.410521 tokens per byte, is 0.00296 bpb" in said
+    assert said.startswith("val_bpb 1.08562 ± 0.00072 (5 seeds) vs 2026-03-19_TrainingOptSeq4096 1.20136 ± 0.00187")
+    assert "clears 0.005 nats at p < 0.01" in said and "significance" not in failing(LOOP45, SEQ4096)
     said = evidence(LOOP45, "significance", LOOP45)
     assert "improvement -0.00000 nats; Welch's" in said
     assert "the same validation set: 40,540,160 tokens here, 40,540,160 in 2026-04-05_" in said
+    assert "bpb divides by: not stated here, not stated in 2026-04-05_" in said
 
 
 @needs_published
 def test_the_checker_cli_on_a_published_folder(capsys):
-    assert check_submission.main([str(LOOP45)]) == 1
+    assert check_submission.main([str(LOOP45)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[-1] == "verdict: FAIL: 3 of 12 rules fail (script_matches_logs, packed_script, significance)"
-    assert out[1].startswith("files                    pass  README.md, submission.json, train_gpt.py and 5 log(s)")
+    assert out[-1] == (
+        "verdict: pass: 8 of 9 challenge rules pass (significance not checked); ours: 2 of 8 noted "
+        "(script_matches_logs, readable_copy), failing only with --strict"
+    )
+    assert out[1].startswith(
+        "files                         pass        README.md, submission.json, train_gpt.py and 5 log"
+    )
+    assert any(re.match(r"ours: readable_copy +note +train_gpt_human\.py \(58,367 bytes\)", line) for line in out)
+    assert check_submission.main([str(LOOP45), "--strict"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("verdict: FAIL: 8 of 9 challenge rules pass (significance not checked); --strict: 2 of 8")
+
+
+# The published records, as test data: tests/data/records_corpus holds every dated folder of openai/parameter-golf's
+# records/track_10min_16mb (at 4908dc4) with its README.md, submission json and logs (the script at a log's head, the
+# 2026-04 logs' "Source code:" section and TTT progress lines left out), and the head of each train_gpt.py over 50
+# lines (whole where shorter: the packed ones) and of the folder modules it runs; cut_scripts.json gives each cut
+# file's size, to which `corpus` pads it again. Every accepted record passes the challenge's rules but these, which
+# each genuinely fails (records/README.md gives the figures):
+CORPUS = ROOT / "tests" / "data" / "records_corpus"
+UNMET = {
+    "2026-03-17_LoRA_TTT": {"train_time", "world_size"},  # train_v1.txt: 2400.107 s on world_size 2
+    "2026-03-19_SlidingWindow_FP16Emb_10L_MuonWD_OvertoneInit": {"submission_fields"},  # no github_id, no val_bpb
+    "2026-03-19_int6_STE QAT_ MLP_bigram _U_Net": {"files", "packed_script", "size", "submission_fields"},  # a log only
+    "2026-03-19_smeargate_orthoinit_muonwd": {"submission_fields"},  # no author, no github_id
+    "2026-03-20_10L_Int5MLP_MuonWD04_SWA50": {"submission_fields"},  # no val_bpb (its val_loss holds the bpb)
+    "2026-04-06_SP8192_HessianSDClip_ProgressiveRecurrence": {"size"},  # its code is in train_gpt_decode.py
+    "2026-04-09_A2_Muon097_3Seed": {"size"},  # it imports the folder's ngram_tilt.py
+}
+# --against the folder before it by date (ties by name): the 0.005-nat win at p < 0.01 shows against these only.
+CLEARS_PREDECESSOR = {
+    "2026-03-18_LongContextSeq2048",
+    "2026-03-19_SlidingWindow_FP16Emb_10L_MuonWD_OvertoneInit",
+    "2026-03-20_10L_Int5MLP_MuonWD04_SWA50",
+    "2026-03-21_11L_XSA4_EMA_PartialRoPE_LateQAT_1.1248",
+    "2026-04-03_MuonEqR_DepthRecurrence_WD090_AllInt6",
+    "2026-04-05_SP8192_GPTQ-Embeddings_SDClip_Loop45x2",
+    "2026-04-10_VarLenAttn",
+}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """The corpus with its code files named back (stored as NAME.corpus, which ruff and pytest leave alone) and each
+    cut one padded back to its published size (with a comment, so it still parses)."""
+    root = shutil.copytree(CORPUS, tmp_path_factory.mktemp("corpus") / "track_10min_16mb")
+    for stored in root.rglob("*.corpus"):
+        stored.rename(stored.with_suffix(""))
+    for folder, files in json.loads((root / "cut_scripts.json").read_text()).items():
+        for name, info in files.items():
+            path = root / folder / name
+            filler = b"\n# (the rest of the record's code is left out of the test corpus)\n"
+            kept = path.read_bytes() + filler
+            path.write_bytes(kept + b"#" * (info["bytes"] - len(kept) - 1) + b"\n")
+            assert path.stat().st_size == info["bytes"]
+    return root
+
+
+def test_the_corpus_holds_every_published_folder_and_stays_small(corpus):
+    folders = sorted(p.name for p in corpus.iterdir() if p.is_dir())
+    assert len(folders) == 46 and set(UNMET) <= set(folders) and CLEARS_PREDECESSOR <= set(folders)
+    assert sum(p.stat().st_size for p in CORPUS.rglob("*") if p.is_file()) < 3_500_000
+
+
+def test_every_published_record_gets_the_maintainers_verdict_alone_and_against_its_predecessor(corpus):
+    """Issue 43: each folder alone passes the challenge's rules (significance not checked) except those it genuinely
+    fails; against the folder before it, significance is tested (7 of 45 comparisons crashed with KeyError: 'val_loss'
+    on references whose submission.json has no per-seed val_loss) and clears only where the logs show it."""
+    folders = sorted(p for p in corpus.iterdir() if p.is_dir())
+    for before, folder in zip([None] + folders[:-1], folders):
+        assert challenge_failing(folder) == UNMET.get(folder.name, set()), folder.name
+        if before is not None:
+            expected = UNMET.get(folder.name, set()) | (
+                {"significance"} - ({"significance"} if folder.name in CLEARS_PREDECESSOR else set())
+            )
+            assert challenge_failing(folder, before) == expected, folder.name
+
+
+def test_every_published_log_format_is_read(corpus):
+    """Every log of the corpus gives a score, a seed, a train_time and model bytes (or a total); the formats one by one."""
+    for folder in sorted(p for p in corpus.iterdir() if p.is_dir()):
+        for path in R.log_paths(folder):
+            log = R.read_log(path)
+            assert log.val_bpb is not None and log.train_ms is not None, path
+            assert log.model_bytes is not None or log.total_bytes is not None, path
+    ttt = R.read_log(corpus / "2026-03-23_LeakyReLU_LegalTTT_ParallelMuon" / "train_seed42.log")
+    assert (ttt.score_label, ttt.val_loss, ttt.val_bpb) == ("legal_ttt_exact", 1.89110239, 1.12002032)
+    clocked = R.read_log(corpus / "2026-04-13_VarLenAttn_PhasingTTT2000" / "logs" / "train0.txt")  # "1776142360.540 "
+    assert (clocked.seed, clocked.score_label, clocked.val_bpb) == (0, "quantized_ttt_phased", 1.07216564)
+    assert (clocked.eval_ms, clocked.gptq_ms) == (500_100, 12_700)  # total_eval_time: its diagnostics left out
+    assert (clocked.code_bytes, clocked.code_bytes_unpacked, clocked.model_bytes) == (28_599, 139_831, 15_968_098)
+    rerun = R.read_log(corpus / "2026-04-29_SmearGateBOSFix_3Seed_1.06141" / "train_seed42_rerun_gptq8s.log")
+    assert rerun.eval_ms == 525_500  # not 607.5 s: the 73.0 s "diagnostic quantized" evaluation is not scoring
+    ternary = R.read_log(corpus / "2026-03-24_74M_Ternary_UNet_FP8_10L_8192BPE_YaRN_NeoMuon" / "ternary_log_7.txt")
+    assert (ternary.score_label, ternary.val_bpb, ternary.code_bytes, ternary.total_bytes) == (
+        "final_sliding",
+        1.1578,
+        70_853,
+        15_992_753,
+    )
+    assert ternary.model_bytes == 15_992_753 - 70_853
+    stride = R.read_log(corpus / "2026-03-19_MixedQuant_Int6Int8_SlidingWindow" / "train.log")
+    assert (stride.score_label, stride.val_bpb) == (
+        "final_sliding_window_eval_exact",
+        1.16301431,
+    )  # "... stride:64 val_loss"
+    int6 = R.read_log(corpus / "2026-04-01_Vocab4096_MLPMult4_WD085" / "train_seed42.log")  # no _exact
+    assert (int6.score_label, int6.val_bpb, int6.eval_ms) == ("final_int6_sliding_window", 1.0974384, 5122 + 65493)
+
+
+def test_a_log_scored_several_ways_gives_the_score_its_submission_claims(corpus):
+    """2026-04-04 seed 42 ran a TTT evaluation after its sliding-window score (1.33603200, a failed TTT); its
+    submission.json gives the sliding-window 1.08938974, which the checker then takes, saying so."""
+    folder = corpus / "2026-04-04_SP4096_DepthRecurrence_ParallelResid_MuonEqR"
+    said = evidence(folder, "final_line")
+    assert "train_seed42.log: final_int6_sliding_window val_loss:2.50671564 val_bpb:1.08938974 (the score" in said
+    assert "its last score line is final_int6_ttt val_bpb:1.336032" in said
+    assert "val_bpb 1.08562 ± 0.00072 (5 seeds) vs 2026-04-04_SP4096_DepthRecurrence_ParallelResid_MuonEqR 1.08972" in (
+        evidence(corpus / "2026-04-05_SP8192_GPTQ-Embeddings_SDClip_Loop45x2", "significance", folder)
+    )
+
+
+def test_code_the_script_runs_from_the_folder_counts(corpus):
+    """All counted code lives in train_gpt.py (the challenge's FAQ): a module it imports after a ':' in packed code,
+    and a file it reads and runs, count."""
+    a2 = evidence(corpus / "2026-04-09_A2_Muon097_3Seed", "size")
+    assert a2.startswith("code: train_gpt.py 19,387 + ngram_tilt.py 8,624 bytes")
+    assert "train_seed1234.log: 28,011 + 15,975,217 = 16,003,228 bytes > 16,000,000" in a2
+    decode = evidence(corpus / "2026-04-06_SP8192_HessianSDClip_ProgressiveRecurrence", "size")
+    assert decode.startswith("code: train_gpt.py 74 + train_gpt_decode.py 80,055 bytes")
+
+
+def test_code_measured_packed_counts_packed_plus_what_the_folder_adds(corpus):
+    """The 2026-04-10 records on log their code's packed size (pyminify + lzma + base85) and ship it unpacked; the
+    maintainers took the packed size. Counted: the log's packed size, plus the bytes the folder's source adds."""
+    said = evidence(
+        corpus / "2026-04-23_SP8192_CaseOps_SparseGate_QuantGate_Loop45_PhasedTTT_PolarNS_MinLR_FusedCE", "size"
+    )
+    assert (
+        "code counted packed, as the log measured it: 30,305 bytes for its 146,673-byte source, + 1,359 for the folder's 148,032-byte source"
+        in said
+    )
+    same = evidence(corpus / "2026-04-14_MultiPhaseGlobalSGD_PhasedTTT", "size")
+    assert "27,610 bytes for its 122,168-byte source" in same and "+ " not in same.split("source")[1][:3]
+
+
+def test_the_packed_script_is_judged_by_the_grammar_the_records_ran(corpus, monkeypatch):
+    """The 2026-04-09 record's code nests quotes in f-strings (Python 3.12): under 3.11 the rule says it cannot judge
+    (no failure) unless a 3.12+ interpreter is on the PATH; a Python that rejects the code makes it fail."""
+    folder = corpus / "2026-04-09_SP8192_3LayerRecur_ParResid_QK525_LegalTTT"
+    if sys.version_info < (3, 12):
+        monkeypatch.setattr(check_submission, "newer_python", lambda: None)
+        verdict = next(v for v in check_submission.check(folder)[0] if v.rule == "packed_script")
+        assert verdict.status() == "not checked" and verdict.ok
+        assert verdict.evidence.startswith("cannot judge under Python 3.11: the unpacked code fails its grammar at")
+        monkeypatch.setattr(check_submission, "newer_python", lambda: sys.executable)  # a judge that rejects it
+        verdict = next(v for v in check_submission.check(folder)[0] if v.rule == "packed_script")
+        assert not verdict.ok and "the unpacked code is not valid Python" in verdict.evidence
+    monkeypatch.undo()
+    judge = check_submission.newer_python() if sys.version_info < (3, 12) else sys.executable
+    if judge is None:
+        pytest.skip("no Python 3.12+ here to judge the record's code by its own grammar")
+    verdict = next(v for v in check_submission.check(folder)[0] if v.rule == "packed_script")
+    assert verdict.status() == "pass" and "unpacks to" in verdict.evidence
+
+
+def test_identical_runs_against_each_other_say_so_instead_of_an_infinite_t(made, tmp_path):
+    """Issue 44, row 11: X --against X with every seed at the same score printed `t=-inf df=nan`."""
+    folder = shutil.copytree(made["non_record"], tmp_path / "identical")
+    for log in folder.glob("*.log"):
+        edit_log(log, r"^(final_\w+_exact) val_loss:\S+ val_bpb:\S+$", r"\1 val_loss:4.00000000 val_bpb:2.00000000")
+    submission = json.loads((folder / "submission.json").read_text())  # its per-seed values are the reference's
+    for result in submission["seed_results"].values():
+        result.update(val_loss=4.0, val_bpb=2.0)
+    (folder / "submission.json").write_text(json.dumps(submission))
+    said = evidence(folder, "significance", folder)
+    assert "no t-test: every run here and in identical scored the same val_loss (no spread)" in said
+    assert "improvement 0.00000 nats" in said and "does not clear" in said
+    assert "inf" not in said and "nan" not in said
+
+
+def test_each_sides_byte_convention_is_shown_and_a_difference_noted(made, tmp_path):
+    """Issue 41: the logs say what bpb divides by (val_bytes: tokenizer, sidecar, sidecar_raw); the published records
+    do not ("not stated"). The checker shows both sides' and notes when they differ."""
+    folder = made["non_record"]
+    record = shutil.copytree(against(tmp_path, folder, 1.0), tmp_path / "record")
+    for log in folder.glob("*.log"):
+        shutil.copyfile(log, record / log.name)
+        edit_log(record / log.name, r" val_bytes:tokenizer$", "")
+    said = evidence(folder, "significance", record)
+    assert "bpb divides by: tokenizer here, not stated in record" in said and "conventions differ" not in said
+    for log in folder.glob("*.log"):
+        shutil.copyfile(log, record / log.name)
+        edit_log(record / log.name, r" val_bytes:tokenizer$", " val_bytes:sidecar_raw")
+    said = evidence(folder, "significance", record)
+    assert "bpb divides by: tokenizer here, sidecar_raw in record (the byte conventions differ)" in said
 
 
 # =================================================================================================
@@ -908,7 +1128,7 @@ def test_configs_are_compared_as_resolved_values(runs, tmp_path, capsys):
     other = respelt(runs["seed1338"], tmp_path / "seed1338.txt", data_path=relative, recipe="p180", data_dir="x")
     assert check_submission.differing_settings(first, R.read_log(other)) == []
     assert make_submission.main(maker_cli([runs["seed1337"], other], tmp_path / "folder")) == 0
-    assert re.search(r"^same_config +pass  2 logs", capsys.readouterr().out, re.M)
+    assert re.search(r"^ours: same_config +pass +2 logs", capsys.readouterr().out, re.M)
     moved = respelt(runs["seed1338"], tmp_path / "moved.txt", data_path=f"{data.parent}_other/{data.name}")
     assert check_submission.differing_settings(first, R.read_log(moved)) == ["data_path"]  # other data: differs
     assert R.same_path("data/x/", "./data/x") and R.same_path("/home/u/repo/data/x", "data/x")
