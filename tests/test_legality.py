@@ -133,7 +133,7 @@ GRID_TEMPERATURE = [
 GRID_SOFTCAP = [
     (
         "def score_artifact(",
-        PICK.replace("GRID", "(0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)").replace(
+        PICK.replace("GRID", "(2.0, 3.0, 4.0, 6.0, 10.0, 20.0, 40.0)").replace(
             "APPLY", "model.logit_softcap = SETTING[0]"
         ),
     ),
