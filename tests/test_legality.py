@@ -3,7 +3,8 @@ conditions on every scoring path (the round trip, sliding windows, sliding windo
 geometries with 1 and 2 processes, and copies of train_gpt.py broken the way golfers would break them (scoring, TTT,
 byte accounting, the validation split, the reported line), each of which the check must fail, naming the condition
 it violates and no other, never with a traceback of its own; and legal variants (a mixture, the user's geometry)
-that it must pass.
+that it must pass. Issue 44: settings picked from coarse grids on the whole split (not legal), a mixture whose
+observer sees one part (legal), a cache the observer does not see (`cannot verify`, exit 3).
 
 Run: python3 -m pytest -q tests/test_legality.py
 CPU only: tiny models, gloo for 2 processes. Each check of a copy is one worker process (~3 s to start: torch, and
