@@ -715,15 +715,13 @@ def extreme_futures(T, args, artifact: tuple, tokens: torch.Tensor, probe: int, 
     model.looping = looping
     model.eval()
     ids = torch.arange(model.tok_emb.num_embeddings)
-    futures = {}
-    for kind, pick in zip(EXTREMES, (torch.argmax, torch.argmin)):
-        future = tokens.clone()
-        with torch.no_grad():
-            for t in range(probe, len(future)):
-                h = model.scoring_hidden(future[max(0, t - window) : t][None])[0, -1]  # (C,) the last prediction's
-                future[t] = pick(-model.loss(h.expand(len(ids), -1), ids, True))
-        futures[kind] = future
-    return futures
+    futures = tokens.repeat(2, 1)  # (2, N): the likeliest, the unlikeliest, generated side by side
+    with torch.no_grad():
+        for t in range(probe, tokens.numel()):
+            h = model.scoring_hidden(futures[:, max(0, t - window) : t])[:, -1]  # (2, C): the last prediction's
+            logp = -model.loss(h[:, None].expand(-1, len(ids), -1), ids.expand(2, -1), True).view(2, -1)
+            futures[:, t] = torch.stack([logp[0].argmax(), logp[1].argmin()])
+    return dict(zip(EXTREMES, futures))
 
 
 def likely_tokens(record: dict, total: int) -> torch.Tensor:
