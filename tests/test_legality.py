@@ -724,36 +724,36 @@ def test_a_report_that_is_no_watched_distributions_is_judged_by_both_runs(observ
     pass in one run and another score in the other, or the sliding windows' score, is not legal, and so is a val_bpb
     that is not the val_loss over the bytes counted here."""
     result = observed[1]["aligned"]
-    tokens, ratio = result["tokens"], None
-    logp = {}
+    tokens, logp = result["tokens"], {}
     for run in ("original", "hurting"):
         where = sorted(check_legality.by_position(result[run][0]["ttt"]))
-        logp[run] = [
-            check_legality.target_logp(result[run][0], path, where, tokens) for path in ("ttt", "sliding_window")
-        ]
-        loss, bpb = check_legality.observed_score(
-            check_legality.by_position(result[run][0]["ttt"]), tokens, result["bytes"]
-        )
-        ratio = bpb / loss
+        logp[run] = [check_legality.target_logp(result[run][0], p, where, tokens) for p in ("ttt", "sliding_window")]
+    rows = check_legality.by_position(result["original"][0]["ttt"])
+    loss, bpb = check_legality.observed_score(rows, tokens, result["bytes"])
+    ratio = bpb / loss  # bits per byte per nat of the watched targets, the same in both runs
 
-    def judged(weights: dict[str, float], bpb_ratio: float | None = None, shift: float = 0.0):
+    def mixed(run: str, w: float) -> float:
+        return float(check_legality.mixture_loss(*logp[run], torch.tensor([w], dtype=torch.float64))[0])
+
+    def judged(losses: dict[str, float], bpb_ratio: float = ratio):
         changed = dict(result)
-        for run, w in weights.items():
-            loss = float(check_legality.mixture_loss(*logp[run], torch.tensor([w], dtype=torch.float64))[0]) + shift
+        for run, loss in losses.items():
             record, lines, error = result[run]
-            changed[run] = (record, reported_lines(lines, "ttt", loss, loss * (bpb_ratio or ratio)), error)
+            changed[run] = (record, reported_lines(lines, "ttt", loss, loss * bpb_ratio), error)
         return check_legality.conditions(changed, "ttt")["reported_is_observed"]
 
-    holds, evidence = judged(dict(original=0.3, hurting=0.3))
+    holds, evidence = judged(dict(original=mixed("original", 0.3), hurting=mixed("hurting", 0.3)))
     assert holds is True and "in both runs the loss of 0.3000 * p(ttt) + 0.7000 * p(sliding_window)" in evidence
-    holds, evidence = judged(dict(original=0.3, hurting=0.6))
+    holds, evidence = judged(dict(original=mixed("original", 0.3), hurting=mixed("hurting", 0.6)))
     assert holds is None and evidence.startswith("cannot verify: reported ") and "no mixture of two watched" in evidence
-    assert judged(dict(original=0.3, hurting=0.3), shift=0.01)[0] is None  # no mixture explains both
-    holds, evidence = judged(dict(hurting=0.3))
-    assert holds is False and "the watched pass is reported in one run and another score in the other" in evidence
-    holds, evidence = judged(dict(original=1e-300, hurting=1e-300))  # the sliding windows' loss, on the ttt line
+    assert judged(dict(original=mixed("original", 0.3) + 0.01, hurting=mixed("hurting", 0.3) + 0.01))[0] is None
+    holds, evidence = judged(dict(hurting=mixed("hurting", 0.3)))
+    assert holds is False and "the watched pass is reported in one run, another score in the other" in evidence
+    holds, evidence = judged(dict(original=mixed("original", 0.0), hurting=mixed("hurting", 0.0)))
     assert holds is False and "the ttt line reports the sliding_window path's score" in evidence, evidence
-    holds, evidence = judged(dict(original=0.3, hurting=0.3), bpb_ratio=ratio * 1.01)
+    holds, evidence = judged(dict(original=loss - 0.5, hurting=loss - 0.5))
+    assert holds is False and "the reported score stays where the watched distributions move" in evidence, evidence
+    holds, evidence = judged(dict(original=mixed("original", 0.3), hurting=mixed("hurting", 0.3)), ratio * 1.01)
     assert holds is False and "the reported val_bpb is not its val_loss over the bytes counted here" in evidence
 
 
