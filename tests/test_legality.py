@@ -11,7 +11,9 @@ CPU only: tiny models, gloo for 2 processes. Each check of a copy is one worker 
 torch._dynamo on the first call of the loss's custom op) that runs the copy's main() some 25 times (~3 s); the
 Triton ones run the kernel in its interpreter (~8 s). The file took 3m06-3m35 wall on 2 cores that other sessions
 shared, where 318d9c2's took 2m24-3m10 back to back (load 1-4): the CaseOps data's check and the sweep on copies
-updated by hand added ~16 s (MEASUREMENTS.md, the test suite).
+updated by hand added ~16 s (MEASUREMENTS.md, the test suite). Issue 44's six tests and the two generated futures
+that every check now probes added ~40 s of CPU: back to back on 2 cores shared with other sessions (load 2-6),
+b76f645's file 5m16 wall (237 s CPU), this one 5m43 (279 s CPU).
 
 When train_gpt.py changes, a mutation whose snippet no longer occurs exactly once fails loudly: re-anchor it in
 MUTATIONS below, the one place that knows train_gpt.py's source text.
