@@ -46,22 +46,29 @@ script. The conditions:
      (c*size - 1, c*size, c*size + 1), the last token TTT trains on in each chunk, the last chunk, and a seeded
      sample of other positions. Each is changed to random tokens; the first of each chunk, and the first probe,
      also to the model's most likely tokens and to tokens copied from elsewhere in the split, which flip a choice
-     made on the whole split (a temperature or a learning rate picked by its score). A choice that no probe flips
-     is caught by what it does: every update of the run (an optimizer step on any model, the scored one or a deep
-     copy of it, or a change of the scored model's weights however it is made: p.data, copy_, load_state_dict,
-     seen as a changed digest of its weights at the next observation) is compared, bit for bit, with the original
-     run's while a target up to the probe is still to be scored; one that differs trained on tokens from the probe
-     on before scoring that target (named: which update, on which model, before which target). So is every module
-     outside the scored model (a deep copy, its weights made however: an optimizer, p.data.add_, copy_) at each
-     call: weights the original run never called it with, while a target up to the probe is still to be scored,
-     were made from tokens from the probe on. Not caught: a choice that no probe flips made with no module's weights
-     (counts of the split's tokens, a cache outside any module), or with weights used outside a call of the module
-     that holds them (a copy's tensors passed to F.linear by hand; a GPT's own parameters, such as skip_weights, when
-     only its methods are called: its blocks' are seen). On CUDA updates are not compared (their rounding differs
-     from run to run): the distributions are. A changed run stops when the scored model takes an optimizer step, or
-     (one process) its weights change however it is made, after every target up to the probe was scored on the path
-     it is on: what it does, not which function it calls. A path a changed run never scored up to its probe fails,
-     named.
+     made on the whole split (a temperature or a learning rate picked by its score). And the whole future, from
+     target 1 on, is replaced twice by what the scored model generates itself, each token its likeliest (then its
+     unlikeliest) next one given the window before it: the splits it predicts best and worst. A setting picked from
+     a grid, however coarse, by the score of the whole split moves to one end of its grid on one of them (on its
+     likeliest tokens a sharper temperature scores better, on its unlikeliest a flatter one), and target 1, scored
+     with it, moves: issue 44's temperature and logit softcap from grids of seven, which no other probe flipped. A
+     choice that no probe flips is caught by what it does: every update of the run (an optimizer step on any model,
+     the scored one or a deep copy of it, or a change of the scored model's weights however it is made: p.data,
+     copy_, load_state_dict, seen as a changed digest of its weights at the next observation) is compared, bit for
+     bit, with the original run's while a target up to the probe is still to be scored; one that differs trained on
+     tokens from the probe on before scoring that target (named: which update, on which model, before which
+     target). So is every module outside the scored model (a deep copy, its weights made however: an optimizer,
+     p.data.add_, copy_) at each call: weights the original run never called it with, while a target up to the
+     probe is still to be scored, were made from tokens from the probe on. Not caught: a choice that no probe flips
+     made with no module's weights (counts of the split's tokens, a cache outside any module; a setting whose best
+     value is the same on the split, on the model's likeliest future and on its unlikeliest, such as one picked by
+     a statistic of the split that these futures share rather than by how well the model predicts it), or with
+     weights used outside a call of the module that holds them (a copy's tensors passed to F.linear by hand; a
+     GPT's own parameters, such as skip_weights, when only its methods are called: its blocks' are seen). On CUDA
+     updates are not compared (their rounding differs from run to run): the distributions are. A changed run stops
+     when the scored model takes an optimizer step, or (one process) its weights change however it is made, after
+     every target up to the probe was scored on the path it is on: what it does, not which function it calls. A
+     path a changed run never scored up to its probe fails, named.
   2. single pass: every target of the split in DATA_PATH is scored once, and the bytes counted here for them are
      the split's decoded bytes.
   3. normalized: each distribution sums to 1 (a target scored with probability 0 is said so, never a NaN).
@@ -69,10 +76,23 @@ script. The conditions:
      val_loss is minus the mean log-probability of the targets in the watched distributions, its val_bpb that over
      the bytes counted here. It is checked twice: with the environment's TTT, and with a TTT that makes the score
      worse (TTT_LR=10), so that a line that reports the better of the TTT pass and another pass shows the other one.
+     Where the val_loss is not the watched distributions' in either run, the script scores with distributions it
+     does not hand the observer. Not legal: a val_bpb that is not the val_loss over the bytes counted here, the
+     watched pass reported in one run and another score in the other, another path's score, or a score that stays
+     where the watched distributions move. Legal: in both runs the loss of one mixture w * p(path) + (1 - w) *
+     p(other path) of two watched distributions (each checked on its own path), the same w in (0, 1) in both (a
+     weight fitted to the split's score would differ between them): issue 44's 0.5 p(adapted) + 0.5 p(frozen copy)
+     with the observer handed the adapted model's, as the frozen copy scores as the sliding windows do. Anything
+     else (a cache of the targets already scored, a copy's output that no path scores, a weight that differs) the
+     check cannot see: "cannot verify: ...". It is never called legal; hand score_windows' observe the
+     distributions that score, and the check judges them.
   5. TTT adapts: TTT changed some distribution (else 1 passed for nothing: TTT_LR=0, TTT_EPOCHS=0, one chunk).
      --allow-no-adaptation lets it pass, saying so.
 A traceback of the checked script fails the conditions it blocks and shows its last line; the check never ends in
-a traceback of its own on a broken copy.
+a traceback of its own on a broken copy. The verdict, the last line: "NOT LEGAL: ..." (exit 1) where a condition
+fails (lines FAIL); else "cannot verify: ..." (exit 3) where the check could not observe one (lines UNVERIFIED:
+condition 4, above; the interpreted Triton geometry, which runs no hurting TTT, follows the torch loss's verdict on
+that path); else "legal: ..." (exit 0).
 
 On CUDA (--device cuda) the scoring runs as a training run's does: the environment's LOSS_IMPL (auto: Triton), bf16
 autocast (torch.compile stays off: each of the check's many short runs would compile again). Hidden states are then
@@ -84,7 +104,8 @@ condition allows 2^-5 = 0.031 per log-probability on CUDA and prints the largest
 moves them further: --broken fails by more than ten times that (tests/test_legality.py measures it on the CPU). The
 observer's log-probabilities come from another matrix shape than the score, so cuBLAS may round their bf16 logits
 apart: the reported val_loss may differ from the observed one by the same 2^-5 there (a better-of-two report differs
-by nats).
+by nats). So may condition 4's mixture in the run with a hurting TTT: on CUDA a mixture weight fitted to each run's
+score passes where the two fits move that run's loss by less than 2^-5 of it; the CPU check holds it to 1e-5.
 """
 
 from __future__ import annotations
@@ -159,15 +180,23 @@ GEOMETRIES = {
     "aligned": Geometry(window=32, stride=8, chunk=64, tokens=7 * 32 + 1),  # chunks 3 x 64 and 32
     "ragged": Geometry(window=24, stride=7, chunk=50, tokens=7 * 24 + 1),  # chunks 3 x 50 and 18
 }
+GEOMETRY_CHOICES = (*GEOMETRIES, "user")  # what --geometries takes: user is the environment's (user_geometry)
 # The Triton kernel in its interpreter takes ~4 ms a row, and the observer scores every id of every target: 8 targets
 # (two chunks), the original run only, for the conditions a kernel can break (normalized, reported, single pass).
 INTERPRETED = {"interpreted": Geometry(window=4, stride=2, chunk=4, tokens=2 * 4 + 1)}
 PATHS = ("roundtrip", "sliding_window", "ttt")
 HURTING_TTT = dict(TTT_LR="10", TTT_EPOCHS="1")  # steps far too large: TTT then scores worse than sliding windows
 INTERIOR_PROBES = 4
+# The two futures generated by the scored model itself, each token its likeliest (unlikeliest) next one given the
+# window before it: the split it predicts best and worst (extreme_futures).
+EXTREMES = ("likeliest", "unlikeliest")
 # The largest legitimate difference of a log-probability between two runs on CUDA (bf16), as the docstring derives.
 BF16_LOGP_TOLERANCE = 2.0**-5
 REPORT_RTOL_FP32 = 1e-6  # fp32 per-token losses summed in fp64 in another order; the line prints 8 decimals
+MARKS = {True: "ok  ", False: "FAIL", None: "UNVERIFIED"}  # a condition's line: holds, fails, cannot be seen
+EXIT_CANNOT_VERIFY = 3  # no condition failed, but one the check could not observe: neither legal (0) nor not (1)
+MIXTURE_GRID = 1000  # mixture weights: a grid of (0, 1), then bisection where the mixture's loss crosses the report
+MIXTURE_TOLERANCE = 10  # times REPORT_RTOL_FP32: the weight, solved from one rounded report, carries its error
 LINE = re.compile(r"final_\w+?_(roundtrip|sliding_window|ttt)_exact val_loss:(\S+) val_bpb:(\S+)")
 # The challenge's shard format (train_gpt.py reads it): a header of 256 int32 (magic, version, count), uint16 ids.
 SHARD_MAGIC, SHARD_VERSION, SHARD_HEADER_INTS = 20240520, 1, 256
@@ -421,15 +450,24 @@ def probes(geometry: Geometry) -> list[int]:
 
 def probe_runs(geometry: Geometry) -> list[tuple[int, str]]:
     """(probe, how its tokens change): random everywhere; likely and copied at each chunk's first target and the
-    first probe (a long changed tail: what flips a choice made on the whole split)."""
+    first probe (a long changed tail: what flips a choice made on the whole split); and the whole future from target
+    1 on made the scored model's likeliest and its unlikeliest tokens (EXTREMES: what moves a choice from a grid)."""
     every = probes(geometry)
     flips = {every[0]} | {c * geometry.chunk + 1 for c in range(1, -(-(geometry.tokens - 1) // geometry.chunk))}
-    return [(p, "random") for p in every] + [(p, kind) for p in sorted(flips) for kind in ("likely", "copied")]
+    extremes = [(1, kind) for kind in EXTREMES]
+    return (
+        extremes + [(p, "random") for p in every] + [(p, kind) for p in sorted(flips) for kind in ("likely", "copied")]
+    )
 
 
-def changed_from(tokens: torch.Tensor, probe: int, kind: str, likely=None, vocab: int = VOCAB) -> torch.Tensor:
+def changed_from(
+    tokens: torch.Tensor, probe: int, kind: str, likely=None, vocab: int = VOCAB, futures: dict | None = None
+) -> torch.Tensor:
     """The tokens with every one from `probe` on replaced: by another random id, by the model's most likely token at
-    that position (where none was observed, a random one), or by the tokens half the split further on."""
+    that position (where none was observed, a random one), by the tokens half the split further on, or (EXTREMES) by
+    the future the scored model generated from the probe on (futures: extreme_futures')."""
+    if kind in EXTREMES:
+        return futures[kind].clone()
     changed = tokens.clone()
     shift = torch.randint(1, vocab, (len(tokens) - probe,), generator=torch.Generator().manual_seed(4))
     changed[probe:] = (changed[probe:] + shift) % vocab
@@ -483,6 +521,7 @@ class Watcher:
 
     def __init__(self, upto: int | None, total: int, device: torch.device, reference: tuple | None = None):
         self.upto, self.record, self.kind, self.model = upto, {}, None, None
+        self.artifact = None  # (weights, looping) score_artifact was first handed: extreme_futures' model
         self.covered = {}  # path -> (total + 1,) bool: targets at or before the probe this rank scored
         self.total, self.device = total, device
         self.trace, self.reference, self.leak = [], reference, None
@@ -619,6 +658,8 @@ def run_main(T, environ: dict[str, str], watcher: Watcher, tokens: torch.Tensor 
 
     def watched(run, model, header, weights, observe=None):
         watcher.watch(model)
+        if watcher.artifact is None:
+            watcher.artifact = ({k: v.detach().cpu().clone() for k, v in weights.items()}, header["looping"])
         return score_artifact(run, model, header, weights, watcher.observe)
 
     hook = register_optimizer_step_pre_hook(watcher.step_hook)
@@ -665,6 +706,28 @@ def broken_ttt(T):
         return sums
 
     return score_with_ttt
+
+
+def extreme_futures(T, args, artifact: tuple, tokens: torch.Tensor, probe: int, window: int) -> dict[str, torch.Tensor]:
+    """{kind: the split with every token from `probe` on replaced, one at a time, by the scored model's likeliest
+    (unlikeliest) next token given the `window` tokens before it}: the futures it predicts best and worst. A setting
+    chosen by the score of the whole split (a temperature from a grid, a mixture weight) moves to one end of its range
+    on one of them whatever the grid (on the likeliest tokens the sharpest temperature scores best, on the unlikeliest
+    the flattest), and the causal condition then sees the targets before the probe scored otherwise. artifact: the
+    weights and looping the original run's score_artifact was handed, loaded here as it loads them."""
+    weights, looping = artifact
+    model = T.GPT(args)
+    model.load_state_dict(weights, strict=True)
+    model.looping = looping
+    model.eval()
+    ids = torch.arange(model.tok_emb.num_embeddings)
+    futures = tokens.repeat(2, 1)  # (2, N): the likeliest, the unlikeliest, generated side by side
+    with torch.no_grad():
+        for t in range(probe, tokens.numel()):
+            h = model.scoring_hidden(futures[:, max(0, t - window) : t])[:, -1]  # (2, C): the last prediction's
+            logp = -model.loss(h[:, None].expand(-1, len(ids), -1), ids.expand(2, -1), True).view(2, -1)
+            futures[:, t] = torch.stack([logp[0].argmax(), logp[1].argmin()])
+    return dict(zip(EXTREMES, futures))
 
 
 def likely_tokens(record: dict, total: int) -> torch.Tensor:
@@ -722,8 +785,16 @@ def worker_geometry(
     found |= dict(hurting=(hurting.record, error, lines), probes={})
     reference = (watcher.trace, watcher.calls) if device == "cpu" else None  # on CUDA, rounding differs run to run
     likely = likely_tokens(merge_records(gather(found["original"][0])), total)
+    futures = {} if watcher.artifact is None else extreme_futures(T, args, watcher.artifact, tokens, 1, geometry.window)
+    for kind, future in futures.items():  # every rank changes its split the same: rank 0's
+        if dist.is_initialized():
+            future = future.to(ctx.device)
+            dist.broadcast(future, 0)
+            futures[kind] = future.cpu()
     for probe, kind in probe_runs(geometry):
-        changed = changed_from(tokens, probe, kind, likely, args.vocab_size)
+        if kind in EXTREMES and kind not in futures:  # the original run never reached score_artifact: blocked anyway
+            continue
+        changed = changed_from(tokens, probe, kind, likely, args.vocab_size, futures)
         probed, error, _ = run(f"p{probe}{kind}", upto=probe, changed=changed, reference=reference)
         found["probes"][(probe, kind)] = (probed.record, error, probed.leak)
     return found
@@ -891,10 +962,14 @@ def resolve_geometries(environ: dict[str, str], device: str, names: list[str] | 
     known = dict(GEOMETRIES) | ({"user": user} if user else {})
     names = list(known) if names is None else names
     unknown = [n for n in names if n not in known]
-    if unknown or not names:
-        hint = "" if user or "user" not in unknown else " (user: set TRAIN_SEQ_LEN, EVAL_STRIDE or TTT_CHUNK_TOKENS)"
-        raise CheckError(f"--geometries {','.join(names)}: {', '.join(unknown) or 'none'} not one of "
-                         f"{', '.join(known)}{hint}.")  # fmt: skip
+    strange = [n or "''" for n in names if n not in GEOMETRY_CHOICES]
+    if strange or not names:  # every name --help lists
+        raise CheckError(f"--geometries {','.join(names)}: {', '.join(strange) or 'none'} not one of "
+                         f"{', '.join(GEOMETRY_CHOICES)}.")  # fmt: skip
+    if unknown:  # user, which the environment does not make
+        raise CheckError(f"--geometries {','.join(names)}: user is the geometry of {', '.join(GEOMETRY_NAMES[:-1])} "
+                         f"or {GEOMETRY_NAMES[-1]}, and the environment sets none of them: set one, or leave user "
+                         "out.")  # fmt: skip
     return {n: known[n] for n in names}
 
 
@@ -1030,14 +1105,127 @@ def report_matches(lines, observed, path, tokens, target_bytes, tolerance) -> tu
     return holds, f"reported {found[0][0]:.8f} {found[0][1]:.8f}, observed {loss:.8f} {bpb:.8f}"
 
 
+def target_logp(observed: dict, path: str, positions: list[int], tokens: torch.Tensor) -> torch.Tensor | None:
+    """(n,) fp64 the log-probability of each target at `positions` in the path's first observed distribution of it;
+    None where one of them was not observed there."""
+    rows = by_position(observed.get(path))
+    if any(p not in rows for p in positions):
+        return None
+    return torch.tensor([float(rows[p][tokens[p]]) for p in positions], dtype=torch.float64)
+
+
+def mixture_loss(a: torch.Tensor, b: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """(W,) minus the mean log-probability of the targets under w * p_a + (1 - w) * p_b, for each w of weights."""
+    mixed = torch.logaddexp(a[None] + weights.log()[:, None], b[None] + torch.log1p(-weights)[:, None])
+    return -mixed.mean(-1)
+
+
+def mixture_weights(a: torch.Tensor, b: torch.Tensor, loss: float) -> list[float]:
+    """Every w in (0, 1) whose mixture w * p_a + (1 - w) * p_b scores `loss` (at most two: the mixture's loss is
+    convex in w), by bisection between the points of a grid where the loss crosses it."""
+    grid = torch.linspace(0, 1, MIXTURE_GRID + 1, dtype=torch.float64)[1:-1]
+    above = (mixture_loss(a, b, grid) - loss).sign()
+    found = []
+    for k in (above[:-1] * above[1:] <= 0).nonzero().flatten().tolist():
+        lo, hi = float(grid[k]), float(grid[k + 1])
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            same = float(mixture_loss(a, b, torch.tensor([mid], dtype=torch.float64))[0]) - loss
+            lo, hi = (mid, hi) if (same > 0) == (float(above[k]) > 0) else (lo, mid)
+        found.append((lo + hi) / 2)
+    return found
+
+
+def mixture_explanation(result: dict, path: str, losses: list[float], tolerance: float) -> str | None:
+    """Where the path's reported val_loss is not its watched distributions': is it, in the original run and the run
+    with a hurting TTT, the loss of one mixture w * p(path) + (1 - w) * p(other path) with the same w in (0, 1), each
+    distribution one the observer was handed (the adapted model's and a frozen copy's, which scores as the sliding
+    windows do)? The runs' distributions of the path must differ, so that the second run pins w on its own: a weight
+    fitted to the split's score would differ between them. The evidence, or None."""
+    tokens, runs = result["tokens"], [result["original"][0], result["hurting"][0]]
+    positions = [sorted(by_position(observed.get(path))) for observed in runs]
+    for other in [p for p in PATHS if p != path]:
+        pairs = [
+            (target_logp(observed, path, where, tokens), target_logp(observed, other, where, tokens))
+            for observed, where in zip(runs, positions)
+        ]
+        if any(a is None or b is None for a, b in pairs) or len(pairs[0][0]) != len(pairs[1][0]):
+            continue
+        if torch.equal(pairs[0][0], pairs[1][0]) and torch.equal(pairs[0][1], pairs[1][1]):
+            continue  # the same distributions in both runs: the second run says nothing of w
+        for w in mixture_weights(*pairs[0], losses[0]):
+            second = float(mixture_loss(*pairs[1], torch.tensor([w], dtype=torch.float64))[0])
+            if close(losses[1], second, tolerance):
+                return (
+                    f": in both runs the loss of {w:.4f} * p({path}) + {1 - w:.4f} * p({other}), one weight whichever "
+                    f"the TTT (not fitted to the split's score), of two distributions each watched and checked on its "
+                    f"own path (with a hurting TTT: {second:.8f})"
+                )
+    return None
+
+
+def report_verdict(result: dict, path: str, tolerance: float) -> tuple[bool | None, str]:
+    """reported_is_observed from the original run and the run with a hurting TTT: True, False, or None where the
+    check cannot verify it (the docstring's condition 4)."""
+    tokens, target_bytes = result["tokens"], result["bytes"]
+    told, seen, others, parts = [], [], [], []  # per run: reported (loss, bpb), observed (loss, bpb), {path: loss}
+    hurting = f"with a hurting TTT ({' '.join(f'{k}={v}' for k, v in HURTING_TTT.items())}): "
+    for run, label in (("original", ""), ("hurting", hurting)):
+        observed, lines, error = result[run]
+        raised = f" (it raised {error})" if error and run == "hurting" else ""
+        found = reported(lines).get(path, [])
+        rows = by_position(observed.get(path))
+        if len(found) != 1:
+            shown = f" ({', '.join(f'{loss:.8f} {bpb:.8f}' for loss, bpb in found)})" if found else ""
+            parts.append(f"{label}{len(found)} final_..._{path}_exact lines in the log{shown}{raised}")
+            return False, "; ".join(parts)
+        if not rows:
+            return False, "; ".join(parts + [f"{label}the {path} path was not observed{raised}"])
+        loss, bpb = observed_score(rows, tokens, target_bytes)
+        parts.append(f"{label}reported {found[0][0]:.8f} {found[0][1]:.8f}, observed {loss:.8f} {bpb:.8f}{raised}")
+        told.append(found[0])
+        seen.append((loss, bpb))
+        others.append({p: observed_score(by_position(observed.get(p)), tokens, target_bytes)[0] for p in PATHS})
+    evidence = "; ".join(parts)
+    if any(not close(r[1], r[0] * o[1] / o[0], tolerance) for r, o in zip(told, seen) if 0 < o[0] < math.inf):
+        return False, evidence + ": the reported val_bpb is not its val_loss over the bytes counted here"
+    matches = [close(r[0], o[0], tolerance) for r, o in zip(told, seen)]
+    if all(matches):
+        return True, evidence
+    if any(matches):
+        return (
+            False,
+            evidence + ": the watched pass is reported in one run, another score in the other (a best of two?)",
+        )
+    for (loss, _), scores in zip(told, others):
+        other = next((p for p in PATHS if p != path and close(loss, scores[p], tolerance)), None)
+        if other is not None:
+            return False, evidence + f": the {path} line reports the {other} path's score"
+    if close(told[0][0], told[1][0], tolerance) and not close(seen[0][0], seen[1][0], tolerance):
+        return False, evidence + ": the reported score stays where the watched distributions move: it is not theirs"
+    mixture_tolerance = max(tolerance, MIXTURE_TOLERANCE * REPORT_RTOL_FP32)  # on CUDA, bf16's
+    mixture = mixture_explanation(result, path, [loss for loss, _ in told], mixture_tolerance)
+    if mixture is not None:
+        return True, evidence + mixture
+    return None, (
+        f"cannot verify: {evidence}: the script scores this path with distributions it does not hand the observer "
+        "(a cache, a copy's output, a mixture) and no mixture of two watched ones explains both runs, so the check "
+        "cannot see whether they are causal; hand score_windows' observe the distributions that score"
+    )
+
+
 def blocked(result: dict, path: str) -> dict[str, tuple[bool, str]]:
     why = result["error"]
     names = ["causal_score_before_update", "single_pass", "normalized", "reported_is_observed"]
     return {name: (False, f"blocked: {why}") for name in names + (["ttt_adapts"] if path == "ttt" else [])}
 
 
-def conditions(result: dict, path: str, allow_no_adaptation: bool = False) -> dict[str, tuple[bool, str]]:
-    """{condition: (holds, evidence)} of one path in one geometry, from the worker's observations."""
+def conditions(
+    result: dict, path: str, allow_no_adaptation: bool = False, unobservable: frozenset = frozenset()
+) -> dict[str, tuple[bool | None, str]]:
+    """{condition: (holds, evidence)} of one path in one geometry, from the worker's observations; holds is None where
+    the check cannot verify it. unobservable: the paths whose scoring rule the torch loss's check could not observe
+    (the interpreted Triton geometry, which has no run with a hurting TTT to tell, says so for them too)."""
     if result.get("error"):
         return blocked(result, path)
     cuda = result["device"] == "cuda"
@@ -1069,6 +1257,8 @@ def conditions(result: dict, path: str, allow_no_adaptation: bool = False) -> di
     honest, evidence = report_matches(lines, observed, path, tokens, target_bytes, report_tolerance)
     if result.get("probes") is None:  # the interpreted Triton loss: the conditions a kernel can break
         evidence += "; causality, adaptation and the hurting TTT are checked with the torch loss"
+        if not honest and path in unobservable:
+            honest, evidence = None, f"cannot verify: {evidence}, which could not see the rule that scores this path"
         return {"single_pass": single, "normalized": normalized, "reported_is_observed": (honest, evidence)}
     differences = causal_differences(result, path)
     leaks = [d for d in differences if d[3] > tolerance]
@@ -1097,17 +1287,11 @@ def conditions(result: dict, path: str, allow_no_adaptation: bool = False) -> di
             else f"tokens changed from {probe} ({kind}) moved the distribution of target {position} by {diff:.3g}"
         )
     causal = (bool(differences) and not leaks and not early, causal_evidence)
-    hurt_observed, hurt_lines, hurt_error = result["hurting"]
-    hurt_honest, hurt_evidence = report_matches(hurt_lines, hurt_observed, path, tokens, target_bytes, report_tolerance)
-    hurt_evidence += f" (it raised {hurt_error})" if hurt_error else ""
     found = {
         "causal_score_before_update": causal,
         "single_pass": single,
         "normalized": normalized,
-        "reported_is_observed": (
-            honest and hurt_honest,
-            f"{evidence}; with a hurting TTT ({' '.join(f'{k}={v}' for k, v in HURTING_TTT.items())}): {hurt_evidence}",
-        ),
+        "reported_is_observed": report_verdict(result, path, report_tolerance),
     }
     if path == "ttt":
         sliding = by_position(observed.get("sliding_window"))
@@ -1176,19 +1360,33 @@ def check(
         g = INTERPRETED["interpreted"]
         lines.append(f"geometry interpreted (the Triton loss under TRITON_INTERPRET=1): window {g.window}, stride "
                      f"{g.stride}, chunks of {g.chunk}, {g.tokens} tokens of a split made here, no probes")  # fmt: skip
-    failed = 0
+    failed = unverified = 0
+    unobservable = set()  # paths whose scoring rule the torch loss's check could not observe
     for count, loss in runs:
         observed = run_workers(
             count, environ, script, device, broken, chosen if loss != "triton" else INTERPRETED, loss
         )
         for name, result in observed.items():
             for path in PATHS:
-                for condition, (holds, evidence) in conditions(result, path, allow_no_adaptation).items():
-                    failed += not holds
-                    mark = "ok  " if holds else "FAIL"
+                found = conditions(result, path, allow_no_adaptation, frozenset(unobservable))
+                for condition, (holds, evidence) in found.items():
+                    if condition == "reported_is_observed" and holds is None:
+                        unobservable.add(path)
+                    failed += holds is False
+                    unverified += holds is None
+                    mark = MARKS[holds]
                     lines.append(f"{mark} {condition} {path} geometry:{name} processes:{count} loss:{loss}: {evidence}")
-    lines.append(f"{'legal' if not failed else 'NOT LEGAL'}: {failed} condition(s) failed")
+    lines.append(verdict(failed, unverified))
     return lines, failed
+
+
+def verdict(failed: int, unverified: int) -> str:
+    """The check's last line: NOT LEGAL where a condition failed, else cannot verify where one could not be seen."""
+    if failed:
+        return f"NOT LEGAL: {failed} condition(s) failed" + (f", {unverified} cannot be verified" if unverified else "")
+    if unverified:
+        return f"cannot verify: {unverified} condition(s) the check cannot observe, none failed"
+    return "legal: 0 condition(s) failed"
 
 
 def parse_processes(text: str) -> tuple[int, ...]:
@@ -1211,7 +1409,7 @@ def main() -> int:
     parser.add_argument("--script", type=Path, default=ROOT / "train_gpt.py", help="the train_gpt.py to check")
     parser.add_argument("--processes", default="1,2", help="process counts to check, of 1, 2, 4, 8 (default: 1,2)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the GPU path (docstring)")
-    parser.add_argument("--geometries", help="of " + ", ".join(GEOMETRIES) + ", user (default: all)")
+    parser.add_argument("--geometries", help="of " + ", ".join(GEOMETRY_CHOICES) + " (default: all)")
     parser.add_argument("--broken", action="store_true", help="check a TTT that trains on each chunk first: must fail")
     parser.add_argument("--allow-no-adaptation", action="store_true", help="pass although TTT changed nothing")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
@@ -1236,7 +1434,7 @@ def main() -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print("\n".join(lines))
-    return 1 if failed else 0
+    return 1 if failed else EXIT_CANNOT_VERIFY if lines[-1].startswith("cannot verify") else 0
 
 
 if __name__ == "__main__":
