@@ -251,7 +251,7 @@ def parse_env_value(name: str, raw: str, kind: type):
 def check_unknown_env(environ: dict[str, str], known: list[str]) -> None:
     """Refuses a name meant for ours: iterations, ITERS, NUM_LAYER, WARMUP, LR, nanoGPT's N_LAYER."""
     for name, value in environ.items():
-        upper = name.upper().replace("LEARNING_RATE", "LR").replace("WEIGHT_DECAY", "WD")  # as ours spell them
+        upper = name.upper().replace("LEARNING_RATE", "LR").replace("WEIGHT_DECAY", "WD")  # as ours say them
         if name in known or upper.startswith(ENV_PREFIXES_NOT_OURS):
             continue
         require(upper not in ENV_RETIRED, f"{name}={value!r} is retired (README: retired settings): unset it.")
@@ -272,14 +272,12 @@ class DistContext:
     world_size: int
     local_rank: int
     device: torch.device
+    distributed: bool = dataclasses.field(init=False)  # W > 1
+    grad_accum_steps: int = dataclasses.field(init=False)  # this rank's micro-batches a step
 
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
-
-    @property
-    def grad_accum_steps(self) -> int:
-        return GRAD_ACCUM_TOTAL // self.world_size
+    def __post_init__(self) -> None:
+        self.distributed = self.world_size > 1
+        self.grad_accum_steps = GRAD_ACCUM_TOTAL // self.world_size
 
     def autocast(self):  # bf16 matmuls on CUDA; on the CPU all stays fp32
         return torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else contextlib.nullcontext()
@@ -289,7 +287,7 @@ class DistContext:
             dist.all_reduce(tensor, op=op)
         return tensor
 
-    def clock(self) -> float:  # perf_counter after the queued GPU work: it brackets each timed region
+    def clock(self) -> float:  # after the queued GPU work: it brackets each timed region
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
@@ -302,7 +300,7 @@ def dist_context() -> DistContext:  # from torchrun's variables (one process wit
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     return DistContext(rank, world_size, local_rank, device)
 
-def init_distributed(ctx: DistContext) -> None:  # this rank's GPU, and the process group: NCCL, else gloo
+def init_distributed(ctx: DistContext) -> None:  # this rank's GPU; the process group (NCCL or gloo)
     cuda = ctx.device.type == "cuda"
     if cuda:  # TF32 where autocast leaves fp32; inductor's "mixed-order" reductions spill
         torch.cuda.set_device(ctx.device)
@@ -312,9 +310,9 @@ def init_distributed(ctx: DistContext) -> None:  # this rank's GPU, and the proc
         dist.init_process_group(backend="nccl" if cuda else "gloo", device_id=ctx.device if cuda else None)
 
 class Logger:
-    """Rank 0's log: the file its first line creates, and the console; `log(**fields)` writes a line."""
+    """Rank 0's log: the file its first line creates, and the console."""
     def __init__(self, path: Path | None):
-        self.path, self.file, self.progress = path, None, {}  # progress: where the run is, for an interrupt
+        self.path, self.file, self.progress = path, None, {}  # progress: where the run is
 
     def text(self, message: str, console: bool = True) -> None:
         if self.path is None:
@@ -348,7 +346,7 @@ class Run:
 
 # ==== Data ====================================================================
 # A shard: a 256 x int32 header (magic, version, token count), then uint16 tokens, a BOS before each
-# document. A step reads the next TRAIN_BATCH_TOKENS, rank r of W its part: the batch does not depend on W.
+# document. A step reads the next TRAIN_BATCH_TOKENS, each rank its part: the same batch for any W.
 
 SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
@@ -373,17 +371,17 @@ def read_shard_header(path: str | Path) -> int:
             f"the file has {size}. The file is truncated or corrupt: {SHARD_FIX}.", ShardError)
     return num_tokens
 
-def shard_tokens(path: str | Path, vocab_size: int = 0) -> np.ndarray:
+def read_shard(path: str | Path, vocab_size: int = 0) -> np.ndarray:
     """A checked shard's tokens, mapped; with vocab_size, every id below it (0.25 s a 100M tokens)."""
     tokens = np.memmap(path, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (read_shard_header(path),))
     top = int(tokens.max()) if vocab_size and len(tokens) else 0
     require(not vocab_size or top < vocab_size, f"{path}: token id {top} >= VOCAB_SIZE={vocab_size}: made with "
-            "another tokenizer. Set VOCAB_SIZE and TOKENIZER_PATH to its, or rebuild it.", ShardError)
+            "another tokenizer. Set VOCAB_SIZE and TOKENIZER_PATH to that one's, or rebuild it.", ShardError)
     return tokens
 
 def load_data_shard(path: str | Path, vocab_size: int = 0) -> Tensor:
-    """All tokens of a checked shard (with vocab_size: every id below it) as a 1-D uint16 tensor."""
-    return torch.from_numpy(np.array(shard_tokens(path, vocab_size), np.uint16))
+    """read_shard's tokens, read into a 1-D uint16 tensor."""
+    return torch.from_numpy(np.array(read_shard(path, vocab_size), np.uint16))
 
 def find_shards(data_path: str, split: str) -> list[Path]:
     """DATA_PATH/fineweb_{split}_*.bin of a split, "train" or "val", sorted; if none, where to look."""
@@ -397,7 +395,7 @@ def find_shards(data_path: str, split: str) -> list[Path]:
 class DistributedTokenLoader:
     """The shards in order, wrapping around; a call takes a micro-batch per rank, keeps this rank's."""
     def __init__(self, files: list[Path], ctx: DistContext):
-        self.shards = [shard_tokens(f) for f in files]
+        self.shards = [read_shard(f) for f in files]
         self.ctx, self.shard, self.pos = ctx, 0, 0
 
     def next_batch(self, micro_batch_tokens: int, seq_len: int) -> tuple[Tensor, Tensor]:
@@ -418,7 +416,7 @@ class ShuffledSequenceLoader(DistributedTokenLoader):
     """TRAIN_SHUFFLE=1: sequences at a random phase per shard, in an order of SEED alone."""
     def __init__(self, files: list[Path], ctx: DistContext, seed: int):
         super().__init__(files, ctx)
-        self.rng, self.order = np.random.default_rng(seed), np.empty((0, 2), np.int64)  # (shard, start) each
+        self.rng, self.order = np.random.default_rng(seed), np.empty((0, 2), np.int64)  # (shard, start)
 
     def next_batch(self, micro_batch_tokens: int, seq_len: int) -> tuple[Tensor, Tensor]:
         n = micro_batch_tokens // seq_len
@@ -453,8 +451,7 @@ def softcap_ce_chunk_torch(logits, targets, loss_rows, softcap: float, grad_scal
         grad.scatter_add_(1, targets[:, None], torch.full_like(grad[:, :1], -1.0))
         logits.copy_(grad * ((1.0 - t * t) * grad_scale))
 
-# ---- Triton kernel: softcap, cross entropy and dL/dlogits in one read of each bf16 row, not ~10 passes.
-# |z| <= c, so c is the softmax shift: exp2((z-c) log2 e) stays a normal fp32 while c <= 41.6.
+# ---- Triton kernel: one read of each bf16 row, not ~10 passes; |z| <= c, so c is the softmax shift.
 MAX_BLOCK_V = 8192
 FIXED_SHIFT_MAX_EXP2 = 120.0  # 2c log2 e at most: flush-to-zero starts below 2^-126
 
@@ -475,8 +472,7 @@ if triton is not None:
 
     @triton.jit
     def _softcap_tanh(logits, neg_2log2e_over_c):
-        """(tanh(u), 1 - tanh(u)^2) for u = logits / c, through e = exp(-2u), s = 1 / (1 + e): tanh = 2s - 1,
-        1 - tanh^2 = 4 e s^2, without cancellation; e is capped at 2^126 (not inf * 0)."""
+        """(tanh(u), 1 - tanh(u)^2), u = logits / c: with e = exp(-2u) (at most 2^126), s = 1/(1+e): 2s-1, 4es^2."""
         e = tl.exp2(tl.minimum(logits.to(tl.float32) * neg_2log2e_over_c, 126.0))
         s = 1.0 / (1.0 + e)
         return 2.0 * s - 1.0, (4.0 * s) * (e * s)
@@ -513,7 +509,7 @@ def softcap_ce_chunk_triton(logits, targets, loss_rows, softcap: float, grad_sca
         raise ValueError(f"softcap_ce_chunk_triton: {reason}")
     block_v = triton.next_power_of_2(V)
     _softcap_ce_kernel[(n,)](logits, targets, loss_rows, float(softcap), float(grad_scale), V=V, BLOCK_V=block_v,
-                             NEED_GRAD=need_grad, num_warps=min(max(block_v // 512, 1), 16))  # 16 columns a thread
+                             NEED_GRAD=need_grad, num_warps=min(max(block_v // 512, 1), 16))  # 16 columns each
 
 # One custom op for both chunk functions, opaque to torch.compile; backward scales the forward's gradients.
 CHUNK_IMPLS = {"torch": softcap_ce_chunk_torch, "triton": softcap_ce_chunk_triton}
@@ -551,7 +547,7 @@ def _softcap_ce_setup_context(ctx, inputs, output):
     ctx.save_for_backward(output[2], output[3])
     ctx.set_materialize_grads(False)  # else autograd makes zeros for the unused outputs
 
-def _softcap_ce_backward(ctx, grad_loss, _grad_rows, _grad_grad_x, _grad_grad_w):  # grad_loss None: mean unused
+def _softcap_ce_backward(ctx, grad_loss, _grad_rows, _grad_grad_x, _grad_grad_w):  # None: the mean unused
     grads = [None if grad_loss is None else g * grad_loss.to(g.dtype) for g in ctx.saved_tensors]  # dL/dx, dL/dW
     return *grads, None, None, None, None, None  # none for targets and the four settings
 
@@ -559,8 +555,7 @@ softcap_ce_op.register_autograd(_softcap_ce_backward, setup_context=_softcap_ce_
 
 def resolve_loss_impl(args: Hyperparameters, device: torch.device) -> tuple[str, str]:
     """LOSS_IMPL=auto picks Triton on CUDA where it can run; returns (impl, why), for the log."""
-    requested = args.loss_impl
-    reason = triton_unavailable_reason(args.vocab_size, args.logit_softcap)
+    requested, reason = args.loss_impl, triton_unavailable_reason(args.vocab_size, args.logit_softcap)
     require(requested != "triton" or reason is None, f"LOSS_IMPL=triton cannot run here: {reason}: use torch or auto.")
     if requested != "auto":
         return requested, "forced_by_LOSS_IMPL"
@@ -572,7 +567,7 @@ def softcap_ce_loss(x, weight, targets, softcap: float, chunk_tokens: int, impl:
     """Mean softcapped cross entropy of x (N, d) @ weight (V, d)^T and targets (N,); per_token: each one's."""
     need_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad) and not per_token
     mean, rows, _, _ = softcap_ce_op(x, weight, targets, float(softcap), int(chunk_tokens), need_grad, impl)
-    return rows.detach() if per_token else mean  # detached: a backward through them fails, not silently zero
+    return rows.detach() if per_token else mean  # a backward through them fails, not silently zero
 
 # ==== Model ===================================================================
 # A GPT with U-Net skips: the second half of the blocks adds the first half's outputs back, weighted. Each
@@ -622,7 +617,7 @@ class CausalSelfAttention(nn.Module):
         self.post = exclusive_self_attention if xsa else (lambda y, v: y)
         # tables, not traced math: compiled, that made each rotary kernel recompute cos and sin
         cos, sin = rotary_cos_sin(max(args.train_seq_len, args.val_seq_len), self.rope_dims, args.rope_base, "cpu")
-        self.register_buffer("rope_cos", cos, persistent=False)  # not in the state dict or the artifact
+        self.register_buffer("rope_cos", cos, persistent=False)  # not in the artifact
         self.register_buffer("rope_sin", sin, persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:  # x (B, T, C) -> q (B, H, T, hd), k, v (B, Hkv, T, hd) -> (B, T, C)
@@ -888,10 +883,10 @@ def check_shards(sp, args: Hyperparameters, val_files: list[Path], train_files: 
         require(not copy, f"training shard {f} is a copy of the validation shard {copy and copy[0]}: remove it.")
     tried = 0
     for f in val_files + train_files:
-        tokens = shard_tokens(f)
+        tokens = read_shard(f)
         bos = np.flatnonzero(tokens == sp.bos_id())
         picked = np.unique(np.linspace(0, len(bos) - 2, min(docs, max(len(bos) - 1, 0))).astype(int))
-        ids = [tokens[bos[i] + 1 : bos[i + 1]].tolist() for i in picked]  # between two BOS: whole documents
+        ids = [tokens[bos[i] + 1 : bos[i + 1]].tolist() for i in picked]  # whole documents
         same = sum(sp.encode(sp.decode(doc)) == doc for doc in ids)
         require(same == len(ids), f"TOKENIZER_PATH={args.tokenizer_path} did not make the shards in {args.data_path}:"
                 f" {same} of {len(ids)} sampled documents decode and encode again to their own ids ({f.name}). Find "
@@ -903,12 +898,12 @@ def val_token_bytes(args: Hyperparameters, files: list[Path], tokens: Tensor, sp
     """(token_bytes, bytes_from): the byte sidecars if there are any (CaseOps), else tokenizer_bytes."""
     sidecars = [f.with_name(f.name.replace("fineweb_val_", "fineweb_val_bytes_")) for f in files]
     if not any(s.exists() for s in sidecars):  # U+E001 is a piece only of CaseOps tokenizers
-        require(sp.piece_to_id("\ue001") == sp.unk_id(), f"TOKENIZER_PATH={args.tokenizer_path} (CaseOps) needs "
-                f"byte sidecars fineweb_val_bytes_*.bin in DATA_PATH={args.data_path}: build them (data/README.md)")
+        require(sp.piece_to_id("\ue001") == sp.unk_id(), f"TOKENIZER_PATH={args.tokenizer_path} (CaseOps) needs byte "
+                f"sidecars fineweb_val_bytes_*.bin in DATA_PATH={args.data_path}: build them (data/README.md: CaseOps)")
         return tokenizer_bytes(tokens, *build_byte_luts(sp, args.vocab_size)), dict(val_bytes="tokenizer")
     wrong = [s.name for s, f in zip(sidecars, files) if not s.exists() or read_shard_header(s) != read_shard_header(f)]
     require(not wrong, f"DATA_PATH={args.data_path}: {', '.join(wrong)} missing or not as long as its shard: rebuild.")
-    source = dict(val_bytes="sidecar", val_bytes_sha256=",".join(map(file_sha256, sidecars)))  # as in the manifest
+    source = dict(val_bytes="sidecar", val_bytes_sha256=",".join(map(file_sha256, sidecars)))  # as the manifest's
     return torch.cat([load_data_shard(s) for s in sidecars]).to(torch.int32), source
 
 def window_starts(val: ValData, stride: int) -> Tensor:  # every `stride` tokens (0: seq_len)
@@ -916,8 +911,7 @@ def window_starts(val: ValData, stride: int) -> Tensor:  # every `stride` tokens
 
 @torch.no_grad()
 def score_windows(model: GPT, val: ValData, ctx: DistContext, stride: int = 0, starts=None, observe=None) -> Tensor:
-    """(loss sum, tokens, bytes) of the windows at `starts` (all), over ranks; all but the first score their last
-    `stride` tokens. observe(positions, log-probs): legality's."""
+    """(loss sum, tokens, bytes) of the windows at `starts` (all), over ranks; observe(positions, log-probs)."""
     T, total = val.seq_len, val.tokens.numel() - 1
     context = T - (stride or T)
     starts = window_starts(val, stride) if starts is None else starts
@@ -930,7 +924,7 @@ def score_windows(model: GPT, val: ValData, ctx: DistContext, stride: int = 0, s
         first = starts[i : i + batch]
         first = torch.cat([first, starts.new_full((batch - len(first),), total)])  # (batch,) starts, padded
         windows = val.tokens[(first[:, None] + torch.arange(T + 1)).clamp_max(total)].to(ctx.device, non_blocking=True)
-        lo = 0 if first[0] == 0 else context  # only the first window scores its first tokens
+        lo = 0 if first[0] == 0 else context  # the first window scores all its tokens, others their last stride
         x, y = windows[:, :-1], windows[:, lo + 1 :]
         with ctx.autocast():
             h = model.scoring_hidden(x)[:, lo:]
@@ -985,9 +979,8 @@ def train_on_chunk(run: Run, model: GPT, sgd: torch.optim.SGD, begin: int, end: 
         sgd.zero_grad(set_to_none=True)
 
 # ==== Export: quantize, compress, and the round trip the score is measured after
-# Float tensors over 65,536 elements: an fp16 step per row (int8's percentile of |w|, or k * std(row) / qmax)
-# and int8 codes of MATRIX_BITS (EMBED_BITS), rounded to nearest or by GPTQ; the rest fp16. The artifact: a
-# JSON header line (format, bits, compressor, model), then the compressed payload.
+# Float tensors over 65,536 elements: int8 codes of MATRIX_BITS (EMBED_BITS), an fp16 step per row (int8's
+# percentile of |w|, or k * std(row) / qmax); the rest fp16. The artifact: a JSON header line, the payload.
 
 QUANT_KEEP_FLOAT_MAX_NUMEL = 65_536
 QUANT_CLIP_QUANTILE = 0.9999984  # the 99.99984th percentile of |w| in each row
@@ -1002,8 +995,7 @@ COMPRESSORS = {"zlib": ("zlib", dict(level=9), 1), "lzma": ("lzma", dict(preset=
                "brotli": ("brotli", dict(quality=11), 2)}
 
 def gptq_round(w: Tensor, hessian: Tensor, scale: Tensor, qmax: int) -> Tensor:
-    """GPTQ codes of w (B, rows, cols), steps (B, rows, 1), H = X^T X (B, cols, cols) (Frantar et al. 2022):
-    columns by decreasing H_ii, U (Cholesky of H^-1) spreads each one's error; dead inputs zeroed."""
+    """GPTQ (Frantar et al. 2022) codes of w (B, rows, cols), steps scale (B, rows, 1), H = X^T X (B, cols, cols)."""
     H = hessian.clone()
     diag = H.diagonal(dim1=1, dim2=2)  # a view of H
     dead = diag == 0
@@ -1071,11 +1063,9 @@ def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
     """H = X^T X of each quantized matrix's inputs over GPTQ_CALIBRATION_BATCHES training micro-batches."""
     args, ctx = run.args, run.ctx
     hessians: dict[str, Tensor] = {}
-
     def add(name: str, x: Tensor) -> None:
         x = x.detach().reshape(-1, x.size(-1)).float()
         hessians.setdefault(name, x.new_zeros(x.size(1), x.size(1))).addmm_(x.T, x)
-
     hooks = [m.register_forward_hook(lambda m, inputs, out, name=n + ".weight": add(name, inputs[0])) for n, m in
              model.named_modules() if isinstance(m, CastedLinear) and m.weight.numel() > QUANT_KEEP_FLOAT_MAX_NUMEL]
     loader, batches, t0 = make_train_loader(args, run.train_files, ctx), args.gptq_calibration_batches, ctx.clock()
@@ -1084,7 +1074,7 @@ def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
         x, _ = loader.next_batch(args.train_batch_tokens // GRAD_ACCUM_TOTAL, args.train_seq_len)
         with ctx.autocast():
             add("tok_emb.weight", model.hidden(x))  # the head's inputs
-        run.log.progress["gptq_calibration"] = f"{min(i * ctx.world_size, batches)}/{batches}"  # all ranks'
+        run.log.progress["gptq_calibration"] = f"{min(i * ctx.world_size, batches)}/{batches}"
         if i == 1 or 10 * i // rank_batches > 10 * (i - 1) // rank_batches:  # the first, then each tenth
             ms = 1000 * (ctx.clock() - t0)
             run.log.log(gptq_calibration=run.log.progress["gptq_calibration"], hessian_time=f"{ms:.0f}ms",
@@ -1096,7 +1086,7 @@ def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
     return hessians
 
 def compressor(name: str, reading: bool = False):
-    """The module of COMPRESSORS[name]; a missing optional one is an error that says how to get it."""
+    """The module of COMPRESSORS[name]; a missing one is an error that says how to get it."""
     try:
         return importlib.import_module(COMPRESSORS[name][0])
     except ImportError:  # an artifact needs its own; a run can take another
@@ -1136,13 +1126,12 @@ def save_artifact(obj: dict, header: dict, path: str) -> tuple[int, int]:
     return len(raw), len(blob)
 
 def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, dict[str, Tensor]]:
-    """(header, weights) of the artifact at path; its model must be the config's, its payload the one written."""
+    """(header, weights) of the artifact at path; its model must be the config's, its payload intact."""
     require_file("ARTIFACT_PATH", path, "Point it at the .ptz file that a run wrote.")
-    blob, ours = Path(path).read_bytes(), args.settings("model") | {"embedding_dim": 0}  # retired; 0: no projection
+    blob, ours = Path(path).read_bytes(), args.settings("model") | {"embedding_dim": 0}  # retired: 0 is none
     require(blob.startswith(ARTIFACT_MAGIC), f"ARTIFACT_PATH={path} is not an artifact of this script (no "
-            f"'{ARTIFACT_MAGIC.decode().strip()}' header, as older ones or another script's): re-export it.")
-    damaged = (f"ARTIFACT_PATH={path} is damaged ({{}}): copy it again from where the run wrote it (its log's "
-               "artifact: line has the file's sha256), or export it again.")
+            f"'{ARTIFACT_MAGIC.decode().strip()}' header): export it again.")
+    damaged = f"ARTIFACT_PATH={path} is damaged ({{}}): copy it again from where the run wrote it, or export it again."
     try:  # cut or changed bytes: say so, not where the parser tripped
         line, payload = blob[len(ARTIFACT_MAGIC) :].split(b"\n", 1)
         header, sha = json.loads(line), hashlib.sha256(payload).hexdigest()
@@ -1175,7 +1164,7 @@ def training_fraction(step: int, elapsed_ms: float, args: Hyperparameters) -> fl
     return elapsed_ms / args.train_cap_ms if args.train_cap_ms > 0 else step / max(args.iterations, 1)
 
 def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:  # what is left of the warm-down
-    if args.warmdown_frac > 0:  # it wins over WARMDOWN_ITERS (the log's warmdown: line says which ran)
+    if args.warmdown_frac > 0:  # wins over WARMDOWN_ITERS (the log says which ran)
         mult = (1.0 - training_fraction(step, elapsed_ms, args)) / args.warmdown_frac
     elif args.warmdown_iters <= 0:
         mult = 1.0
@@ -1205,7 +1194,7 @@ class EMA:
 
 @dataclasses.dataclass
 class TrainState:
-    """The GPT; what a step calls (the GPT, compiled on CUDA, in DDP with several processes); the optimizers."""
+    """The GPT; what a step calls (it compiled on CUDA, in DDP with several processes); the optimizers."""
     model: GPT
     step_model: nn.Module
     optimizers: list[torch.optim.Optimizer]
@@ -1249,7 +1238,7 @@ def warmup_and_restore(run: Run, state: TrainState) -> None:
             if step < 3 or (step + 1) % 10 == 0 or step + 1 == args.warmup_steps:
                 log.log(warmup_step=f"{step + 1}/{args.warmup_steps}", looping=int(looping))
     model.looping = False
-    for part, saved in zip([model, *state.optimizers], initial):  # weights and optimizer states as they were
+    for part, saved in zip([model, *state.optimizers], initial):
         part.load_state_dict(saved)
     log.log(warmup_steps=args.warmup_steps, warmup_time=f"{1000 * (run.ctx.clock() - t0):.0f}ms")
 
@@ -1257,8 +1246,8 @@ def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
     step = int(ctx.all_reduce(bad_step, dist.ReduceOp.MIN).item())
     require(step == NO_BAD_STEP, f"train_loss is not finite at step {step}: {NOT_FINITE_FIX}", FloatingPointError)
 
-def log_validation(run: Run, model: GPT, step: int, weights: str, **timing) -> None:  # a non-finite loss ends it
-    val_loss, val_bpb = loss_and_bpb(score_windows(model, run.val, run.ctx))  # the same on every rank
+def log_validation(run: Run, model: GPT, step: int, weights: str, **timing) -> None:
+    val_loss, val_bpb = loss_and_bpb(score_windows(model, run.val, run.ctx))  # the same on every rank: all stop
     require(math.isfinite(val_loss), f"val_loss is not finite after step {step}: {NOT_FINITE_FIX}", FloatingPointError)
     run.log.log(step=f"{step}/{run.args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights=weights, **timing)
 
@@ -1307,7 +1296,7 @@ def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
     return step, ema, training_ms
 
 def export(run: Run, model: GPT, weights: str, train_ms: float) -> str:
-    """GPTQ's Hessians (every rank) and rounding (rank 0), timed; rank 0 writes the artifact. Returns its path."""
+    """GPTQ's Hessians (every rank) and rounding (rank 0), timed; rank 0 writes the artifact: its path."""
     args, ctx, written = run.args, run.ctx, [run.args.artifact_path]
     t0 = ctx.clock()
     hessians = collect_hessians(run, model) if args.gptq_calibration_batches > 0 else None
@@ -1318,13 +1307,13 @@ def export(run: Run, model: GPT, weights: str, train_ms: float) -> str:
             run.log.log(gptq_hessians=len(hessians), gptq_time=f"{gptq_ms:.0f}ms",
                         train_plus_gptq_time=f"{train_ms + gptq_ms:.0f}ms",
                         within_cap="yes" if not cap_ms or train_ms + gptq_ms <= cap_ms else "NO")
-        if Path(args.artifact_path).exists():  # an earlier run's, named by its sha256 in that run's log: kept
+        if Path(args.artifact_path).exists():  # an earlier run's: kept, named by its sha256
             moved = f"{args.artifact_path}.{file_sha256(args.artifact_path)[:12]}"
             os.replace(args.artifact_path, moved)
             run.log.log(artifact_previous_moved_to=moved)
         try:
             save_artifact(obj, artifact_header(args, weights, model.looping), args.artifact_path)
-        except OSError as exc:  # a full disk must not lose the model: to the temp folder, named in the log
+        except OSError as exc:  # a full disk must not lose the model: the temp folder
             written = [str(Path(tempfile.gettempdir(), f"{args.run_id}.ptz"))]
             run.log.log(artifact_write_failed=args.artifact_path, reason=str(exc.strerror).replace(" ", "_"))
             save_artifact(obj, artifact_header(args, weights, model.looping), written[0])
@@ -1339,8 +1328,8 @@ def log_artifact(run: Run, path: str, artifact: tuple[dict, dict]) -> tuple[dict
                 quantized_tensors=header["quantized_tensors"], total_bytes=total, limit_bytes=ARTIFACT_LIMIT_BYTES,
                 within_limit="yes" if total <= ARTIFACT_LIMIT_BYTES else "NO", payload_raw_bytes=raw,
                 compression_ratio=f"{raw / model_bytes:.3f}", eval_seq_len=run.val.seq_len,
-                tokenizer="same" if made_with == file_sha256(run.args.tokenizer_path) else made_with)  # or its sha256
-    if header["quantized_tensors"].startswith("0/"):  # all fp16/fp32: the score lines' int{bits} names none
+                tokenizer="same" if made_with == file_sha256(run.args.tokenizer_path) else made_with)
+    if header["quantized_tensors"].startswith("0/"):  # all fp16/fp32, whatever int{bits} the score lines say
         run.log.log(quant_note="nothing_quantized", quantized_only_over_values=QUANT_KEEP_FLOAT_MAX_NUMEL)
     return artifact
 
@@ -1349,7 +1338,6 @@ def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor
     model.load_state_dict(weights, strict=True)
     model.looping = header["looping"]
     args, ctx, log, spent_ms = run.args, run.ctx, run.log, []
-
     def timed_score(kind: str, score, *inputs, **window) -> None:  # the records' timed_eval
         log.progress = dict(log.progress, scoring=kind)
         t0 = ctx.clock()
@@ -1360,7 +1348,6 @@ def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor
                 total_eval_time_8gpu_est=f"{sum(spent_ms) * ctx.world_size / 8:.0f}ms")
         log.text(f"final_int{header['matrix_bits']}_{header['compressor']}_{kind}_exact val_loss:{val_loss:.8f} "
                  f"val_bpb:{val_bpb:.8f}")
-
     window = dict(eval_stride=args.eval_stride, eval_seq_len=run.val.seq_len)
     timed_score("roundtrip", score_windows, model, run.val, ctx)
     if args.eval_stride > 0:
@@ -1372,10 +1359,10 @@ def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor
 # Every input is checked before a process group or a GPU is touched; errors end as "error: ..." (exit 2).
 
 def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
-    train_files = [] if args.eval_only else find_shards(args.data_path, "train")  # every one now, not an hour in
-    if train_files and sum(len(shard_tokens(path, args.vocab_size)) for path in train_files) == 0:  # a loop forever
-        raise ShardError(f"the training shards in {args.data_path} hold no tokens: {SHARD_FIX}.")
-    if not args.eval_only:  # an optional compressor must be installed before training, not after
+    train_files = [] if args.eval_only else find_shards(args.data_path, "train")  # all now, not an hour in
+    if train_files and sum(len(read_shard(path, args.vocab_size)) for path in train_files) == 0:  # a loop forever
+        raise ShardError(f"the training shards in {args.data_path} hold no tokens: rebuild or re-download them.")
+    if not args.eval_only:  # an optional compressor: checked before training, not after
         compressor(args.compressor)
     folder_named = args.artifact_path.endswith(("/", os.sep)) or Path(args.artifact_path).is_dir()
     require(args.eval_only or not folder_named, f"ARTIFACT_PATH={args.artifact_path} names a folder: name the file.")
@@ -1398,7 +1385,7 @@ def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
     sp = load_tokenizer(args.tokenizer_path, args.vocab_size)
     token_bytes, bytes_from = val_token_bytes(args, val_files, tokens, sp)
     verified = check_shards(sp, args, val_files, train_files)
-    artifact = read_artifact(args.artifact_path, args) if args.eval_only else None  # model, tokenizer, payload
+    artifact = read_artifact(args.artifact_path, args) if args.eval_only else None
     loss_impl, why = resolve_loss_impl(args, ctx.device)
     log_path = Path(args.log_dir) / f"{args.run_id}.txt"
     require(not log_path.exists(), f"{log_path} already exists: set another RUN_ID (logs are kept).")
@@ -1410,7 +1397,7 @@ def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
 
 def log_header(run: Run) -> None:
     args, ctx, log = run.args, run.ctx, run.log
-    log.text(Path(__file__).read_text(encoding="utf-8") + "\n" + "=" * 100, console=False)  # the code that ran
+    log.text(Path(__file__).read_text(encoding="utf-8") + "\n" + "=" * 100, console=False)  # the code
     gpu = torch.cuda.get_device_name(ctx.device).replace(" ", "_") if ctx.device.type == "cuda" else "none"
     log.log(python=platform.python_version(), torch=torch.__version__, cuda=torch.version.cuda, gpu=gpu,
             world_size=ctx.world_size, grad_accum_steps=ctx.grad_accum_steps, device=ctx.device.type)
