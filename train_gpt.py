@@ -1,7 +1,7 @@
 """train_gpt.py: the parameter-golf reference trainer, in one file.
 
 Trains a small GPT whose artifact (this file + its compressed weights) must fit in 16,000,000 bytes, scored
-in bits per byte after a quantize -> compress -> decompress round trip. Settings: env variables (Hyperparameters).
+in bits per byte after a compression round trip. Settings: env variables (the Hyperparameters fields).
 
   # CPU smoke run (tiny model, 20 steps), from the repo root on the data that `bash quickstart.sh` built:
   DATA_PATH=$(ls -d data/datasets/pystdlib_*_sp512 | tail -n1) VOCAB_SIZE=512 \
@@ -40,7 +40,7 @@ except ImportError:
 class ConfigError(ValueError):
     """A setting that cannot work; the message names the variable and the fix."""
 
-def require(ok: bool, message: str, error: type[Exception] = ConfigError) -> None:  # or ShardError, ...
+def require(ok: bool, message: str, error: type[Exception] = ConfigError) -> None:
     if not ok:
         raise error(message)
 
@@ -52,14 +52,14 @@ RULES = {"> 0": lambda v: v > 0, ">= 0": lambda v: v >= 0, "in [2, 8]": lambda v
          "in [0, 1)": lambda v: 0 <= v < 1, "in [0, 1]": lambda v: 0 <= v <= 1,
          "in [0, 2^64)": lambda v: 0 <= v < 2**64, "non-empty": lambda v: v.strip() != ""}  # 2^64: seeds
 
-def setting(default, rule: str | tuple = "", role: str = ""):  # rule: a key of RULES, or the allowed words
+def setting(default, rule: str | tuple = "", role: str = ""):  # rule: a key of RULES, or allowed words
     return dataclasses.field(default=default, metadata=dict(rule=rule, role=role))
 
 @dataclasses.dataclass
 class Hyperparameters:
     # paths and run
-    recipe: str = ""  # a name in RECIPES: its values first (env wins); "": the reference run
-    data_dir: str = "./data"  # where DATA_PATH and TOKENIZER_PATH are by default
+    recipe: str = ""  # a name in RECIPES: its values first (env wins); "": ours
+    data_dir: str = "./data"  # where DATA_PATH and TOKENIZER_PATH default to
     data_path: str = ""  # "": DATA_DIR/datasets/fineweb10B_spVOCAB_SIZE
     tokenizer_path: str = ""  # "": DATA_DIR/tokenizers/fineweb_VOCAB_SIZE_bpe.model
     run_id: str = ""  # "": a fresh timestamped id
@@ -89,7 +89,7 @@ class Hyperparameters:
     mlp_act: str = setting("relu2", ("relu2", "leaky_relu2"), "model")  # leaky: slope 0.5, squared
     tie_embeddings: bool = setting(True, "", "model")  # the head is the embedding
     rope_base: float = setting(10_000.0, "> 0", "model")
-    rope_dims: int = setting(0, ">= 0", "model")  # rotary on the first ROPE_DIMS dims of a head; 0: all
+    rope_dims: int = setting(0, ">= 0", "model")  # rotary on the first ROPE_DIMS of a head; 0: all
     logit_softcap: float = setting(30.0, "> 0", "model")
     qk_gain_init: float = 1.5
     xsa_last_n: int = setting(0, ">= 0", "model")  # exclusive self-attention in the last N layers
@@ -99,7 +99,7 @@ class Hyperparameters:
     num_loops: int = setting(0, ">= 0", "model")  # extra passes over layers LOOP_START..LOOP_END
     loop_start: int = setting(0, "", "model")
     loop_end: int = setting(0, "", "model")
-    enable_looping_at: float = setting(0.0, "in [0, 1]")  # the loops run after this fraction of training
+    enable_looping_at: float = setting(0.0, "in [0, 1]")  # loops run after this fraction of training
     ortho_init: bool = False  # orthogonal init of the matrices not zero at init
     # optimizers
     matrix_lr: float = setting(0.02, ">= 0")
@@ -129,10 +129,10 @@ class Hyperparameters:
     matrix_clip_sigmas: float = setting(0.0, ">= 0", "export")  # > 0: step k * std(row) / qmax
     embed_clip_sigmas: float = setting(0.0, ">= 0", "export")
     gptq_calibration_batches: int = setting(0, ">= 0", "export")  # > 0: GPTQ on this many batches
-    gptq_reserve_seconds: float = setting(0.0, ">= 0")  # training stops this long before the cap
+    gptq_reserve_seconds: float = setting(0.0, ">= 0")  # training ends this long before the cap
     compressor: str = setting("zlib", ("zlib", "lzma", "brotli"), "export")  # a key of COMPRESSORS
-    eval_stride: int = setting(0, ">= 0")  # > 0: also score sliding windows, each its last EVAL_STRIDE
-    eval_seq_len: int = setting(0, ">= 0")  # window of validation and scoring; 0: TRAIN_SEQ_LEN
+    eval_stride: int = setting(0, ">= 0")  # > 0: also score sliding windows
+    eval_seq_len: int = setting(0, ">= 0")  # 0: TRAIN_SEQ_LEN
     eval_only: bool = False  # score the artifact at ARTIFACT_PATH; no training
     allow_other_tokenizer: bool = False  # EVAL_ONLY of an artifact made with another tokenizer
     ttt_enabled: bool = False  # score-first test-time training, after the other scores
@@ -197,10 +197,10 @@ class Hyperparameters:
         require(self.eval_stride <= self.val_seq_len, f"EVAL_STRIDE={self.eval_stride} must be at most {seq}.")
         require(not self.ttt_enabled or self.ttt_chunk_tokens >= self.val_seq_len,
                 f"TTT_CHUNK_TOKENS={self.ttt_chunk_tokens} must be >= {seq} with TTT_ENABLED={self.ttt_enabled}.")
-        for bits, sigmas in QUANT_GROUPS.values():  # the records: 12.85 for matrices, 20 for the embedding
+        for bits, sigmas in QUANT_GROUPS.values():  # the records: 12.85 for matrices, 20 for embeddings
             require(getattr(self, bits) == 8 or getattr(self, sigmas) > 0,
                     f"{bits.upper()}={getattr(self, bits)} needs {sigmas.upper()} > 0: the quantile clip is int8's.")
-        cap, reserve = self.max_wallclock_seconds, self.gptq_reserve_seconds  # GPTQ's time is training's
+        cap, reserve = self.max_wallclock_seconds, self.gptq_reserve_seconds
         require(cap == 0 or reserve < cap, f"GPTQ_RESERVE_SECONDS={reserve} must be below MAX_WALLCLOCK_SECONDS={cap}.")
         blank = self.run_id != "" and self.run_id.strip() == ""  # "": a fresh id (from_env)
         require(not blank and "/" not in self.run_id, f"RUN_ID={self.run_id!r} must be a file name, not blank.")
@@ -225,7 +225,7 @@ def recipe_note(message: str, environ) -> str:  # message, and which values it n
     named = [setting for setting in named if setting in message]  # values it names are the recipe's
     return message + (f" (RECIPE={recipe} sets {', '.join(named)}: set it to override.)" if named else "")
 
-GRAD_ACCUM_TOTAL = 8  # micro-batches per step, summed over ranks: world size must divide it
+GRAD_ACCUM_TOTAL = 8  # micro-batches a step, over all ranks: the world size must divide it
 QUANT_GROUPS = {"embed": ("embed_bits", "embed_clip_sigmas"), "matrix": ("matrix_bits", "matrix_clip_sigmas")}
 ENV_PREFIXES_NOT_OURS = ("OMP_", "CUDA_", "NCCL_", "TORCH", "PYTORCH_", "TRITON_", "MASTER_", "LOCAL_", "GROUP_",
                          "ROLE_", "NVIDIA_", "PYTHON", "LC_", "XDG_", "MKL_", "KMP_", "GLOO_", "PATH")
@@ -240,7 +240,7 @@ def parse_env_value(name: str, raw: str, kind: type):
     text, expected = raw.strip(), {bool: "0 or 1", int: "an integer", float: "a finite number"}[kind]
     if kind is bool and text.lower() in BOOL_WORDS:
         return BOOL_WORDS[text.lower()]
-    if kind is int and text.removeprefix("-").isdecimal():  # exactly as written; 1e5 and 2048.0 below
+    if kind is int and text.removeprefix("-").isdecimal():  # as written; 1e5 and 2048.0 below
         return int(text)
     with contextlib.suppress(ValueError):  # what does not parse is refused below
         value = float(text)
@@ -249,7 +249,7 @@ def parse_env_value(name: str, raw: str, kind: type):
     raise ConfigError(f"{name}={raw!r} is not {expected}.")
 
 def check_unknown_env(environ: dict[str, str], known: list[str]) -> None:
-    """Refuses a name meant for ours: iterations, ITERS, NUM_LAYER, WARMUP, LR, nanoGPT's N_LAYER."""
+    """Refuses a name meant for ours (iterations, ITERS, NUM_LAYER, WARMUP, LR, N_LAYER)."""
     for name, value in environ.items():
         upper = name.upper().replace("LEARNING_RATE", "LR").replace("WEIGHT_DECAY", "WD")  # as ours say them
         if name in known or upper.startswith(ENV_PREFIXES_NOT_OURS):
@@ -279,7 +279,7 @@ class DistContext:
         self.distributed = self.world_size > 1
         self.grad_accum_steps = GRAD_ACCUM_TOTAL // self.world_size
 
-    def autocast(self):  # bf16 matmuls on CUDA; on the CPU all stays fp32
+    def autocast(self):  # bf16 matmuls on CUDA; on CPU all stays fp32
         return torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else contextlib.nullcontext()
 
     def all_reduce(self, tensor: Tensor, op=dist.ReduceOp.SUM) -> Tensor:
@@ -302,7 +302,7 @@ def dist_context() -> DistContext:  # from torchrun's variables (one process wit
 
 def init_distributed(ctx: DistContext) -> None:  # this rank's GPU; the process group (NCCL or gloo)
     cuda = ctx.device.type == "cuda"
-    if cuda:  # TF32 where autocast leaves fp32; inductor's "mixed-order" reductions spill
+    if cuda:  # TF32 where autocast leaves fp32; inductor's mixed-order reductions spill
         torch.cuda.set_device(ctx.device)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch._inductor.config.triton.mix_order_reduction = os.environ.get("TORCHINDUCTOR_MIX_ORDER_REDUCTION") == "1"
@@ -317,9 +317,9 @@ class Logger:
     def text(self, message: str, console: bool = True) -> None:
         if self.path is None:
             return
-        if self.file is None:  # "x": never overwrite a log; unbuffered: each line is on disk
+        if self.file is None:  # "x": never overwrite a log; unbuffered: each line on disk
             self.file = open(self.path, "xb", buffering=0)
-        try:  # the file first: an interrupt between the two leaves the log complete
+        try:  # the file first: an interrupt between the two leaves it complete
             self.file.write(f"{message}\n".encode())
         except OSError as exc:  # a full disk does not end a run: said once, then console only
             self.file = open(os.devnull, "wb")
@@ -341,7 +341,7 @@ class Run:
     train_files: list[Path]  # none with EVAL_ONLY
     loss_impl: str  # torch | triton, and why
     loss_impl_reason: str
-    tokenizer_verified: str  # round_trip_S/N: S of N sampled documents round-trip
+    tokenizer_verified: str  # round_trip_S/N: S of N sampled documents
     artifact: tuple[dict, dict] | None  # EVAL_ONLY's header and weights
 
 # ==== Data ====================================================================
@@ -359,7 +359,7 @@ class ShardError(ValueError):
     """A shard file not in this format; the message names it."""
 
 def read_shard_header(path: str | Path) -> int:
-    """A shard's token count, once its header and its size agree."""
+    """A shard's token count, once its header and size agree."""
     size = Path(path).stat().st_size
     require(size >= SHARD_HEADER_BYTES, f"{path}: {size} bytes is shorter than the {SHARD_HEADER_BYTES}-byte "
             f"shard header. The file is truncated: {SHARD_FIX}.", ShardError)
@@ -375,8 +375,8 @@ def read_shard(path: str | Path, vocab_size: int = 0) -> np.ndarray:
     """A checked shard's tokens, mapped; with vocab_size, every id below it (0.25 s a 100M tokens)."""
     tokens = np.memmap(path, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (read_shard_header(path),))
     top = int(tokens.max()) if vocab_size and len(tokens) else 0
-    require(not vocab_size or top < vocab_size, f"{path}: token id {top} >= VOCAB_SIZE={vocab_size}: made with "
-            "another tokenizer. Set VOCAB_SIZE and TOKENIZER_PATH to that one's, or rebuild it.", ShardError)
+    require(not vocab_size or top < vocab_size, f"{path}: token id {top} >= VOCAB_SIZE={vocab_size}: made with another"
+            " tokenizer. Set TOKENIZER_PATH and VOCAB_SIZE to it, or rebuild (data/build_shards.py).", ShardError)
     return tokens
 
 def load_data_shard(path: str | Path, vocab_size: int = 0) -> Tensor:
@@ -384,7 +384,7 @@ def load_data_shard(path: str | Path, vocab_size: int = 0) -> Tensor:
     return torch.from_numpy(np.array(read_shard(path, vocab_size), np.uint16))
 
 def find_shards(data_path: str, split: str) -> list[Path]:
-    """DATA_PATH/fineweb_{split}_*.bin of a split, "train" or "val", sorted; if none, where to look."""
+    """DATA_PATH/fineweb_{split}_*.bin ("train" or "val"), sorted; if none, where to look."""
     pattern = os.path.join(data_path, f"fineweb_{split}_*.bin")
     files = sorted(Path(p) for p in glob.glob(pattern) if "fineweb_val_bytes_" not in p)  # not the sidecars
     require(len(files) > 0, f"no {'training' if split == 'train' else 'validation'} shards match DATA_PATH: {pattern} "
@@ -456,7 +456,7 @@ MAX_BLOCK_V = 8192
 FIXED_SHIFT_MAX_EXP2 = 120.0  # 2c log2 e at most: flush-to-zero starts below 2^-126
 
 def triton_unavailable_reason(vocab_size: int = 0, softcap: float = 0.0) -> str | None:
-    """None when the Triton loss can run here (CUDA, or TRITON_INTERPRET=1) on these shapes; else why."""
+    """None if the Triton loss can run here (CUDA, or TRITON_INTERPRET=1) on these shapes; else why."""
     if triton is None:
         return "triton is not installed"
     if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
@@ -468,7 +468,7 @@ def triton_unavailable_reason(vocab_size: int = 0, softcap: float = 0.0) -> str 
     return None
 
 if triton is not None:
-    LOG2E = tl.constexpr(1.4426950408889634)  # exp(a) = exp2(a log2 e): exp2 is the hardware op
+    LOG2E = tl.constexpr(1.4426950408889634)  # exp(a) = exp2(a log2 e): exp2 is the hardware's
 
     @triton.jit
     def _softcap_tanh(logits, neg_2log2e_over_c):
@@ -511,8 +511,7 @@ def softcap_ce_chunk_triton(logits, targets, loss_rows, softcap: float, grad_sca
     _softcap_ce_kernel[(n,)](logits, targets, loss_rows, float(softcap), float(grad_scale), V=V, BLOCK_V=block_v,
                              NEED_GRAD=need_grad, num_warps=min(max(block_v // 512, 1), 16))  # 16 columns each
 
-# One custom op for both chunk functions, opaque to torch.compile; backward scales the forward's gradients.
-CHUNK_IMPLS = {"torch": softcap_ce_chunk_torch, "triton": softcap_ce_chunk_triton}
+CHUNK_IMPLS = {"torch": softcap_ce_chunk_torch, "triton": softcap_ce_chunk_triton}  # in one op, opaque to compile
 
 @torch.library.custom_op("parameter_golf::softcap_ce", mutates_args=())
 def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, chunk_tokens: int,
@@ -520,7 +519,7 @@ def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, ch
     """(mean loss, per-token losses (N,), dL/dx (N, d), dL/dW (V, d)); gradients empty if not need_grad."""
     n, V = x.size(0), weight.size(0)
     w = weight.to(x.dtype)  # (V, d): the matmul's cast, once for every chunk
-    logits = x.new_empty(min(chunk_tokens, n), V)  # one buffer for every chunk, then dL/dlogits
+    logits = x.new_empty(min(chunk_tokens, n), V)  # one buffer for all chunks, then dL/dlogits
     loss_rows = torch.empty(n, dtype=torch.float32, device=x.device)
     grad_x = x.new_empty(x.shape if need_grad else (0,))  # the shapes register_fake gives
     grad_w = torch.zeros(weight.shape if need_grad else (0,), dtype=torch.float32, device=x.device)
@@ -549,12 +548,12 @@ def _softcap_ce_setup_context(ctx, inputs, output):
 
 def _softcap_ce_backward(ctx, grad_loss, _grad_rows, _grad_grad_x, _grad_grad_w):  # None: the mean unused
     grads = [None if grad_loss is None else g * grad_loss.to(g.dtype) for g in ctx.saved_tensors]  # dL/dx, dL/dW
-    return *grads, None, None, None, None, None  # none for targets and the four settings
+    return *grads, None, None, None, None, None  # targets and the four settings
 
 softcap_ce_op.register_autograd(_softcap_ce_backward, setup_context=_softcap_ce_setup_context)
 
 def resolve_loss_impl(args: Hyperparameters, device: torch.device) -> tuple[str, str]:
-    """LOSS_IMPL=auto picks Triton on CUDA where it can run; returns (impl, why), for the log."""
+    """LOSS_IMPL=auto: Triton on CUDA where it can run. (impl, why), for the log."""
     requested, reason = args.loss_impl, triton_unavailable_reason(args.vocab_size, args.logit_softcap)
     require(requested != "triton" or reason is None, f"LOSS_IMPL=triton cannot run here: {reason}: use torch or auto.")
     if requested != "auto":
@@ -617,7 +616,7 @@ class CausalSelfAttention(nn.Module):
         self.post = exclusive_self_attention if xsa else (lambda y, v: y)
         # tables, not traced math: compiled, that made each rotary kernel recompute cos and sin
         cos, sin = rotary_cos_sin(max(args.train_seq_len, args.val_seq_len), self.rope_dims, args.rope_base, "cpu")
-        self.register_buffer("rope_cos", cos, persistent=False)  # not in the artifact
+        self.register_buffer("rope_cos", cos, persistent=False)  # not saved
         self.register_buffer("rope_sin", sin, persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:  # x (B, T, C) -> q (B, H, T, hd), k, v (B, Hkv, T, hd) -> (B, T, C)
@@ -655,7 +654,7 @@ class MLP(nn.Module):
         self.proj = CastedLinear(int(mlp_mult * dim), dim, zero_init=True)
         self.slope, self.function = MLP_SLOPES[act], impl == "function"
 
-    def forward(self, x: Tensor) -> Tensor:  # without gradients (scoring, GPTQ's hooks): the modules
+    def forward(self, x: Tensor) -> Tensor:  # no gradients (scoring, GPTQ's hooks): the modules
         if self.function and torch.is_grad_enabled():
             return MLPFunction.apply(x, self.fc.weight.to(x.dtype), self.proj.weight.to(x.dtype), self.slope)
         return self.proj(F.leaky_relu(self.fc(x), self.slope).square())
@@ -696,7 +695,7 @@ def layer_order(args: Hyperparameters, looping: bool) -> tuple[list[int], list[i
     return order[: len(order) // 2], order[len(order) // 2 :]
 
 class GPT(nn.Module):
-    """compiled: the forward pass that scoring runs (hidden states, no loss) is compiled."""
+    """compiled: the forward pass scoring runs (hidden states, no loss) is compiled."""
     def __init__(self, args: Hyperparameters, loss_impl: str = "torch", activation_dtype=torch.float32, compiled=False):
         super().__init__()
         self.logit_softcap, self.loss_chunk_tokens = args.logit_softcap, max(1, LOSS_CHUNK_ELEMENTS // args.vocab_size)
@@ -704,7 +703,7 @@ class GPT(nn.Module):
         self.tok_emb = nn.Embedding(args.vocab_size, args.model_dim)
         nn.init.normal_(self.tok_emb.weight, std=args.tied_embed_init_std)
         self.orders = {False: layer_order(args, False), True: layer_order(args, args.num_loops > 0)}
-        self.looping = False  # the order that runs: set at ENABLE_LOOPING_AT, or by the artifact
+        self.looping = False  # set at ENABLE_LOOPING_AT, or by the artifact
         num_skips = max(min(len(enc), len(dec)) for enc, dec in self.orders.values())
         self.skip_weights = nn.Parameter(torch.ones(num_skips, args.model_dim))
         self.skip_gates = nn.Parameter(torch.zeros(num_skips, args.model_dim)) if args.skip_gates_enabled else None
@@ -748,7 +747,7 @@ class GPT(nn.Module):
 # Muon for the blocks' matrices: Nesterov momentum, then Newton-Schulz, a bank of one shape at a time, each
 # rank its share, gathered while the next runs. Adam(W) for the rest.
 
-NEWTON_SCHULZ_COEFFS = (3.4445, -4.7750, 2.0315)  # quintic: pushes singular values toward ~1 fast
+NEWTON_SCHULZ_COEFFS = (3.4445, -4.7750, 2.0315)  # quintic: singular values to ~1, fast
 ALL_GATHER = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)  # torch 2.13 renamed it
 
 def newton_schulz_orthogonalize(G: Tensor, steps: int, eps: float = 1e-7) -> Tensor:
@@ -782,7 +781,7 @@ class Muon(torch.optim.Optimizer):
         gathers, banks = [], []
         for group in self.param_groups:
             params, momentum = group["params"], group["momentum"]
-            share = -(-len(params) // world)  # matrices per rank; the last share is padded with zeros
+            share = -(-len(params) // world)  # matrices per rank; the last share padded with zeros
             mine = params[rank * share : (rank + 1) * share]
             local = torch.zeros((share, *params[0].shape), device=params[0].device,
                                 dtype=torch.bfloat16 if params[0].is_cuda else torch.float32)  # gloo: no bf16
@@ -859,11 +858,11 @@ def build_byte_luts(sp, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
     return torch.tensor(base_bytes), torch.tensor([p[:1] == "▁" for p in pieces]), torch.tensor(is_boundary)
 
 def tokenizer_bytes(tokens: Tensor, base_bytes: Tensor, has_leading_space: Tensor, is_boundary: Tensor) -> Tensor:
-    """(N,) int32: the bytes each token stands for as a target, after tokens[p - 1]."""
+    """(N,) int32: the bytes each token stands for, after tokens[p - 1]."""
     return (base_bytes[tokens] + (has_leading_space[tokens] & ~is_boundary[tokens.roll(1)])).to(torch.int32)
 
 def check_tokenizer_bytes(sp, luts: tuple[Tensor, Tensor, Tensor], name: str = "the tokenizer") -> None:
-    """The byte rule fails if whitespace is kept or a piece holds "▁" inside: try odd texts, such pieces."""
+    """The byte rule fails if whitespace is kept or a piece holds "▁" inside: try both."""
     inner = [p.replace("▁", " ") for p in map(sp.id_to_piece, range(sp.vocab_size())) if "▁" in p[1:]]
     probes = ["Hello world, 2024 (x) - y.", "  two  spaces,\ttab\n\nnew   line  ", " naïve 漢字 😀 ﬁne", "a ▁ b"]
     for text in probes + inner:
@@ -895,7 +894,7 @@ def check_shards(sp, args: Hyperparameters, val_files: list[Path], train_files: 
     return f"round_trip_{tried}/{tried}"
 
 def val_token_bytes(args: Hyperparameters, files: list[Path], tokens: Tensor, sp) -> tuple[Tensor, dict]:
-    """(token_bytes, bytes_from): the byte sidecars if there are any (CaseOps), else tokenizer_bytes."""
+    """(token_bytes, bytes_from): the byte sidecars if any (CaseOps), else tokenizer_bytes."""
     sidecars = [f.with_name(f.name.replace("fineweb_val_", "fineweb_val_bytes_")) for f in files]
     if not any(s.exists() for s in sidecars):  # U+E001 is a piece only of CaseOps tokenizers
         require(sp.piece_to_id("\ue001") == sp.unk_id(), f"TOKENIZER_PATH={args.tokenizer_path} (CaseOps) needs byte "
@@ -911,7 +910,7 @@ def window_starts(val: ValData, stride: int) -> Tensor:  # every `stride` tokens
 
 @torch.no_grad()
 def score_windows(model: GPT, val: ValData, ctx: DistContext, stride: int = 0, starts=None, observe=None) -> Tensor:
-    """(loss sum, tokens, bytes) of the windows at `starts` (all), over ranks; observe(positions, log-probs)."""
+    """(loss sum, tokens, bytes) of the windows at `starts` (all), over ranks; observe: legality's."""
     T, total = val.seq_len, val.tokens.numel() - 1
     context = T - (stride or T)
     starts = window_starts(val, stride) if starts is None else starts
@@ -933,7 +932,7 @@ def score_windows(model: GPT, val: ValData, ctx: DistContext, stride: int = 0, s
         scored = (pos >= torch.where(first == 0, 0, context)) & (first + pos < total)
         sums += torch.stack([(losses.double() * scored).sum(), scored.sum(),
                              (val.token_bytes[(first + pos + 1).clamp_max(total)] * scored).sum()])
-        if observe is not None:  # each scored target's distribution: every id's loss as its target
+        if observe is not None:  # each scored target's distribution
             ids = torch.arange(model.tok_emb.num_embeddings, device=ctx.device).expand(int(scored.sum()), -1)  # (n, V)
             observe((first + pos + 1)[scored], -model.loss(h[scored, None].expand(*ids.shape, -1), ids, True))
     model.train(was_training)
@@ -962,7 +961,7 @@ def score_with_ttt(run: Run, model: GPT, observe=None) -> Tensor:
     return sums
 
 def train_on_chunk(run: Run, model: GPT, sgd: torch.optim.SGD, begin: int, end: int, lr: float) -> None:
-    """TTT_EPOCHS steps on predictions begin..end-1, split over ranks; the mean gradient, clipped."""
+    """TTT_EPOCHS steps on predictions begin..end-1, split over ranks; the gradient clipped."""
     ctx, T, params = run.ctx, run.val.seq_len, list(model.parameters())
     seqs = (end - begin) // T
     mine = torch.arange(seqs)[seqs * ctx.rank // ctx.world_size : seqs * (ctx.rank + 1) // ctx.world_size]
@@ -985,8 +984,7 @@ def train_on_chunk(run: Run, model: GPT, sgd: torch.optim.SGD, begin: int, end: 
 QUANT_KEEP_FLOAT_MAX_NUMEL = 65_536
 QUANT_CLIP_QUANTILE = 0.9999984  # the 99.99984th percentile of |w| in each row
 QUANT_MAX = 127
-# Rows clipped below 1 share the step 1/127: a few dozen int8 levels, which zlib packs far better.
-QUANT_MIN_SCALE = 1.0 / QUANT_MAX
+QUANT_MIN_SCALE = 1.0 / QUANT_MAX  # a floor: few int8 levels, which zlib packs far better
 GPTQ_BLOCK = 128  # columns rounded before their error reaches the rest, in one matmul
 ARTIFACT_LIMIT_BYTES = 16_000_000
 ARTIFACT_MAGIC = b"parameter-golf artifact v1\n"
@@ -1018,7 +1016,7 @@ def gptq_round(w: Tensor, hessian: Tensor, scale: Tensor, qmax: int) -> Tensor:
     return torch.gather(q, 2, torch.argsort(perm, dim=1)[:, None, :].expand_as(q))
 
 def quantize_rows(w: Tensor, bits: int, clip_sigmas: float, hessian: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """(int8 codes, fp16 scale per row) of w (rows, cols), or of a batch (B, rows, cols), on w's device."""
+    """(int8 codes, fp16 scale per row) of w (rows, cols), or of a batch (B, rows, cols)."""
     qmax = 2 ** (bits - 1) - 1
     if clip_sigmas > 0:
         scale = (clip_sigmas * w.std(dim=-1) / qmax).clamp_min(1e-10).half()
@@ -1054,13 +1052,13 @@ def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, ro
             quantized[n], scales[n] = qn.reshape(state_dict[n].shape).to("cpu", copy=True), sn.to("cpu", copy=True)
     return {"quantized": quantized, "scales": scales, "kept": kept}
 
-def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:  # the kept tensors; each code times its row's step
+def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:  # kept tensors; each code times its row's step
     return obj["kept"] | {n: (q.float().reshape(q.size(0), -1) * obj["scales"][n].float()[:, None]).reshape(q.shape)
                           for n, q in obj["quantized"].items()}
 
 @torch.no_grad()
 def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
-    """H = X^T X of each quantized matrix's inputs over GPTQ_CALIBRATION_BATCHES training micro-batches."""
+    """H = X^T X of each quantized matrix's inputs, over GPTQ_CALIBRATION_BATCHES training batches."""
     args, ctx = run.args, run.ctx
     hessians: dict[str, Tensor] = {}
     def add(name: str, x: Tensor) -> None:
@@ -1075,7 +1073,7 @@ def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
         with ctx.autocast():
             add("tok_emb.weight", model.hidden(x))  # the head's inputs
         run.log.progress["gptq_calibration"] = f"{min(i * ctx.world_size, batches)}/{batches}"
-        if i == 1 or 10 * i // rank_batches > 10 * (i - 1) // rank_batches:  # the first, then each tenth
+        if i == 1 or 10 * i // rank_batches > 10 * (i - 1) // rank_batches:  # first, then each tenth
             ms = 1000 * (ctx.clock() - t0)
             run.log.log(gptq_calibration=run.log.progress["gptq_calibration"], hessian_time=f"{ms:.0f}ms",
                         tokens=i * ctx.world_size * x.numel(), left_est=f"{ms * (rank_batches / i - 1):.0f}ms")
@@ -1086,7 +1084,7 @@ def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
     return hessians
 
 def compressor(name: str, reading: bool = False):
-    """The module of COMPRESSORS[name]; a missing one is an error that says how to get it."""
+    """The module of COMPRESSORS[name]; if it is missing, an error says how to get it."""
     try:
         return importlib.import_module(COMPRESSORS[name][0])
     except ImportError:  # an artifact needs its own; a run can take another
@@ -1112,13 +1110,13 @@ def payload_bytes(obj: dict) -> bytes:  # what torch.save writes
     return buffer.getvalue()
 
 def save_artifact(obj: dict, header: dict, path: str) -> tuple[int, int]:
-    """Header line + compressed payload, written atomically; returns (raw payload bytes, file bytes)."""
+    """Header line + compressed payload, written atomically: (raw payload bytes, file bytes)."""
     raw = payload_bytes(obj)
     payload = compress(raw, header["compressor"])
     header = dict(header, payload_bytes=len(raw), payload_sha256=hashlib.sha256(payload).hexdigest())
     blob = ARTIFACT_MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + payload
     tmp = Path(path).with_name(Path(path).name + f".tmp{os.getpid()}")  # renamed: none sees half a file
-    try:  # and an interrupt or a full disk leaves no temp file
+    try:  # an interrupt or a full disk leaves no temp file
         tmp.write_bytes(blob)
         os.replace(tmp, path)
     finally:
@@ -1153,10 +1151,10 @@ def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, dict[str, Ten
     return header | {"quantized_tensors": f"{len(obj['quantized'])}/{len(weights)}"}, weights
 
 # ==== Training ================================================================
-# The clock counts training steps only (not the undone compile warm-up, not validation), up to the cap less
-# GPTQ_RESERVE_SECONDS. The lr decays linearly over the last WARMDOWN_FRAC; loops start at ENABLE_LOOPING_AT.
+# The clock counts training steps only (not the compile warm-up, not validation), up to the cap less
+# GPTQ_RESERVE_SECONDS. The lr decays linearly over the last WARMDOWN_FRAC of it.
 
-NO_BAD_STEP = 2**62  # "no non-finite loss yet", kept on the device: no sync per step
+NO_BAD_STEP = 2**62  # "no non-finite loss yet", on the device: no sync per step
 NOT_FINITE_FIX = "lower the learning rates (MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM."
 
 def training_fraction(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
@@ -1200,7 +1198,7 @@ class TrainState:
     optimizers: list[torch.optim.Optimizer]
 
 def train_step(run: Run, state: TrainState, loader: DistributedTokenLoader, step: int, lr_scale: float) -> Tensor:
-    """One optimizer step over TRAIN_BATCH_TOKENS; returns this rank's mean loss (on the device)."""
+    """One optimizer step over TRAIN_BATCH_TOKENS; this rank's mean loss (on the device)."""
     args, ctx = run.args, run.ctx
     micro_batch_tokens = args.train_batch_tokens // GRAD_ACCUM_TOTAL
     total_loss = torch.zeros((), device=ctx.device)
@@ -1225,7 +1223,7 @@ def train_step(run: Run, state: TrainState, loader: DistributedTokenLoader, step
     return total_loss / ctx.grad_accum_steps
 
 def warmup_and_restore(run: Run, state: TrainState) -> None:
-    """WARMUP_STEPS real steps (of both layer orders, with loops) compile off the clock; then all is undone."""
+    """WARMUP_STEPS real steps (both layer orders, with loops) compile off the clock, then are undone."""
     args, log, model = run.args, run.log, state.model
     t0 = run.ctx.clock()
     initial = copy.deepcopy([model.state_dict(), *(opt.state_dict() for opt in state.optimizers)])
@@ -1252,7 +1250,7 @@ def log_validation(run: Run, model: GPT, step: int, weights: str, **timing) -> N
     run.log.log(step=f"{step}/{run.args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights=weights, **timing)
 
 def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
-    """Steps to ITERATIONS or the cap (the clock paused to validate): (steps, EMA or None, training ms)."""
+    """Steps to ITERATIONS or the cap (the clock paused to validate): steps, EMA or None, training ms."""
     args, ctx, log, model = run.args, run.ctx, run.log, state.model
     loader = make_train_loader(args, run.train_files, ctx)
     ema = EMA(model, args.ema_decay) if args.ema_decay > 0 else None
@@ -1283,7 +1281,7 @@ def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
         elapsed_ms = training_ms + 1000 * (time.perf_counter() - t0)
         log.progress = {"step": f"{step}/{args.iterations}", "train_time": f"{elapsed_ms:.0f}ms"}
         reached_cap = 0 < args.train_cap_ms <= elapsed_ms
-        if ctx.distributed and args.train_cap_ms > 0:  # every rank stops at once, whatever its clock says
+        if ctx.distributed and args.train_cap_ms > 0:  # all ranks stop at once, whatever their clocks say
             reached_cap = bool(ctx.all_reduce(torch.tensor(int(reached_cap), device=ctx.device), dist.ReduceOp.MAX))
         if step <= 10 or step % args.train_log_every == 0 or reached_cap:
             check_finite(bad_step, ctx)
@@ -1317,7 +1315,7 @@ def export(run: Run, model: GPT, weights: str, train_ms: float) -> str:
             written = [str(Path(tempfile.gettempdir(), f"{args.run_id}.ptz"))]
             run.log.log(artifact_write_failed=args.artifact_path, reason=str(exc.strerror).replace(" ", "_"))
             save_artifact(obj, artifact_header(args, weights, model.looping), written[0])
-    if ctx.distributed:  # also the barrier: no rank reads the artifact before it is written
+    if ctx.distributed:  # also the barrier: no rank reads the artifact before it exists
         dist.broadcast_object_list(written, src=0)
     return written[0]
 
@@ -1366,7 +1364,7 @@ def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
         compressor(args.compressor)
     folder_named = args.artifact_path.endswith(("/", os.sep)) or Path(args.artifact_path).is_dir()
     require(args.eval_only or not folder_named, f"ARTIFACT_PATH={args.artifact_path} names a folder: name the file.")
-    log_bytes = 200 * (args.iterations // args.train_log_every + 1000)  # ~200 B a line
+    log_bytes = 200 * (args.iterations // args.train_log_every + 1000)  # ~200 B a line; on the artifact's disk too
     for name, folder in ("LOG_DIR", Path(args.log_dir)), ("ARTIFACT_PATH", Path(args.artifact_path).parent):
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -1450,7 +1448,7 @@ def main() -> None:
     run = preflight(Hyperparameters.from_env(), dist_context())
     try:
         train_and_score(run)
-        if run.ctx.distributed:  # tear down together: gloo aborts if a peer closes its pairs first
+        if run.ctx.distributed:  # together: gloo aborts if a peer closes its pairs first
             dist.barrier()
     except Exception as exc:  # keep the reason in the log, then fail as usual
         run.log.text(f"error:{type(exc).__name__} {exc}")
@@ -1458,7 +1456,7 @@ def main() -> None:
     except KeyboardInterrupt as exc:
         run.log.log(interrupted=exc.args[0], **run.log.progress)
         raise
-    finally:  # the log needs no closing: unbuffered, each line is on disk once written
+    finally:  # the log needs no closing: unbuffered, each line is on disk
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
 
