@@ -1,14 +1,14 @@
 """train_gpt.py: the parameter-golf reference trainer, in one file.
 
-Trains a small GPT whose artifact (this file + its compressed weights) must fit in 16,000,000 bytes, scored in bits per
-byte after a quantize -> compress -> decompress round trip. Settings: the `Hyperparameters` fields, as env variables.
+Trains a small GPT whose artifact (this file + its compressed weights) must fit in 16,000,000 bytes, scored
+in bits per byte after a compression round trip. Settings: env variables (the Hyperparameters fields).
 
   # CPU smoke run (tiny model, 20 steps), from the repo root on the data that `bash quickstart.sh` built:
   DATA_PATH=$(ls -d data/datasets/pystdlib_*_sp512 | tail -n1) VOCAB_SIZE=512 \
     TOKENIZER_PATH=$(ls data/tokenizers/pystdlib_*_sp512.model | tail -n1) WARMUP_STEPS=0 ITERATIONS=20 \
     NUM_LAYERS=2 MODEL_DIM=64 NUM_HEADS=2 NUM_KV_HEADS=1 TRAIN_SEQ_LEN=128 TRAIN_BATCH_TOKENS=8192 \
     VAL_BATCH_SIZE=8192 WARMDOWN_ITERS=5 MAX_WALLCLOCK_SECONDS=0 python3 train_gpt.py
-  # one GPU; eight (any count that divides 8: the same global batch); the 2026-04-09 record's stack (README):
+  # one GPU; eight (any count dividing 8: the same global batch); the 2026-04-09 record's stack (README):
   python3 train_gpt.py
   torchrun --standalone --nproc_per_node=8 train_gpt.py
   RECIPE=record torchrun --standalone --nproc_per_node=8 train_gpt.py
@@ -27,42 +27,46 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-try:  # optional: the fused output-loss kernel; without it the trainer logs why and uses PyTorch
+try:  # optional: the fused output-loss kernel; without it the log says why, and PyTorch runs
     import triton
     import triton.language as tl
 except ImportError:
     triton = None
 
-# ==== Config ========================================================================================================
-# Each field is read from its name upper-cased and validated before any GPU work; its rule and role are declared with
-# it: "model" fields shape the model (an artifact must match them), "export" ones are in the artifact's header.
+# ==== Config ==================================================================
+# Each field is read from its name upper-cased and checked before any GPU work, by the rule it declares.
+# Its role: "model" fields shape the model (an artifact must match them), "export" ones are in its header.
 
 class ConfigError(ValueError):
     """A setting that cannot work; the message names the variable and the fix."""
 
-def require(ok: bool, message: str, error: type[Exception] = ConfigError) -> None:  # or ShardError, ...
+def require(ok: bool, message: str, error: type[Exception] = ConfigError) -> None:
     if not ok:
         raise error(message)
 
+def require_file(name: str, path: str, fix: str) -> None:  # a setting that must name a file
+    found = "a folder" if Path(path).is_dir() else "no such file"
+    require(Path(path).is_file(), f"{name}={path}: {found}. {fix}")
+
 RULES = {"> 0": lambda v: v > 0, ">= 0": lambda v: v >= 0, "in [2, 8]": lambda v: 2 <= v <= 8,
          "in [0, 1)": lambda v: 0 <= v < 1, "in [0, 1]": lambda v: 0 <= v <= 1,
-         "in [0, 2^64)": lambda v: 0 <= v < 2**64, "non-empty": lambda v: v.strip() != ""}  # 2^64: torch's seeds
+         "in [0, 2^64)": lambda v: 0 <= v < 2**64, "non-empty": lambda v: v.strip() != ""}  # 2^64: seeds
 
-def setting(default, rule: str | tuple = "", role: str = ""):  # rule: a key of RULES, or the allowed words
+def setting(default, rule: str | tuple = "", role: str = ""):  # rule: a key of RULES, or allowed words
     return dataclasses.field(default=default, metadata=dict(rule=rule, role=role))
 
 @dataclasses.dataclass
 class Hyperparameters:
     # paths and run
-    recipe: str = ""  # "": the reference run; a name in RECIPES sets its values first (env still wins)
-    data_dir: str = "./data"  # the records' layout, where DATA_PATH and TOKENIZER_PATH are by default
+    recipe: str = ""  # a name in RECIPES: its values first (env wins); "": ours
+    data_dir: str = "./data"  # where DATA_PATH and TOKENIZER_PATH default to
     data_path: str = ""  # "": DATA_DIR/datasets/fineweb10B_spVOCAB_SIZE
     tokenizer_path: str = ""  # "": DATA_DIR/tokenizers/fineweb_VOCAB_SIZE_bpe.model
-    run_id: str = ""  # from_env makes an empty one a fresh timestamped id
+    run_id: str = ""  # "": a fresh timestamped id
     log_dir: str = setting("logs", "non-empty")
     artifact_path: str = "final_model.int8.ptz"
     seed: int = setting(1337, "in [0, 2^64)")
-    val_batch_size: int = setting(524_288, "> 0")  # validation tokens per step, summed over ranks and micro-steps
+    val_batch_size: int = setting(524_288, "> 0")  # tokens per validation step, all ranks
     val_loss_every: int = setting(1000, ">= 0")  # 0: validate only at the end
     train_log_every: int = setting(200, "> 0")
     # length and schedule
@@ -70,9 +74,9 @@ class Hyperparameters:
     warmdown_iters: int = setting(3000, ">= 0")
     warmdown_frac: float = setting(0.0, "in [0, 1]")  # > 0: warm down over this fraction of the run
     min_lr: float = setting(0.0, "in [0, 1]")  # floor of the learning-rate multiplier
-    warmup_steps: int = setting(20, ">= 0")  # compile warm-up steps, undone before training starts
+    warmup_steps: int = setting(20, ">= 0")  # compile warm-up steps, undone before training
     train_batch_tokens: int = setting(393_216, "> 0")
-    train_shuffle: bool = False  # 0: contiguous spans of the shards in order; 1: the record's shuffled sequences
+    train_shuffle: bool = False  # 1: the records' shuffled sequences; 0: the shards in order
     train_seq_len: int = setting(4096, "> 0")
     max_wallclock_seconds: float = setting(600.0, ">= 0")  # 0: no cap
     # model
@@ -82,21 +86,21 @@ class Hyperparameters:
     num_heads: int = setting(8, "> 0", "model")
     num_kv_heads: int = setting(4, "> 0", "model")
     mlp_mult: float = setting(2.0, "> 0", "model")  # hidden size int(MLP_MULT * MODEL_DIM)
-    mlp_act: str = setting("relu2", ("relu2", "leaky_relu2"), "model")  # leaky_relu2: slope 0.5, squared
-    tie_embeddings: bool = setting(True, "", "model")  # 1: the head is the embedding (an untied one is not built)
+    mlp_act: str = setting("relu2", ("relu2", "leaky_relu2"), "model")  # leaky: slope 0.5, squared
+    tie_embeddings: bool = setting(True, "", "model")  # the head is the embedding
     rope_base: float = setting(10_000.0, "> 0", "model")
-    rope_dims: int = setting(0, ">= 0", "model")  # rotary on the first ROPE_DIMS dims of each head; 0: all
+    rope_dims: int = setting(0, ">= 0", "model")  # rotary on the first ROPE_DIMS of a head; 0: all
     logit_softcap: float = setting(30.0, "> 0", "model")
     qk_gain_init: float = 1.5
-    xsa_last_n: int = setting(0, ">= 0", "model")  # exclusive self-attention in the last N layers (>= NUM_LAYERS: all)
+    xsa_last_n: int = setting(0, ">= 0", "model")  # exclusive self-attention in the last N layers
     ln_scale: bool = setting(False, "", "model")  # scale each block's normed inputs by 1/sqrt(layer+1)
     skip_gates_enabled: bool = setting(False, "", "model")  # sigmoid gates on the U-Net skips
-    parallel_residual_start: int = setting(-1, "", "model")  # attention and MLP in parallel from this layer; -1: off
-    num_loops: int = setting(0, ">= 0", "model")  # extra passes over layers LOOP_START..LOOP_END; 0: off
+    parallel_residual_start: int = setting(-1, "", "model")  # parallel attention and MLP from here
+    num_loops: int = setting(0, ">= 0", "model")  # extra passes over layers LOOP_START..LOOP_END
     loop_start: int = setting(0, "", "model")
     loop_end: int = setting(0, "", "model")
-    enable_looping_at: float = setting(0.0, "in [0, 1]")  # fraction of training after which the loops run
-    ortho_init: bool = False  # orthogonal init of the non-zero-init matrices (the records')
+    enable_looping_at: float = setting(0.0, "in [0, 1]")  # loops run after this fraction of training
+    ortho_init: bool = False  # orthogonal init of the matrices not zero at init
     # optimizers
     matrix_lr: float = setting(0.02, ">= 0")
     scalar_lr: float = setting(0.02, ">= 0")
@@ -108,32 +112,32 @@ class Hyperparameters:
     muon_backend_steps: int = setting(5, "> 0")
     muon_row_normalize: bool = False  # MuonEq-R: rows to unit norm before Newton-Schulz
     muon_wd: float = setting(0.0, ">= 0")  # decoupled weight decay: p *= 1 - lr * wd
-    adam_wd: float = setting(0.0, ">= 0")  # on the scalars (parameter_roles)
+    adam_wd: float = setting(0.0, ">= 0")  # on the scalars
     embed_wd: float = setting(0.0, ">= 0")  # on the embedding
     beta1: float = setting(0.9, "in [0, 1)")
     beta2: float = setting(0.95, "in [0, 1)")
     adam_eps: float = setting(1e-8, "> 0")
     grad_clip_norm: float = setting(0.0, ">= 0")  # 0: off
-    ema_decay: float = setting(0.0, "in [0, 1)")  # > 0: an EMA of the weights is what is exported and scored
+    ema_decay: float = setting(0.0, "in [0, 1)")  # > 0: the weights' EMA is exported and scored
     # implementation
-    loss_impl: str = setting("auto", ("auto", "triton", "torch"))  # auto: triton on CUDA, torch elsewhere
-    mlp_impl: str = setting("function", ("function", "modules"))  # MLPFunction (3% faster compiled), or nn modules
+    loss_impl: str = setting("auto", ("auto", "triton", "torch"))  # auto: triton on CUDA, else torch
+    mlp_impl: str = setting("function", ("function", "modules"))  # MLPFunction: 3% faster compiled
     compile: bool = True  # torch.compile on CUDA; always off on CPU
     # export and scoring
-    matrix_bits: int = setting(8, "in [2, 8]", "export")  # bits per weight of the block matrices (the record: 6)
+    matrix_bits: int = setting(8, "in [2, 8]", "export")  # bits per weight of the block matrices
     embed_bits: int = setting(8, "in [2, 8]", "export")  # bits per weight of the embedding
-    matrix_clip_sigmas: float = setting(0.0, ">= 0", "export")  # > 0: SD clip k * std(row) / qmax; 0: int8's quantile
+    matrix_clip_sigmas: float = setting(0.0, ">= 0", "export")  # > 0: step k * std(row) / qmax
     embed_clip_sigmas: float = setting(0.0, ">= 0", "export")
-    gptq_calibration_batches: int = setting(0, ">= 0", "export")  # > 0: GPTQ on this many micro-batches' Hessians
-    gptq_reserve_seconds: float = setting(0.0, ">= 0")  # training stops this long before the cap, left to GPTQ
-    compressor: str = setting("zlib", ("zlib", "lzma", "brotli"), "export")  # the keys of COMPRESSORS
-    eval_stride: int = setting(0, ">= 0")  # > 0: the score also from sliding windows scoring their last EVAL_STRIDE
-    eval_seq_len: int = setting(0, ">= 0")  # window of validation and scoring; 0: TRAIN_SEQ_LEN
-    eval_only: bool = False  # score the artifact at ARTIFACT_PATH with this config; no training
-    allow_other_tokenizer: bool = False  # EVAL_ONLY of an artifact made with another tokenizer (the log says so)
-    ttt_enabled: bool = False  # score-first test-time training after the other scores: its line is the score
+    gptq_calibration_batches: int = setting(0, ">= 0", "export")  # > 0: GPTQ on this many batches
+    gptq_reserve_seconds: float = setting(0.0, ">= 0")  # training ends this long before the cap
+    compressor: str = setting("zlib", ("zlib", "lzma", "brotli"), "export")  # a key of COMPRESSORS
+    eval_stride: int = setting(0, ">= 0")  # > 0: also score sliding windows
+    eval_seq_len: int = setting(0, ">= 0")  # 0: TRAIN_SEQ_LEN
+    eval_only: bool = False  # score the artifact at ARTIFACT_PATH; no training
+    allow_other_tokenizer: bool = False  # EVAL_ONLY of an artifact made with another tokenizer
+    ttt_enabled: bool = False  # score-first test-time training, after the other scores
     ttt_lr: float = setting(0.005, ">= 0")  # SGD's, cosine-decayed over the chunks
-    ttt_epochs: int = setting(3, ">= 0")  # steps on each scored chunk, each on all of it
+    ttt_epochs: int = setting(3, ">= 0")  # steps on each scored chunk
     ttt_momentum: float = setting(0.9, "in [0, 1)")
     ttt_chunk_tokens: int = setting(32_768, "> 0")  # predictions scored between two adaptations
 
@@ -142,7 +146,7 @@ class Hyperparameters:
         return self.eval_seq_len or self.train_seq_len
 
     @property
-    def train_cap_ms(self) -> float:  # MAX_WALLCLOCK_SECONDS less GPTQ_RESERVE_SECONDS (GPTQ runs in the rest); 0: none
+    def train_cap_ms(self) -> float:  # the cap less GPTQ's reserve; 0: none
         return 1000.0 * (self.max_wallclock_seconds - self.gptq_reserve_seconds) if self.max_wallclock_seconds else 0.0
 
     def settings(self, role: str) -> dict:  # {name: value} of the fields of a role
@@ -151,25 +155,27 @@ class Hyperparameters:
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Hyperparameters:
         """Defaults, then the values of RECIPE, then every variable set explicitly."""
-        environ, fields = dict(os.environ if environ is None else environ), dataclasses.fields(cls)
-        check_unknown_env(environ, [f.name.upper() for f in fields])
+        environ = dict(os.environ if environ is None else environ)
+        fields = {f.name.upper(): f for f in dataclasses.fields(cls)}
+        check_unknown_env(environ, list(fields))
         recipe = environ.get("RECIPE", "").strip()
         require(recipe in ("", *RECIPES), f"RECIPE={recipe!r} is not one of {', '.join(RECIPES)} (or empty: ours).")
-        explicit = {f.name: parse_env_value(f.name.upper(), environ[f.name.upper()], type(f.default))
-                    for f in fields if f.name.upper() in environ}
+        explicit = {f.name: parse_env_value(k, environ[k], type(f.default)) for k, f in fields.items() if k in environ}
         values = dict(RECIPES.get(recipe, {}), recipe=recipe) | explicit
-        require(explicit.get("enable_looping_at", 0) == 0 or values.get("num_loops", 0) > 0, "ENABLE_LOOPING_AT="
-                f"{explicit.get('enable_looping_at')} does nothing with NUM_LOOPS=0: set NUM_LOOPS > 0, or unset it.")
+        looping_at = explicit.get("enable_looping_at", 0)
+        require(looping_at == 0 or values.get("num_loops", 0) > 0, f"ENABLE_LOOPING_AT={looping_at} does nothing "
+                "with NUM_LOOPS=0: set NUM_LOOPS > 0, or unset it.")
         return cls(**dict(values, run_id=values.get("run_id") or time.strftime("%Y%m%d_%H%M%S_") + os.urandom(4).hex()))
 
-    def __post_init__(self) -> None:  # the paths DATA_DIR implies, then validation: a Hyperparameters can run
+    def __post_init__(self) -> None:  # DATA_DIR's paths, then the checks
         self.data_path = self.data_path or f"{self.data_dir}/datasets/fineweb10B_sp{self.vocab_size}"
         self.tokenizer_path = self.tokenizer_path or f"{self.data_dir}/tokenizers/fineweb_{self.vocab_size}_bpe.model"
         for f in dataclasses.fields(self):
-            value, rule = getattr(self, f.name), f.metadata.get("rule")
-            words = isinstance(rule, tuple)  # the allowed values; else a key of RULES, or "" for none
-            require(value in rule if words else not rule or RULES[rule](value),
-                    f"{f.name.upper()}={value!r} must be {'one of ' + ', '.join(rule) if words else rule}.")
+            name, value, rule = f.name.upper(), getattr(self, f.name), f.metadata.get("rule")
+            if isinstance(rule, tuple):  # the allowed words
+                require(value in rule, f"{name}={value!r} must be one of {', '.join(rule)}.")
+            else:  # a key of RULES, or "" for none
+                require(not rule or RULES[rule](value), f"{name}={value!r} must be {rule}.")
         dim, heads, head_dim = self.model_dim, self.num_heads, self.model_dim // self.num_heads
         require(dim % heads == 0, f"NUM_HEADS={heads} must divide MODEL_DIM={dim}.")
         require(head_dim % 2 == 0, f"MODEL_DIM/NUM_HEADS={head_dim} (the head size) must be even, for rotary.")
@@ -177,7 +183,7 @@ class Hyperparameters:
                 f"ROPE_DIMS={self.rope_dims} must be even and at most the head size {head_dim} (0: all).")
         require(heads % self.num_kv_heads == 0, f"NUM_KV_HEADS={self.num_kv_heads} must divide NUM_HEADS={heads}.")
         require(int(self.mlp_mult * dim) > 0, f"MLP_MULT={self.mlp_mult} leaves the MLP no units at MODEL_DIM={dim}.")
-        require(self.tie_embeddings, "TIE_EMBEDDINGS=0: an untied head is not built here; every record ties it.")
+        require(self.tie_embeddings, "TIE_EMBEDDINGS=0: an untied head is not built here; the records tie it.")
         layers = f"NUM_LAYERS={self.num_layers}"
         require(-1 <= self.parallel_residual_start < self.num_layers,
                 f"PARALLEL_RESIDUAL_START={self.parallel_residual_start} must be -1 (off) or a layer below {layers}.")
@@ -191,16 +197,16 @@ class Hyperparameters:
         require(self.eval_stride <= self.val_seq_len, f"EVAL_STRIDE={self.eval_stride} must be at most {seq}.")
         require(not self.ttt_enabled or self.ttt_chunk_tokens >= self.val_seq_len,
                 f"TTT_CHUNK_TOKENS={self.ttt_chunk_tokens} must be >= {seq} with TTT_ENABLED={self.ttt_enabled}.")
-        for bits, sigmas in QUANT_GROUPS.values():  # the records: 12.85 for matrices, 20 for the embedding
-            require(getattr(self, bits) == 8 or getattr(self, sigmas) > 0, f"{bits.upper()}={getattr(self, bits)} "
-                    f"needs {sigmas.upper()} > 0: the quantile clip is int8's.")
-        cap, reserve = self.max_wallclock_seconds, self.gptq_reserve_seconds  # GPTQ's time is taken from training's
+        for bits, sigmas in QUANT_GROUPS.values():  # the records: 12.85 for matrices, 20 for embeddings
+            require(getattr(self, bits) == 8 or getattr(self, sigmas) > 0,
+                    f"{bits.upper()}={getattr(self, bits)} needs {sigmas.upper()} > 0: the quantile clip is int8's.")
+        cap, reserve = self.max_wallclock_seconds, self.gptq_reserve_seconds
         require(cap == 0 or reserve < cap, f"GPTQ_RESERVE_SECONDS={reserve} must be below MAX_WALLCLOCK_SECONDS={cap}.")
-        blank = self.run_id != "" and self.run_id.strip() == ""  # "" is a fresh id (from_env makes it)
+        blank = self.run_id != "" and self.run_id.strip() == ""  # "": a fresh id (from_env)
         require(not blank and "/" not in self.run_id, f"RUN_ID={self.run_id!r} must be a file name, not blank.")
 
-# A record's values where they differ from ours: "record" is the best under 1500 lines, 2026-04-09 (LegalTTT, 1.0810);
-# "record_2026_04_05" (GPTQ-Embeddings_SDClip_Loop45x2, 1.0856) the one before; "p180": ours on the 180-second proxy.
+# A record's values where they differ from ours: "record", the best under 1500 lines (2026-04-09, 1.0810);
+# "record_2026_04_05" the one before (1.0856); "p180": ours on the 180-second proxy.
 RECIPES: dict[str, dict] = {"record_2026_04_05": dict(vocab_size=8192, num_layers=11, mlp_mult=4.0,
     mlp_act="leaky_relu2", rope_dims=16, qk_gain_init=4.0, xsa_last_n=11, ln_scale=True, skip_gates_enabled=True,
     num_loops=2, loop_start=4, loop_end=5, enable_looping_at=0.5, ortho_init=True, train_shuffle=True,
@@ -213,17 +219,17 @@ RECIPES["record"] = dict(RECIPES["record_2026_04_05"], loop_start=3, enable_loop
 RECIPES["p180"] = dict(RECIPES["record_2026_04_05"], num_layers=9, mlp_mult=3.0, num_loops=0, warmdown_frac=0.6,
     train_batch_tokens=262_144, ema_decay=0.0, val_loss_every=0, train_log_every=50, ttt_enabled=True, ttt_lr=0.01)
 
-def recipe_note(message: str, environ) -> str:  # message, and which values it names RECIPE set (not the user)
+def recipe_note(message: str, environ) -> str:  # message, and which values it names RECIPE set
     recipe = environ.get("RECIPE", "").strip()
     named = [f"{k.upper()}={v}" for k, v in RECIPES.get(recipe, {}).items() if k.upper() not in environ]
-    named = [setting for setting in named if setting in message]  # the value it names is the recipe's
+    named = [setting for setting in named if setting in message]  # values it names are the recipe's
     return message + (f" (RECIPE={recipe} sets {', '.join(named)}: set it to override.)" if named else "")
 
-GRAD_ACCUM_TOTAL = 8  # micro-batches per step, summed over ranks: world size must divide it
+GRAD_ACCUM_TOTAL = 8  # micro-batches a step, over all ranks: the world size must divide it
 QUANT_GROUPS = {"embed": ("embed_bits", "embed_clip_sigmas"), "matrix": ("matrix_bits", "matrix_clip_sigmas")}
-ENV_PREFIXES_NOT_OURS = ("OMP_", "CUDA_", "NCCL_", "TORCH", "PYTORCH_", "TRITON_", "MASTER_", "LOCAL_",
-                         "GROUP_", "ROLE_", "NVIDIA_", "PYTHON", "LC_", "XDG_", "MKL_", "KMP_", "GLOO_", "PATH")
-ENV_RETIRED = ("EMBEDDING_DIM", "EMBED_LR", "HEAD_LR", "LOSS_CHUNK_TOKENS")  # earlier versions' settings (README)
+ENV_PREFIXES_NOT_OURS = ("OMP_", "CUDA_", "NCCL_", "TORCH", "PYTORCH_", "TRITON_", "MASTER_", "LOCAL_", "GROUP_",
+                         "ROLE_", "NVIDIA_", "PYTHON", "LC_", "XDG_", "MKL_", "KMP_", "GLOO_", "PATH")
+ENV_RETIRED = ("EMBEDDING_DIM", "EMBED_LR", "HEAD_LR", "LOSS_CHUNK_TOKENS")  # earlier versions' (README)
 ENV_OTHER_TRAINERS = dict(NUM_ITERATIONS="ITERATIONS", MAX_STEPS="ITERATIONS", ITERS="ITERATIONS", N_LAYER="NUM_LAYERS")
 BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
@@ -232,98 +238,94 @@ def parse_env_value(name: str, raw: str, kind: type):
     if kind is str:
         return raw
     text, expected = raw.strip(), {bool: "0 or 1", int: "an integer", float: "a finite number"}[kind]
-    require(kind is not bool or text.lower() in BOOL_WORDS, f"{name}={raw!r} is not {expected}.")
-    if kind is bool:
+    if kind is bool and text.lower() in BOOL_WORDS:
         return BOOL_WORDS[text.lower()]
-    if kind is int:
-        with contextlib.suppress(ValueError):
-            return int(text)
-    value = math.nan  # what does not parse is refused below
-    with contextlib.suppress(ValueError):
+    if kind is int and text.removeprefix("-").isdecimal():  # as written; 1e5 and 2048.0 below
+        return int(text)
+    with contextlib.suppress(ValueError):  # what does not parse is refused below
         value = float(text)
-    require(math.isfinite(value) and (kind is float or value.is_integer()), f"{name}={raw!r} is not {expected}.")
-    return value if kind is float else int(value)
+        if kind is not bool and math.isfinite(value) and (kind is float or value.is_integer()):
+            return value if kind is float else int(value)
+    raise ConfigError(f"{name}={raw!r} is not {expected}.")
 
 def check_unknown_env(environ: dict[str, str], known: list[str]) -> None:
-    """Refuses a name meant for ours: iterations, ITERS, NUM_LAYER (difflib), WARMUP, LR, nanoGPT's N_LAYER."""
-    for name in environ:
-        upper = name.upper().replace("LEARNING_RATE", "LR").replace("WEIGHT_DECAY", "WD")  # as ours spell them
+    """Refuses a name meant for ours (iterations, ITERS, NUM_LAYER, WARMUP, LR, N_LAYER)."""
+    for name, value in environ.items():
+        upper = name.upper().replace("LEARNING_RATE", "LR").replace("WEIGHT_DECAY", "WD")  # as ours say them
         if name in known or upper.startswith(ENV_PREFIXES_NOT_OURS):
             continue
-        require(upper not in ENV_RETIRED, f"{name}={environ[name]!r} is retired (README: retired settings): unset it.")
-        starts = [k for k in known if k.startswith(upper + "_")]  # WARMUP, NUM: the first words of ours
-        ends = [k for k in known if k.endswith("_" + upper)]  # LR, WD: the last ones, if several share them
+        require(upper not in ENV_RETIRED, f"{name}={value!r} is retired (README: retired settings): unset it.")
+        starts = [k for k in known if k.startswith(upper + "_")]  # WARMUP: the first words of ours
+        ends = [k for k in known if k.endswith("_" + upper)]  # LR: the last ones, if several share them
         near = [ENV_OTHER_TRAINERS[upper]] if upper in ENV_OTHER_TRAINERS else starts or (ends if len(ends) > 1 else [])
         near = near or difflib.get_close_matches(upper, known, n=3, cutoff=0.8)
-        require(not near, f"unknown environment variable {name}={environ[name]!r}: did you mean {' or '.join(near)}? "
-                "Rename it, or unset it if it is not meant for this script.")
+        require(not near, f"unknown environment variable {name}={value!r}: did you mean {' or '.join(near)}? "
+                "Rename it, or unset it if it is not meant for us.")
 
-# ==== Logging, processes and the run ===============================================================================
-# Rank 0 writes LOG_DIR/RUN_ID.txt and prints: an event a line of key:value tokens (units in the names), parseable.
+# ==== Logging, processes and the run ==========================================
+# Rank 0 writes LOG_DIR/RUN_ID.txt and prints: one event a line, key:value tokens with units in the names.
 
 @dataclasses.dataclass
 class DistContext:
-    """This process among the W of the run: its rank, its device, its share of the step's micro-batches."""
+    """This process among the W of the run: its rank, its device."""
     rank: int
     world_size: int
     local_rank: int
     device: torch.device
+    distributed: bool = dataclasses.field(init=False)  # W > 1
+    grad_accum_steps: int = dataclasses.field(init=False)  # this rank's micro-batches a step
 
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
+    def __post_init__(self) -> None:
+        self.distributed = self.world_size > 1
+        self.grad_accum_steps = GRAD_ACCUM_TOTAL // self.world_size
 
-    @property
-    def grad_accum_steps(self) -> int:
-        return GRAD_ACCUM_TOTAL // self.world_size
-
-    def autocast(self):  # bf16 matmuls on CUDA; on the CPU everything stays fp32
+    def autocast(self):  # bf16 matmuls on CUDA; on CPU all stays fp32
         return torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else contextlib.nullcontext()
 
-    def all_reduce(self, tensor: Tensor, op=dist.ReduceOp.SUM) -> Tensor:  # in place; as it is with one process
+    def all_reduce(self, tensor: Tensor, op=dist.ReduceOp.SUM) -> Tensor:
         if self.distributed:
             dist.all_reduce(tensor, op=op)
         return tensor
 
-    def clock(self) -> float:  # perf_counter after the device's queued work: every timed region starts and ends so
+    def clock(self) -> float:  # after the queued GPU work: it brackets each timed region
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
 
-def dist_context() -> DistContext:  # from torchrun's variables (one process without them); no process group yet
-    rank, world_size, local_rank = (parse_env_value(name, os.environ.get(name, default), int) for name, default in
-                                    (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")))
-    require(world_size >= 1 and GRAD_ACCUM_TOTAL % world_size == 0, f"WORLD_SIZE={world_size} must divide "
-            f"{GRAD_ACCUM_TOTAL}: run with --nproc_per_node of 1, 2, 4 or 8.")
+def dist_context() -> DistContext:  # from torchrun's variables (one process without them)
+    rank, world_size, local_rank = (parse_env_value(name, os.environ.get(name, default), int)
+                                    for name, default in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")))
+    require(world_size >= 1 and GRAD_ACCUM_TOTAL % world_size == 0,
+            f"WORLD_SIZE={world_size} must divide {GRAD_ACCUM_TOTAL}: run with --nproc_per_node of 1, 2, 4 or 8.")
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
     return DistContext(rank, world_size, local_rank, device)
 
-def init_distributed(ctx: DistContext) -> None:  # this rank's GPU, and the process group: NCCL on CUDA, else gloo
+def init_distributed(ctx: DistContext) -> None:  # this rank's GPU; the process group (NCCL or gloo)
     cuda = ctx.device.type == "cuda"
-    if cuda:  # TF32 for the fp32 matmuls that autocast leaves (cuDNN allows it by default); inductor's "mixed-order"
-        torch.cuda.set_device(ctx.device)  # reductions (norm backward + per-channel sums in one kernel) spill: off
+    if cuda:  # TF32 where autocast leaves fp32; inductor's mixed-order reductions spill
+        torch.cuda.set_device(ctx.device)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch._inductor.config.triton.mix_order_reduction = os.environ.get("TORCHINDUCTOR_MIX_ORDER_REDUCTION") == "1"
     if ctx.distributed:
         dist.init_process_group(backend="nccl" if cuda else "gloo", device_id=ctx.device if cuda else None)
 
 class Logger:
-    """Rank 0's log: the file its first line creates, and the console; `log(**fields)` writes one key:value line."""
-
+    """Rank 0's log: the file its first line creates, and the console."""
     def __init__(self, path: Path | None):
-        self.path, self.file, self.progress = path, None, {}  # progress: where training is, for an interrupt's line
+        self.path, self.file, self.progress = path, None, {}  # progress: where the run is
 
     def text(self, message: str, console: bool = True) -> None:
-        if self.path is not None:
-            if self.file is None:  # "x": never overwrite an earlier run's log; unbuffered: each line is on disk
-                self.file = open(self.path, "xb", buffering=0)
-            try:  # the file first: an interrupt between the two leaves the log complete
-                self.file.write(f"{message}\n".encode())
-            except OSError as exc:  # a full disk must not end a run: said once, then the lines go to the console only
-                self.file = open(os.devnull, "wb")
-                print(f"log_write_failed: {self.path} ({exc.strerror}); the run goes on, console only", file=sys.stderr)
-            if console:
-                print(message, flush=True)
+        if self.path is None:
+            return
+        if self.file is None:  # "x": never overwrite a log; unbuffered: each line on disk
+            self.file = open(self.path, "xb", buffering=0)
+        try:  # the file first: an interrupt between the two leaves it complete
+            self.file.write(f"{message}\n".encode())
+        except OSError as exc:  # a full disk does not end a run: said once, then console only
+            self.file = open(os.devnull, "wb")
+            print(f"log_write_failed: {self.path} ({exc.strerror}); the run goes on, console only", file=sys.stderr)
+        if console:
+            print(message, flush=True)
 
     def log(self, **fields) -> None:
         floats = {k: f"{v:.4f}" if abs(v) < 1e6 else f"{v:.0f}" for k, v in fields.items() if isinstance(v, float)}
@@ -331,68 +333,69 @@ class Logger:
 
 @dataclasses.dataclass
 class Run:
-    """What every phase needs, made by the pre-flight (at the end of the file) once every input has passed."""
+    """What every phase needs, made by the pre-flight."""
     args: Hyperparameters
     ctx: DistContext
     log: Logger
     val: ValData
-    train_files: list[Path]  # every id below VOCAB_SIZE; none with EVAL_ONLY
-    loss_impl: str  # torch | triton, and why (the log says both)
+    train_files: list[Path]  # none with EVAL_ONLY
+    loss_impl: str  # torch | triton, and why
     loss_impl_reason: str
-    tokenizer_verified: str  # round_trip_S/N: S of N sampled documents of the shards decode and re-encode
-    artifact: tuple[dict, dict] | None  # EVAL_ONLY: the header (of the config's model) and weights to score
+    tokenizer_verified: str  # round_trip_S/N: S of N sampled documents
+    artifact: tuple[dict, dict] | None  # EVAL_ONLY's header and weights
 
-# ==== Data ==========================================================================================================
-# A shard: a 256 x int32 header (magic, version, token count), then uint16 tokens, each document after a BOS. Training
-# reads a contiguous span of TRAIN_BATCH_TOKENS a step, rank r of W its part: the global batch does not depend on W.
+# ==== Data ====================================================================
+# A shard: a 256 x int32 header (magic, version, token count), then uint16 tokens, a BOS before each
+# document. A step reads the next TRAIN_BATCH_TOKENS, each rank its part: the same batch for any W.
 
 SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
 SHARD_HEADER_INTS = 256
 SHARD_HEADER_BYTES = SHARD_HEADER_INTS * 4
 SHARD_TOKEN_DTYPE = np.dtype("<u2")
+SHARD_FIX = "delete it, then download or rebuild it (data/README.md)"
 
 class ShardError(ValueError):
-    """A shard file that is not in the format above; the message names the file."""
+    """A shard file not in this format; the message names it."""
 
-def read_shard_header(path: str | Path, vocab_size: int = 0) -> int:
-    """A shard's token count, its header and size checked, and with vocab_size every id (0.25 s per 100M tokens)."""
+def read_shard_header(path: str | Path) -> int:
+    """A shard's token count, once its header and size agree."""
     size = Path(path).stat().st_size
-    require(size >= SHARD_HEADER_BYTES, f"{path}: {size} bytes is shorter than the {SHARD_HEADER_BYTES}-byte shard "
-            "header. The file is truncated: delete it and download or rebuild it.", ShardError)
+    require(size >= SHARD_HEADER_BYTES, f"{path}: {size} bytes is shorter than the {SHARD_HEADER_BYTES}-byte "
+            f"shard header. The file is truncated: {SHARD_FIX}.", ShardError)
     magic, version, num_tokens = (int(v) for v in np.fromfile(path, dtype="<i4", count=SHARD_HEADER_INTS)[:3])
     require((magic, version) == (SHARD_MAGIC, SHARD_VERSION), f"{path}: header magic/version {magic}/{version}, "
-            f"expected {SHARD_MAGIC}/{SHARD_VERSION}. Not a shard of this format: rebuild or download it "
-            "(data/README.md).", ShardError)
+            f"expected {SHARD_MAGIC}/{SHARD_VERSION}. Not a shard of this format: {SHARD_FIX}.", ShardError)
     expected = SHARD_HEADER_BYTES + num_tokens * SHARD_TOKEN_DTYPE.itemsize
-    require(num_tokens >= 0 and size == expected, f"{path}: header says {num_tokens} tokens ({expected} bytes) but "
-            f"the file has {size} bytes. The file is truncated or corrupt: delete it and fetch it again.", ShardError)
-    if vocab_size and num_tokens:
-        top = int(np.max(np.memmap(path, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (num_tokens,))))
-        require(top < vocab_size, f"{path}: token id {top} >= VOCAB_SIZE={vocab_size}: made with another tokenizer. "
-                "Set VOCAB_SIZE and TOKENIZER_PATH to that one's, or rebuild it (data/build_shards.py).", ShardError)
+    require(num_tokens >= 0 and size == expected, f"{path}: header says {num_tokens} tokens ({expected} bytes), "
+            f"the file has {size}. The file is truncated or corrupt: {SHARD_FIX}.", ShardError)
     return num_tokens
 
+def read_shard(path: str | Path, vocab_size: int = 0) -> np.ndarray:
+    """A checked shard's tokens, mapped; with vocab_size, every id below it (0.25 s a 100M tokens)."""
+    tokens = np.memmap(path, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (read_shard_header(path),))
+    top = int(tokens.max()) if vocab_size and len(tokens) else 0
+    require(not vocab_size or top < vocab_size, f"{path}: token id {top} >= VOCAB_SIZE={vocab_size}: made with another"
+            " tokenizer. Set TOKENIZER_PATH and VOCAB_SIZE to it, or rebuild (data/build_shards.py).", ShardError)
+    return tokens
+
 def load_data_shard(path: str | Path, vocab_size: int = 0) -> Tensor:
-    """All tokens of a validated shard (with vocab_size: every id below it) as a 1-D uint16 tensor."""
-    num_tokens = read_shard_header(path, vocab_size)
-    tokens = np.fromfile(path, dtype=SHARD_TOKEN_DTYPE, count=num_tokens, offset=SHARD_HEADER_BYTES)
-    return torch.from_numpy(tokens.astype(np.uint16, copy=False))
+    """read_shard's tokens, read into a 1-D uint16 tensor."""
+    return torch.from_numpy(np.array(read_shard(path, vocab_size), np.uint16))
 
 def find_shards(data_path: str, split: str) -> list[Path]:
-    """DATA_PATH/fineweb_{split}_*.bin of a split, "train" or "val", sorted; if none, where to read about them."""
+    """DATA_PATH/fineweb_{split}_*.bin ("train" or "val"), sorted; if none, where to look."""
     pattern = os.path.join(data_path, f"fineweb_{split}_*.bin")
-    files = sorted(Path(p) for p in glob.glob(pattern) if "fineweb_val_bytes_" not in p)  # not the byte sidecars
+    files = sorted(Path(p) for p in glob.glob(pattern) if "fineweb_val_bytes_" not in p)  # not the sidecars
     require(len(files) > 0, f"no {'training' if split == 'train' else 'validation'} shards match DATA_PATH: {pattern} "
             f"(here: {Path(data_path).resolve()}). Set DATA_PATH to their folder; which shards fit which VOCAB_SIZE, "
             "and how to get them: data/README.md, section 'Which shards for which vocabulary'.", FileNotFoundError)
     return files
 
 class DistributedTokenLoader:
-    """The shards in order, wrapping around; each call takes one micro-batch per rank, keeps this rank's."""
-
+    """The shards in order, wrapping around; a call takes a micro-batch per rank, keeps this rank's."""
     def __init__(self, files: list[Path], ctx: DistContext):
-        self.shards = [np.memmap(f, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES, (read_shard_header(f),)) for f in files]
+        self.shards = [read_shard(f) for f in files]
         self.ctx, self.shard, self.pos = ctx, 0, 0
 
     def next_batch(self, micro_batch_tokens: int, seq_len: int) -> tuple[Tensor, Tensor]:
@@ -405,21 +408,20 @@ class DistributedTokenLoader:
         local = np.concatenate(parts)[self.ctx.rank * span : (self.ctx.rank + 1) * span]
         return self.to_device(np.lib.stride_tricks.sliding_window_view(local, seq_len + 1)[::seq_len])
 
-    def to_device(self, rows: np.ndarray) -> tuple[Tensor, Tensor]:  # (n, seq_len + 1) tokens -> inputs, targets
+    def to_device(self, rows: np.ndarray) -> tuple[Tensor, Tensor]:  # (n, seq_len + 1) -> inputs, targets
         rows = torch.from_numpy(rows.astype(np.int64)).to(self.ctx.device, non_blocking=True)
         return rows[:, :-1], rows[:, 1:]
 
 class ShuffledSequenceLoader(DistributedTokenLoader):
-    """TRAIN_SHUFFLE=1 (the records'): sequences at a random phase per shard, in an order of SEED's alone (not W's)."""
-
+    """TRAIN_SHUFFLE=1: sequences at a random phase per shard, in an order of SEED alone."""
     def __init__(self, files: list[Path], ctx: DistContext, seed: int):
         super().__init__(files, ctx)
-        self.rng, self.order = np.random.default_rng(seed), np.empty((0, 2), np.int64)  # (shard, start) of each one
+        self.rng, self.order = np.random.default_rng(seed), np.empty((0, 2), np.int64)  # (shard, start)
 
     def next_batch(self, micro_batch_tokens: int, seq_len: int) -> tuple[Tensor, Tensor]:
         n = micro_batch_tokens // seq_len
-        step = n * GRAD_ACCUM_TOTAL  # a new epoch only between whole steps, so W does not change the order
-        if self.pos % step == 0 and self.pos + step > len(self.order):  # every shard cut at a random phase, shuffled
+        step = n * GRAD_ACCUM_TOTAL  # a new epoch only between steps: W does not change the order
+        if self.pos % step == 0 and self.pos + step > len(self.order):  # each shard cut at a random phase
             starts = [np.arange(int(self.rng.integers(seq_len)), len(s) - seq_len, seq_len) for s in self.shards]
             order = np.concatenate([np.stack([np.full_like(a, i), a], 1) for i, a in enumerate(starts)])
             self.order, self.pos = order[self.rng.permutation(len(order))], 0
@@ -432,15 +434,14 @@ class ShuffledSequenceLoader(DistributedTokenLoader):
 def make_train_loader(args: Hyperparameters, files: list[Path], ctx: DistContext) -> DistributedTokenLoader:
     return ShuffledSequenceLoader(files, ctx, args.seed) if args.train_shuffle else DistributedTokenLoader(files, ctx)
 
-# ==== Output loss ===================================================================================================
-# logits = x @ W^T, z = c*tanh(logits/c), cross entropy, in chunks of rows: the logits never exist for the whole batch.
-# The forward pass also makes the gradients (dL/dlogits = (softmax(z) - onehot(y)) * (1 - tanh^2) / N; dL/dW in fp32),
-# the backward pass only scales them. The PyTorch chunk function is the reference of the Triton kernel after it.
+# ==== Output loss =============================================================
+# logits = x @ W^T, z = c*tanh(logits/c), cross entropy, in chunks of rows (no batch-sized logits). The forward
+# pass also makes dL/dlogits = (softmax(z) - onehot(y)) * (1 - tanh^2) / N and dL/dW; backward only scales them.
 
-LOSS_CHUNK_ELEMENTS = 2**27  # logits per chunk: a 256 MiB bf16 buffer (16384 tokens at V=8192; one chunk at small V)
+LOSS_CHUNK_ELEMENTS = 2**27  # logits per chunk: 256 MiB in bf16 (16384 tokens at V=8192)
 
 def softcap_ce_chunk_torch(logits, targets, loss_rows, softcap: float, grad_scale: float, need_grad: bool) -> None:
-    """The reference of softcap_ce_chunk_triton, its contract (below) with logits of any float dtype; fp32 math."""
+    """The reference of softcap_ce_chunk_triton (its contract below), for any float dtype."""
     t = torch.tanh(logits.float() / softcap)
     z = softcap * t
     lse = torch.logsumexp(z, dim=-1)
@@ -450,14 +451,12 @@ def softcap_ce_chunk_torch(logits, targets, loss_rows, softcap: float, grad_scal
         grad.scatter_add_(1, targets[:, None], torch.full_like(grad[:, :1], -1.0))
         logits.copy_(grad * ((1.0 - t * t) * grad_scale))
 
-# ---- Triton kernel: softcap, cross entropy and dL/dlogits in one read of each bf16 row (whole, in registers), where
-# the reference makes ~10 elementwise passes. |z| <= c, so c is the softmax shift (no pass for the row max): exp2((z-c)
-# log2 e) stays a normal fp32 while 2c log2 e <= FIXED_SHIFT_MAX_EXP2 (c <= 41.6); else the PyTorch path runs.
+# ---- Triton kernel: one read of each bf16 row, not ~10 passes; |z| <= c, so c is the softmax shift.
 MAX_BLOCK_V = 8192
-FIXED_SHIFT_MAX_EXP2 = 120.0  # flush-to-zero starts below 2^-126; margin for the sum and rounding
+FIXED_SHIFT_MAX_EXP2 = 120.0  # 2c log2 e at most: flush-to-zero starts below 2^-126
 
 def triton_unavailable_reason(vocab_size: int = 0, softcap: float = 0.0) -> str | None:
-    """None when the Triton loss can run here (CUDA, or CPU under TRITON_INTERPRET=1) on these shapes; else why not."""
+    """None if the Triton loss can run here (CUDA, or TRITON_INTERPRET=1) on these shapes; else why."""
     if triton is None:
         return "triton is not installed"
     if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
@@ -469,13 +468,11 @@ def triton_unavailable_reason(vocab_size: int = 0, softcap: float = 0.0) -> str 
     return None
 
 if triton is not None:
-    LOG2E = tl.constexpr(1.4426950408889634)  # exp(a) = exp2(a log2 e): exp2 is the hardware op
+    LOG2E = tl.constexpr(1.4426950408889634)  # exp(a) = exp2(a log2 e): exp2 is the hardware's
 
     @triton.jit
     def _softcap_tanh(logits, neg_2log2e_over_c):
-        """(tanh(u), 1 - tanh(u)^2) for u = logits / c, through sigmoid: e = exp(-2u), s = 1 / (1 + e), tanh = 2s - 1,
-        1 - tanh^2 = 4 e s^2 (no cancellation where tanh saturates). e is capped at 2^126 so that e s^2 stays finite
-        for very negative u (not inf * 0). Libdevice tanh is missing in the interpreter; this is one exp2, one rcp."""
+        """(tanh(u), 1 - tanh(u)^2), u = logits / c: with e = exp(-2u) (at most 2^126), s = 1/(1+e): 2s-1, 4es^2."""
         e = tl.exp2(tl.minimum(logits.to(tl.float32) * neg_2log2e_over_c, 126.0))
         s = 1.0 / (1.0 + e)
         return 2.0 * s - 1.0, (4.0 * s) * (e * s)
@@ -486,7 +483,7 @@ if triton is not None:
         """One program per row r of a chunk; logits (n, V) contiguous, V <= BLOCK_V, y = targets[r]:
             z = c tanh(logits / c),   loss[r] = logsumexp(z) - z[y],
             logits[r] <- (softmax(z) - onehot(y)) * (1 - tanh^2) * grad_scale   (if NEED_GRAD).
-        fp32 throughout, in base 2: zl = z log2(e), p = exp2(zl - c2) in [2^-2c2, 1] with c2 = c log2(e)."""
+        fp32, in base 2: zl = z log2(e), p = exp2(zl - c2) in [2^-2c2, 1] with c2 = c log2(e)."""
         row = tl.program_id(0).to(tl.int64)
         ptr = logits_ptr + row * V
         y = tl.load(targets_ptr + row).to(tl.int32)
@@ -503,7 +500,7 @@ if triton is not None:
         tl.store(loss_ptr + row, (tl.log2(s) + (1.0 - t_y) * c2) / LOG2E)
 
 def softcap_ce_chunk_triton(logits, targets, loss_rows, softcap: float, grad_scale: float, need_grad: bool) -> None:
-    """In place: loss_rows (n,) fp32 <- per-row loss; logits (n, V) <- dL/dlogits * grad_scale if need_grad."""
+    """In place: loss_rows (n,) fp32 <- each row's loss; logits (n, V) <- dL/dlogits * grad_scale."""
     n, V = logits.shape
     if not (logits.is_contiguous() and targets.is_contiguous() and loss_rows.is_contiguous() and targets.shape ==
             loss_rows.shape == (n,) and targets.dtype == torch.int64 and loss_rows.dtype == torch.float32):
@@ -512,23 +509,21 @@ def softcap_ce_chunk_triton(logits, targets, loss_rows, softcap: float, grad_sca
         raise ValueError(f"softcap_ce_chunk_triton: {reason}")
     block_v = triton.next_power_of_2(V)
     _softcap_ce_kernel[(n,)](logits, targets, loss_rows, float(softcap), float(grad_scale), V=V, BLOCK_V=block_v,
-                             NEED_GRAD=need_grad, num_warps=min(max(block_v // 512, 1), 16))  # 16 columns per thread
+                             NEED_GRAD=need_grad, num_warps=min(max(block_v // 512, 1), 16))  # 16 columns each
 
-# One custom op for both chunk functions, opaque to torch.compile; its backward scales the forward's gradients.
-CHUNK_IMPLS = {"torch": softcap_ce_chunk_torch, "triton": softcap_ce_chunk_triton}
+CHUNK_IMPLS = {"torch": softcap_ce_chunk_torch, "triton": softcap_ce_chunk_triton}  # in one op, opaque to compile
 
 @torch.library.custom_op("parameter_golf::softcap_ce", mutates_args=())
 def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, chunk_tokens: int,
                   need_grad: bool, impl: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """(mean loss, per-token losses (N,), dL/dx (N, d), dL/dW (V, d)); the gradients are empty if not need_grad."""
+    """(mean loss, per-token losses (N,), dL/dx (N, d), dL/dW (V, d)); gradients empty if not need_grad."""
     n, V = x.size(0), weight.size(0)
-    w = weight.to(x.dtype)  # (V, d): the cast the matmul would make, done once for every chunk
-    logits = x.new_empty(min(chunk_tokens, n), V)  # one buffer for every chunk, then dL/dlogits
+    w = weight.to(x.dtype)  # (V, d): the matmul's cast, once for every chunk
+    logits = x.new_empty(min(chunk_tokens, n), V)  # one buffer for all chunks, then dL/dlogits
     loss_rows = torch.empty(n, dtype=torch.float32, device=x.device)
     grad_x = x.new_empty(x.shape if need_grad else (0,))  # the shapes register_fake gives
-    grad_w = torch.zeros(weight.shape if need_grad else (0,), dtype=torch.float32, device=x.device)  # summed in fp32
-    # cuBLAS can accumulate a bf16 product into an fp32 matrix (torch>=2.8): dW skips bf16 and a temporary
-    fp32_out = x.is_cuda and x.dtype != torch.float32 and hasattr(torch.ops.aten.addmm, "dtype")
+    grad_w = torch.zeros(weight.shape if need_grad else (0,), dtype=torch.float32, device=x.device)
+    fp32_out = x.is_cuda and x.dtype != torch.float32 and hasattr(torch.ops.aten.addmm, "dtype")  # torch>=2.8
     for start in range(0, n, chunk_tokens):
         end = min(start + chunk_tokens, n)
         xc, buf = x[start:end], logits[: end - start]
@@ -537,7 +532,7 @@ def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, ch
         if need_grad:
             torch.mm(buf, w, out=grad_x[start:end])  # (n_c, d)
             if fp32_out:
-                torch.addmm(grad_w, buf.t(), xc, out_dtype=torch.float32, out=grad_w)
+                torch.addmm(grad_w, buf.t(), xc, out_dtype=torch.float32, out=grad_w)  # no bf16 temporary
             else:
                 grad_w += (buf.t() @ xc).float()
     return loss_rows.sum() / n, loss_rows, grad_x, grad_w.to(weight.dtype)
@@ -549,18 +544,18 @@ def _(x, weight, targets, softcap, chunk_tokens, need_grad, impl):
 
 def _softcap_ce_setup_context(ctx, inputs, output):
     ctx.save_for_backward(output[2], output[3])
-    ctx.set_materialize_grads(False)  # else autograd fills (N, d) and (V, d) zeros for the unused outputs
+    ctx.set_materialize_grads(False)  # else autograd makes zeros for the unused outputs
 
-def _softcap_ce_backward(ctx, grad_loss, _grad_rows, _grad_grad_x, _grad_grad_w):  # grad_loss None: the mean unused
+def _softcap_ce_backward(ctx, grad_loss, _grad_rows, _grad_grad_x, _grad_grad_w):  # None: the mean unused
     grads = [None if grad_loss is None else g * grad_loss.to(g.dtype) for g in ctx.saved_tensors]  # dL/dx, dL/dW
-    return *grads, None, None, None, None, None  # none for targets and the four settings
+    return *grads, None, None, None, None, None  # targets and the four settings
 
 softcap_ce_op.register_autograd(_softcap_ce_backward, setup_context=_softcap_ce_setup_context)
 
 def resolve_loss_impl(args: Hyperparameters, device: torch.device) -> tuple[str, str]:
-    """LOSS_IMPL=auto picks Triton on CUDA where it can run; returns (impl, why) so the log says which path runs."""
+    """LOSS_IMPL=auto: Triton on CUDA where it can run. (impl, why), for the log."""
     requested, reason = args.loss_impl, triton_unavailable_reason(args.vocab_size, args.logit_softcap)
-    require(requested != "triton" or reason is None, f"LOSS_IMPL=triton cannot run here: {reason}. Use torch or auto.")
+    require(requested != "triton" or reason is None, f"LOSS_IMPL=triton cannot run here: {reason}: use torch or auto.")
     if requested != "auto":
         return requested, "forced_by_LOSS_IMPL"
     if device.type != "cuda":
@@ -568,22 +563,20 @@ def resolve_loss_impl(args: Hyperparameters, device: torch.device) -> tuple[str,
     return ("triton", "auto_cuda") if reason is None else ("torch", "auto_triton_unavailable: " + reason)
 
 def softcap_ce_loss(x, weight, targets, softcap: float, chunk_tokens: int, impl: str, per_token=False) -> Tensor:
-    """Mean softcapped cross entropy of x (N, d) @ weight (V, d)^T and targets (N,); per_token: each one's, no grad."""
+    """Mean softcapped cross entropy of x (N, d) @ weight (V, d)^T and targets (N,); per_token: each one's."""
     need_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad) and not per_token
     mean, rows, _, _ = softcap_ce_op(x, weight, targets, float(softcap), int(chunk_tokens), need_grad, impl)
-    return rows.detach() if per_token else mean  # detached: a backward through them fails, never silently zero
+    return rows.detach() if per_token else mean  # a backward through them fails, not silently zero
 
-# ==== Model =========================================================================================================
-# A GPT with U-Net skips (the second half of the blocks adds the first half's outputs back, in reverse, weighted); each
-# block mixes its input with x0. Attention: RMS-normed q and k, rotary, a gain on q, grouped-query heads; output
-# projections start at zero. fp32 parameters, bf16 matmuls on CUDA; switches chosen once in __init__, no cost when off.
+# ==== Model ===================================================================
+# A GPT with U-Net skips: the second half of the blocks adds the first half's outputs back, weighted. Each
+# block mixes its input with x0. Attention: normed q, k, rotary, a gain on q, grouped-query heads.
 
 def rms_norm(x: Tensor) -> Tensor:
     return F.rms_norm(x, (x.size(-1),))
 
 class CastedLinear(nn.Linear):
-    """A bias-free linear layer whose fp32 weight is cast to the input's dtype at the matmul."""
-
+    """A bias-free linear layer whose fp32 weight is cast to the input's dtype."""
     def __init__(self, in_features: int, out_features: int, zero_init: bool = False):
         super().__init__(in_features, out_features, bias=False)
         self.zero_init = zero_init
@@ -599,15 +592,15 @@ def rotary_cos_sin(seq_len: int, rope_dims: int, base: float, device) -> tuple[T
     return freqs.cos()[None, None], freqs.sin()[None, None]  # (1, 1, T, rope_dims/2)
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotates the first 2*cos.size(-1) dims of x (pairs i, i+half); the rest pass through (partial rotary)."""
+    """Rotates the first 2*cos.size(-1) dims of x (pairs i, i+half); the rest pass through."""
     half = cos.size(-1)
     x1, x2 = x[..., :half], x[..., half : 2 * half]
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin, x[..., 2 * half :]), dim=-1)
 
 def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
-    """XSA: each head's output y (B, H, T, hd) less its part along its own token's value v (B, Hkv, T, hd)."""
-    y = y.unflatten(1, (v.size(1), -1))  # (B, Hkv, H/Hkv, T, hd): the query heads that share each kv head
+    """XSA: each head's output y (B, H, T, hd) less its part along its token's value v."""
+    y = y.unflatten(1, (v.size(1), -1))  # (B, Hkv, H/Hkv, T, hd): the query heads of each kv head
     vn = F.normalize(v, dim=-1).unsqueeze(2)  # (B, Hkv, 1, T, hd)
     return (y - (y * vn).sum(-1, keepdim=True) * vn).flatten(1, 2)  # (B, H, T, hd)
 
@@ -621,15 +614,15 @@ class CausalSelfAttention(nn.Module):
         self.proj = CastedLinear(dim, dim, zero_init=True)
         self.q_gain = nn.Parameter(torch.full((heads,), args.qk_gain_init))
         self.post = exclusive_self_attention if xsa else (lambda y, v: y)
-        # tables, not traced math: compiled, the latter made every rotary kernel recompute cos and sin per element
+        # tables, not traced math: compiled, that made each rotary kernel recompute cos and sin
         cos, sin = rotary_cos_sin(max(args.train_seq_len, args.val_seq_len), self.rope_dims, args.rope_base, "cpu")
-        self.register_buffer("rope_cos", cos, persistent=False)  # not in the state dict or the artifact
+        self.register_buffer("rope_cos", cos, persistent=False)  # not saved
         self.register_buffer("rope_sin", sin, persistent=False)
 
-    def forward(self, x: Tensor) -> Tensor:  # x (B, T, C) -> q (B, H, T, hd), k and v (B, Hkv, T, hd) -> (B, T, C)
+    def forward(self, x: Tensor) -> Tensor:  # x (B, T, C) -> q (B, H, T, hd), k, v (B, Hkv, T, hd) -> (B, T, C)
         q, k, v = (m(x).unflatten(-1, (-1, self.head_dim)).transpose(1, 2) for m in (self.c_q, self.c_k, self.c_v))
         T = x.size(1)
-        cos, sin = self.rope_cos[:, :, :T], self.rope_sin[:, :, :T]  # T <= the config's longest sequence
+        cos, sin = self.rope_cos[:, :, :T], self.rope_sin[:, :, :T]
         q = apply_rotary(rms_norm(q), cos, sin) * self.q_gain.to(q.dtype)[None, :, None, None]
         k = apply_rotary(rms_norm(k), cos, sin)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.size(1) != q.size(1))
@@ -638,9 +631,7 @@ class CausalSelfAttention(nn.Module):
 MLP_SLOPES = {"relu2": 0.0, "leaky_relu2": 0.5}  # act(h) = leaky_relu(h, slope)^2
 
 class MLPFunction(torch.autograd.Function):
-    """proj(act(fc(x))) with the backward written out, to autograd's numbers (slopes: powers of 2). Compiled, it
-    is a graph of its own, which keeps inductor from fusing the MLP's gradients into the RMSNorm backward's."""
-
+    """proj(act(fc(x))), its backward written out: compiled, a graph that inductor does not fuse into RMSNorm's."""
     @staticmethod
     def forward(ctx, x: Tensor, w1: Tensor, w2: Tensor, slope: float) -> Tensor:
         pre = F.linear(x, w1)
@@ -652,7 +643,7 @@ class MLPFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         x, w1, w2, pre, post = ctx.saved_tensors
-        d_pre = (grad @ w2) * torch.where(pre > 0, 2 * pre, (2 * ctx.slope * ctx.slope) * pre)  # slope 0 or 0.5: exact
+        d_pre = (grad @ w2) * torch.where(pre > 0, 2 * pre, (2 * ctx.slope * ctx.slope) * pre)  # exact: 0, 0.5
         flat = [t.reshape(-1, t.size(-1)) for t in (x, d_pre, post, grad)]
         return d_pre @ w1, (flat[0].t() @ flat[1]).t(), (flat[2].t() @ flat[3]).t(), None
 
@@ -663,14 +654,13 @@ class MLP(nn.Module):
         self.proj = CastedLinear(int(mlp_mult * dim), dim, zero_init=True)
         self.slope, self.function = MLP_SLOPES[act], impl == "function"
 
-    def forward(self, x: Tensor) -> Tensor:  # MLPFunction where gradients flow; passes without them (scoring, GPTQ's
-        if self.function and torch.is_grad_enabled():  # hooks on the modules' inputs) run the modules
+    def forward(self, x: Tensor) -> Tensor:  # no gradients (scoring, GPTQ's hooks): the modules
+        if self.function and torch.is_grad_enabled():
             return MLPFunction.apply(x, self.fc.weight.to(x.dtype), self.proj.weight.to(x.dtype), self.slope)
         return self.proj(F.leaky_relu(self.fc(x), self.slope).square())
 
 class Block(nn.Module):
-    """x = mix0*x + mix1*x0, then attention and MLP on RMS-normed inputs, in sequence or both on one (GPT-J style)."""
-
+    """x = mix0*x + mix1*x0, then attention and MLP on normed inputs, in turn or in parallel."""
     def __init__(self, args: Hyperparameters, layer: int):
         super().__init__()
         dim = args.model_dim
@@ -697,7 +687,7 @@ class Block(nn.Module):
         return self.residual(mix[0] * x + mix[1] * x0)
 
 def layer_order(args: Hyperparameters, looping: bool) -> tuple[list[int], list[int]]:
-    """(encoder, decoder) blocks, LOOP_START..LOOP_END repeated: 11, 3..5, 2 loops -> 0 1 2 3 4 5 3 4 | 5 3 4 5 6-10."""
+    """(encoder, decoder) blocks, LOOP_START..LOOP_END repeated: 11, 3..5, 2 loops: 0-5 3 4 | 5 3 4 5 6-10."""
     order = list(range(args.num_layers))
     if looping:
         segment = list(range(args.loop_start, args.loop_end + 1))
@@ -705,8 +695,7 @@ def layer_order(args: Hyperparameters, looping: bool) -> tuple[list[int], list[i
     return order[: len(order) // 2], order[len(order) // 2 :]
 
 class GPT(nn.Module):
-    """compiled: the forward pass that scoring runs (hidden states, no loss) is compiled, a graph per shape."""
-
+    """compiled: the forward pass scoring runs (hidden states, no loss) is compiled."""
     def __init__(self, args: Hyperparameters, loss_impl: str = "torch", activation_dtype=torch.float32, compiled=False):
         super().__init__()
         self.logit_softcap, self.loss_chunk_tokens = args.logit_softcap, max(1, LOSS_CHUNK_ELEMENTS // args.vocab_size)
@@ -714,12 +703,12 @@ class GPT(nn.Module):
         self.tok_emb = nn.Embedding(args.vocab_size, args.model_dim)
         nn.init.normal_(self.tok_emb.weight, std=args.tied_embed_init_std)
         self.orders = {False: layer_order(args, False), True: layer_order(args, args.num_loops > 0)}
-        self.looping = False  # which order runs: training sets it at ENABLE_LOOPING_AT, scoring from the artifact
+        self.looping = False  # set at ENABLE_LOOPING_AT, or by the artifact
         num_skips = max(min(len(enc), len(dec)) for enc, dec in self.orders.values())
         self.skip_weights = nn.Parameter(torch.ones(num_skips, args.model_dim))
         self.skip_gates = nn.Parameter(torch.zeros(num_skips, args.model_dim)) if args.skip_gates_enabled else None
         self.blocks = nn.ModuleList(Block(args, i) for i in range(args.num_layers))
-        if args.ortho_init:  # the records' init: every matrix that does not start at zero, >= 64 on each side
+        if args.ortho_init:  # the records': each matrix not zero at init, >= 64 on each side
             for m in self.modules():
                 if isinstance(m, CastedLinear) and not m.zero_init and min(m.weight.shape) >= 64:
                     nn.init.orthogonal_(m.weight)
@@ -732,7 +721,7 @@ class GPT(nn.Module):
         return torch.lerp(skip, x, torch.sigmoid(self.skip_gates[i].to(x.dtype)))  # gate 0.5 at init
 
     def hidden(self, input_ids: Tensor) -> Tensor:
-        """input_ids (B, T) int64 -> the normed final hidden states (B, T, C) that the tied head reads."""
+        """input_ids (B, T) -> the normed final hidden states (B, T, C)."""
         x = rms_norm(self.tok_emb(input_ids)).to(self.activation_dtype)
         x0, skips = x, []
         encoder, decoder = self.orders[self.looping]
@@ -746,43 +735,42 @@ class GPT(nn.Module):
         return rms_norm(x).to(self.activation_dtype)
 
     def loss(self, h: Tensor, target_ids: Tensor, per_token: bool = False) -> Tensor:
-        """Hidden states (..., C) and their targets (...) -> mean cross entropy (fp32), or each token's."""
+        """Hidden states (..., C), targets (...) -> mean cross entropy (fp32), or each token's."""
         return softcap_ce_loss(h.reshape(-1, h.size(-1)), self.tok_emb.weight, target_ids.reshape(-1),
                                self.logit_softcap, self.loss_chunk_tokens, self.loss_impl, per_token)
 
     def forward(self, input_ids: Tensor, target_ids: Tensor) -> Tensor:
-        """input_ids, target_ids: (B, T) int64 -> mean cross entropy over all B*T tokens (fp32)."""
+        """input_ids, target_ids: (B, T) -> mean cross entropy (fp32)."""
         return self.loss(self.hidden(input_ids), target_ids)
 
-# ==== Optimizers ====================================================================================================
-# Muon for the blocks' matrices: Nesterov momentum, then Newton-Schulz orthogonalisation, a bank of one shape at a time,
-# each rank its share, all-gathered while the next bank runs. Adam(W) for the embedding and the rest.
+# ==== Optimizers ==============================================================
+# Muon for the blocks' matrices: Nesterov momentum, then Newton-Schulz, a bank of one shape at a time, each
+# rank its share, gathered while the next runs. Adam(W) for the rest.
 
-NEWTON_SCHULZ_COEFFS = (3.4445, -4.7750, 2.0315)  # quintic: pushes singular values toward ~1 fast
+NEWTON_SCHULZ_COEFFS = (3.4445, -4.7750, 2.0315)  # quintic: singular values to ~1, fast
 ALL_GATHER = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)  # torch 2.13 renamed it
 
 def newton_schulz_orthogonalize(G: Tensor, steps: int, eps: float = 1e-7) -> Tensor:
-    """About U V^T for G = U S V^T, of a matrix or a bank of them (B, rows, cols), in bf16 (values end in ~0.7-1.2)."""
+    """About U V^T for G = U S V^T, of a matrix or a bank (B, rows, cols), in bf16."""
     a, b, c = NEWTON_SCHULZ_COEFFS
     X = G.bfloat16()
-    X = X / (X.norm(dim=(-2, -1), keepdim=True) + eps)  # spectral norm <= Frobenius norm <= 1: the iteration's basin
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) + eps)  # spectral norm <= Frobenius norm <= 1
     transposed = G.size(-2) > G.size(-1)
     if transposed:
-        X = X.mT  # iterate on the wide side: (rows, rows) Gram matrices are the small ones
+        X = X.mT  # the wide side: its Gram matrices are the small ones
     for _ in range(steps):
         A = X @ X.mT
         X = a * X + (b * A + c * A @ A) @ X
     return X.mT if transposed else X
 
 class Muon(torch.optim.Optimizer):
-    """row_normalize (MuonEq-R): the update's rows to unit norm first; decoupled weight_decay: p *= 1 - lr * wd."""
-
+    """row_normalize (MuonEq-R): the update's rows to unit norm first; weight_decay: p *= 1 - lr * wd."""
     def __init__(self, params, lr: float, momentum: float, backend_steps: int, orthogonalize=None,
                  row_normalize: bool = False, weight_decay: float = 0.0):
         params = list(params)
         banks = [[p for p in params if p.shape == shape] for shape in dict.fromkeys(p.shape for p in params)]
         defaults = dict(lr=lr, base_lr=lr, momentum=momentum, backend_steps=backend_steps, weight_decay=weight_decay)
-        super().__init__([dict(params=bank) for bank in banks], defaults)  # base_lr: what the schedule scales
+        super().__init__([dict(params=bank) for bank in banks], defaults)  # the schedule scales base_lr
         self.orthogonalize = orthogonalize or newton_schulz_orthogonalize
         self.row_normalize = row_normalize
 
@@ -793,10 +781,10 @@ class Muon(torch.optim.Optimizer):
         gathers, banks = [], []
         for group in self.param_groups:
             params, momentum = group["params"], group["momentum"]
-            share = -(-len(params) // world)  # matrices per rank; the last share is padded with zeros
+            share = -(-len(params) // world)  # matrices per rank; the last share padded with zeros
             mine = params[rank * share : (rank + 1) * share]
             local = torch.zeros((share, *params[0].shape), device=params[0].device,
-                                dtype=torch.bfloat16 if params[0].is_cuda else torch.float32)  # gloo has no bf16
+                                dtype=torch.bfloat16 if params[0].is_cuda else torch.float32)  # gloo: no bf16
             if mine:
                 bufs = [self.state[p].setdefault("momentum_buffer", torch.zeros_like(p)) for p in mine]
                 torch._foreach_mul_(bufs, momentum)
@@ -806,55 +794,53 @@ class Muon(torch.optim.Optimizer):
                 aspect = max(1, g.size(1) / g.size(2)) ** 0.5  # sqrt(rows / cols) for tall matrices
                 local[: len(mine)] = self.orthogonalize(g, group["backend_steps"]) * aspect
             updates = local
-            if world > 1:  # async: this bank travels while the next one is orthogonalised
+            if world > 1:  # async: it travels while the next bank is orthogonalised
                 updates = local.new_empty((share * world, *local.shape[1:]))
                 gathers.append(ALL_GATHER(updates, local, async_op=True))
             banks.append((params, group, updates))
         for work in gathers:
             work.wait()
         for params, group, updates in banks:
-            if group["weight_decay"] > 0:  # else a pass over every matrix for nothing
+            if group["weight_decay"] > 0:  # else a pass over each matrix for nothing
                 torch._foreach_mul_(params, 1.0 - group["lr"] * group["weight_decay"])
             torch._foreach_add_(params, list(updates[: len(params)].to(params[0].dtype)), alpha=-group["lr"])
 
 def parameter_roles(model: nn.Module) -> dict[str, str]:
-    """The one rule that routes every parameter: the embedding "embed" (Adam, TIED_EMBED_LR), a CastedLinear's weight
-    a "matrix" (Muon), any other, wherever it lives (gains, mixes, skips, gates), a "scalar" (Adam, SCALAR_LR)."""
+    """The one rule that routes every parameter: the embedding (Adam), a CastedLinear's weight (Muon), a scalar."""
     matrices = {id(m.weight) for m in model.modules() if isinstance(m, CastedLinear)}
     return {n: "embed" if p is model.tok_emb.weight else "matrix" if id(p) in matrices else "scalar"
             for n, p in model.named_parameters()}
 
 def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> list[torch.optim.Optimizer]:
     params, roles = dict(model.named_parameters()), parameter_roles(model)
-    names = sorted(roles, key=lambda n: not n.startswith("blocks."))  # blocks' first: the order clip_grad_norm_ sums
+    names = sorted(roles, key=lambda n: not n.startswith("blocks."))  # the order clip_grad_norm_ sums
     embed, matrix, scalar = ([params[n] for n in names if roles[n] == role] for role in ("embed", "matrix", "scalar"))
     adam_groups = [dict(params=embed, lr=args.tied_embed_lr, base_lr=args.tied_embed_lr, weight_decay=args.embed_wd),
                    dict(params=scalar, lr=args.scalar_lr, base_lr=args.scalar_lr, weight_decay=args.adam_wd)]
     adam = torch.optim.AdamW(adam_groups, betas=(args.beta1, args.beta2), eps=args.adam_eps,
-                             fused=model.tok_emb.weight.is_cuda)  # decoupled p *= 1 - lr * wd: Adam when every wd is 0
+                             fused=model.tok_emb.weight.is_cuda)  # p *= 1 - lr * wd: Adam where wd is 0
     muon = Muon(matrix, lr=args.matrix_lr, momentum=args.muon_momentum, backend_steps=args.muon_backend_steps,
                 orthogonalize=orthogonalize, row_normalize=args.muon_row_normalize, weight_decay=args.muon_wd)
     held = sorted(id(p) for opt in (adam, muon) for group in opt.param_groups for p in group["params"])
     assert held == sorted(map(id, params.values())), "a parameter is in no optimizer or in two: see parameter_roles"
     return [adam, muon]
 
-# ==== Evaluation: bits per byte =====================================================================================
-# Bits per byte, the score, does not depend on the tokenizer. A target's bytes: its byte sidecar's (CaseOps data), else
-# 1 for a byte piece or its UTF-8 length, its leading "▁" (a space) counted unless after a control/unknown/unused token.
+# ==== Evaluation: bits per byte ===============================================
+# Bits per byte does not depend on the tokenizer. A target's bytes: its byte sidecar's (CaseOps data), else
+# its piece's UTF-8 length (a byte piece: 1), a leading "▁" counted unless after a control or unknown token.
 
 @dataclasses.dataclass
 class ValData:
-    """The validation split and the bytes each of its tokens stands for, which turn its loss into bits per byte."""
+    """The validation split and the bytes each token stands for."""
     tokens: Tensor  # (N,) int64 on CPU, trimmed to whole sequences + 1
-    token_bytes: Tensor  # (N,) int32 on the device: UTF-8 bytes of the text that token p stands for, as a target
-    bytes_from: dict  # for the log: val_bytes (tokenizer/sidecar/sidecar_raw), val_bytes_sha256
+    token_bytes: Tensor  # (N,) int32 on the device: the bytes token p stands for, as a target
+    bytes_from: dict  # for the log: val_bytes (tokenizer, sidecar or sidecar_raw), the sidecars' sha256
     seq_len: int
     batch_seqs: int  # sequences per rank per evaluation batch
 
 def load_tokenizer(path: str, vocab_size: int):
-    """The SentencePiece model at path, of VOCAB_SIZE pieces, their bytes as counted checked (check_tokenizer_bytes)."""
-    require(Path(path).is_file(), f"TOKENIZER_PATH={path}: no such file. Point TOKENIZER_PATH at the .model file the "
-            "shards were made with (data/README.md says where to get one).")
+    """The SentencePiece model at path, of VOCAB_SIZE pieces, which count bytes right."""
+    require_file("TOKENIZER_PATH", path, "Point it at the .model file the shards were made with (data/README.md).")
     try:
         sp = spm.SentencePieceProcessor(model_file=str(path))
     except (RuntimeError, OSError):  # a .vocab, a text file: SentencePiece cannot parse it
@@ -865,99 +851,95 @@ def load_tokenizer(path: str, vocab_size: int):
     return sp
 
 def build_byte_luts(sp, vocab_size: int) -> tuple[Tensor, Tensor, Tensor]:
-    """(base_bytes, has_leading_space, is_boundary) of each id (V,): the rule above, boundaries counting 0 bytes."""
+    """(base_bytes, has_leading_space, is_boundary) of each id (V,): the rule above."""
     is_boundary = [sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i) for i in range(vocab_size)]
     pieces = ["" if is_boundary[i] or sp.is_byte(i) else sp.id_to_piece(i) for i in range(vocab_size)]
     base_bytes = [len(p.removeprefix("▁").encode("utf-8")) + sp.is_byte(i) for i, p in enumerate(pieces)]
     return torch.tensor(base_bytes), torch.tensor([p[:1] == "▁" for p in pieces]), torch.tensor(is_boundary)
 
 def tokenizer_bytes(tokens: Tensor, base_bytes: Tensor, has_leading_space: Tensor, is_boundary: Tensor) -> Tensor:
-    """(N,) int32: the bytes each token stands for as a target, after tokens[p - 1] (tokens[0]: BOS, not a target)."""
+    """(N,) int32: the bytes each token stands for, after tokens[p - 1]."""
     return (base_bytes[tokens] + (has_leading_space[tokens] & ~is_boundary[tokens.roll(1)])).to(torch.int32)
 
 def check_tokenizer_bytes(sp, luts: tuple[Tensor, Tensor, Tensor], name: str = "the tokenizer") -> None:
-    """The byte rule above fails if whitespace is kept or a piece holds "▁" inside: test odd texts and such pieces."""
+    """The byte rule fails if whitespace is kept or a piece holds "▁" inside: try both."""
     inner = [p.replace("▁", " ") for p in map(sp.id_to_piece, range(sp.vocab_size())) if "▁" in p[1:]]
     probes = ["Hello world, 2024 (x) - y.", "  two  spaces,\ttab\n\nnew   line  ", " naïve 漢字 😀 ﬁne", "a ▁ b"]
     for text in probes + inner:
         ids = sp.encode(text)
         decoded = len(sp.decode(ids).encode("utf-8"))
-        counted = int(tokenizer_bytes(torch.tensor([sp.bos_id(), *ids]), *luts).sum())  # unknown pieces: 0 (worse)
-        require(counted == decoded or sp.unk_id() in ids, f"{name}: its pieces miscount the bytes for bits per byte "
-                f"({text!r}: {decoded} bytes, counted {counted}). Use remove_extra_whitespaces=true, no inner '▁'.")
+        counted = int(tokenizer_bytes(torch.tensor([sp.bos_id(), *ids]), *luts).sum())  # unknown pieces: 0
+        require(counted == decoded or sp.unk_id() in ids, f"{name}: its pieces miscount the bytes for bits per "
+                f"byte ({text!r}: {decoded} bytes, counted {counted}). Use remove_extra_whitespaces=true, no inner ▁.")
 
 def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 def check_shards(sp, args: Hyperparameters, val_files: list[Path], train_files: list[Path], docs: int = 32) -> str:
-    """Every shard made by TOKENIZER_PATH (`docs` documents of each round-trip); none for training a validation one."""
+    """Each shard made by TOKENIZER_PATH (`docs` documents of each round-trip); no val shard trained on."""
     for f in train_files:
         copy = [v for v in val_files if v.stat().st_size == f.stat().st_size and v.read_bytes() == f.read_bytes()]
         require(not copy, f"training shard {f} is a copy of the validation shard {copy and copy[0]}: remove it.")
     tried = 0
     for f in val_files + train_files:
-        tokens = np.memmap(f, SHARD_TOKEN_DTYPE, "r", SHARD_HEADER_BYTES)
+        tokens = read_shard(f)
         bos = np.flatnonzero(tokens == sp.bos_id())
         picked = np.unique(np.linspace(0, len(bos) - 2, min(docs, max(len(bos) - 1, 0))).astype(int))
-        ids = [tokens[bos[i] + 1 : bos[i + 1]].tolist() for i in picked]  # between two BOS: whole documents
+        ids = [tokens[bos[i] + 1 : bos[i + 1]].tolist() for i in picked]  # whole documents
         same = sum(sp.encode(sp.decode(doc)) == doc for doc in ids)
-        require(same == len(ids), f"TOKENIZER_PATH={args.tokenizer_path} did not make the shards in {args.data_path}: "
-                f"{same} of {len(ids)} sampled documents decode and encode again to their own ids ({f.name}). Find the "
-                f"one that did: python3 data/build_shards.py --which-tokenizer {args.data_path} (data/README.md).")
+        require(same == len(ids), f"TOKENIZER_PATH={args.tokenizer_path} did not make the shards in {args.data_path}:"
+                f" {same} of {len(ids)} sampled documents decode and encode again to their own ids ({f.name}). Find "
+                f"the one that did: python3 data/build_shards.py --which-tokenizer {args.data_path} (data/README.md).")
         tried += len(ids)
     return f"round_trip_{tried}/{tried}"
 
-def is_caseops(sp) -> bool:  # a plain tokenizer trained on text with U+E001 has it as a plain piece
-    """Whether sp holds data/caseops.py's symbols U+E001..U+E004 as user-defined pieces (CaseOps)."""
+def is_caseops(sp) -> bool:  # data/caseops.py's symbols as user-defined pieces (a plain tokenizer: plain ones)
     proto = sp.serialized_model_proto()  # a piece: field 1 its text, 2 its score, 3 its type
     user_defined = rb"\n\x03%s(\x15.{4})?\x18\x04"  # that text (3 bytes), type 4: user-defined
     return all(re.search(user_defined % c.encode(), proto, re.S) for c in "\ue001\ue002\ue003\ue004")
 
 def val_token_bytes(args: Hyperparameters, files: list[Path], tokens: Tensor, sp) -> tuple[Tensor, dict]:
-    """(ValData.token_bytes, bytes_from): the shards' byte sidecars if there are any (CaseOps), else tokenizer_bytes."""
+    """(token_bytes, bytes_from): the byte sidecars if any (CaseOps), checked against the tokens, else the pieces'."""
     sidecars = [f.with_name(f.name.replace("fineweb_val_", "fineweb_val_bytes_")) for f in files]
     base, space, boundary = build_byte_luts(sp, args.vocab_size)
     if not any(s.exists() for s in sidecars):
         require(not is_caseops(sp), f"TOKENIZER_PATH={args.tokenizer_path} (CaseOps) needs byte "
                 f"sidecars fineweb_val_bytes_*.bin in DATA_PATH={args.data_path}: build them (data/README.md: CaseOps)")
         return tokenizer_bytes(tokens, base, space, boundary), dict(val_bytes="tokenizer")
-    here = Path(args.data_path) / "manifest.json"  # what the sidecars count, their sha256
+    here = Path(args.data_path) / "manifest.json"  # what the sidecars count (data/README.md), their sha256
     try:
         manifest = json.loads(here.read_text(encoding="utf-8")) if here.is_file() else {}
         entry = dict((manifest.get("datasets") or [{}])[0])
     except (ValueError, AttributeError, TypeError, KeyError):  # not JSON, or not a manifest's shape
         raise ConfigError(f"{here} is not a manifest of data/: rebuild or download the data again.") from None
     redo = "rebuild them: data/build_shards.py" if "built_with" in manifest else "download them again"
-    wrong = [s.name for s, f in zip(sidecars, files)  # the same size: the same header and length
-             if not s.exists() or s.stat().st_size != f.stat().st_size]
-    require(not wrong, f"DATA_PATH={args.data_path}: {', '.join(wrong)} missing or not as long as "
-            f"its shard: {redo}.")
-    kind = "sidecar_raw" if entry.get("val_bytes") == "sidecar_raw" else "sidecar"  # data/README.md
+    wrong = [s.name for s, f in zip(sidecars, files) if not s.exists() or s.stat().st_size != f.stat().st_size]
+    require(not wrong, f"DATA_PATH={args.data_path}: {', '.join(wrong)} missing or not as long as its shard: {redo}.")
+    kind = "sidecar_raw" if entry.get("val_bytes") == "sidecar_raw" else "sidecar"
     digests = list(map(file_sha256, sidecars))
     listed = {f.get("name"): f.get("sha256") for f in entry.get("files", [])}
     wrong = [f"{s.name} not its sha256" for s, d in zip(sidecars, digests) if listed.get(s.name, d) != d]
     counts = torch.cat([load_data_shard(s) for s in sidecars]).to(torch.int32)
-    marks = [sp.piece_to_id(c) for c in "\ue001\ue002\ue003\ue004" if is_caseops(sp)]  # 0 bytes
+    marks = [sp.piece_to_id(c) for c in "\ue001\ue002\ue003\ue004" if is_caseops(sp)]  # markers: 0 bytes
     implied = tokenizer_bytes(tokens, base.index_fill(0, torch.tensor(marks).long(), 0), space, boundary)
-    for p in (tokens[:-1] == sp.piece_to_id("\ue004")).nonzero()[:, 0].tolist():  # after ESC: 3
+    for p in (tokens[:-1] == sp.piece_to_id("\ue004")).nonzero()[:, 0].tolist():  # a symbol after ESC: 3
         implied[p + 1] += 3 * int(implied[p] == 0 and tokens[p + 1] in marks)
     starts = tokens == sp.bos_id()
-    doc = (starts.cumsum(0) - 1).clamp(min=0)  # each token's document
-    theirs, ours = (torch.bincount(doc, c.double()) for c in (counts, implied))
-    off = counts != implied  # sidecar_raw: each document's start 0, its total near its tokens'
-    off = off if kind == "sidecar" else counts[starts].bool() | ((theirs - ours).abs() > 64 + ours / 8)
+    doc = starts.cumsum(0).clamp(min=1) - 1  # each token's document
+    drift = (torch.bincount(doc, counts.double()) - torch.bincount(doc, implied.double())).abs()
+    off = counts != implied  # ours: every token; the records': starts 0, a document's total near its tokens'
+    off = off if kind == "sidecar" else counts[starts].bool() | (drift > 64 + torch.bincount(doc, implied) / 8)
     wrong += [f"{int(off.sum())} {'tokens' if kind == 'sidecar' else 'documents'} off"] * off.any()
     require(not wrong, f"DATA_PATH={args.data_path}: byte sidecars ({kind}) not of these shards "
             f"({'; '.join(wrong)}): {redo} (which bytes they count: data/README.md).")
     return counts, dict(val_bytes=kind, val_bytes_sha256=",".join(digests))
 
-def window_starts(val: ValData, stride: int) -> Tensor:  # every `stride` tokens (0: seq_len), while a window scores
+def window_starts(val: ValData, stride: int) -> Tensor:  # every `stride` tokens (0: seq_len)
     return torch.arange(0, val.tokens.numel() - 1 - (val.seq_len - (stride or val.seq_len)), stride or val.seq_len)
 
 @torch.no_grad()
 def score_windows(model: GPT, val: ValData, ctx: DistContext, stride: int = 0, starts=None, observe=None) -> Tensor:
-    """(summed loss, scored tokens, their bytes) of the windows at `starts` (all), fp64, over ranks; the first window
-    scores all its tokens, the others their last `stride`. observe(positions (n,), log-probs (n * V,)): legality's."""
+    """(loss sum, tokens, bytes) of the windows at `starts` (all), over ranks; observe: legality's."""
     T, total = val.seq_len, val.tokens.numel() - 1
     context = T - (stride or T)
     starts = window_starts(val, stride) if starts is None else starts
@@ -968,9 +950,9 @@ def score_windows(model: GPT, val: ValData, ctx: DistContext, stride: int = 0, s
     model.eval()
     for i in range(0, len(starts), batch):
         first = starts[i : i + batch]
-        first = torch.cat([first, starts.new_full((batch - len(first),), total)])  # (batch,) window starts, padded
+        first = torch.cat([first, starts.new_full((batch - len(first),), total)])  # (batch,) starts, padded
         windows = val.tokens[(first[:, None] + torch.arange(T + 1)).clamp_max(total)].to(ctx.device, non_blocking=True)
-        lo = 0 if first[0] == 0 else context  # only the split's first window scores its first tokens
+        lo = 0 if first[0] == 0 else context  # the first window scores all its tokens, others their last stride
         x, y = windows[:, :-1], windows[:, lo + 1 :]
         with ctx.autocast():
             h = model.scoring_hidden(x)[:, lo:]
@@ -979,37 +961,36 @@ def score_windows(model: GPT, val: ValData, ctx: DistContext, stride: int = 0, s
         scored = (pos >= torch.where(first == 0, 0, context)) & (first + pos < total)
         sums += torch.stack([(losses.double() * scored).sum(), scored.sum(),
                              (val.token_bytes[(first + pos + 1).clamp_max(total)] * scored).sum()])
-        if observe is not None:  # each scored target's distribution as scored: the loss of every id as its target
+        if observe is not None:  # each scored target's distribution
             ids = torch.arange(model.tok_emb.num_embeddings, device=ctx.device).expand(int(scored.sum()), -1)  # (n, V)
             observe((first + pos + 1)[scored], -model.loss(h[scored, None].expand(*ids.shape, -1), ids, True))
     model.train(was_training)
     return ctx.all_reduce(sums)
 
 def loss_and_bpb(sums: Tensor) -> tuple[float, float]:
-    """(val_loss in nats per token, val_bpb) of score_windows' sums."""
+    """(val_loss in nats per token, val_bpb) of the sums."""
     loss_sum, tokens, num_bytes = sums.tolist()
     return loss_sum / tokens, loss_sum / tokens / math.log(2.0) * tokens / num_bytes
 
 def score_with_ttt(run: Run, model: GPT, observe=None) -> Tensor:
-    """Score-first TTT (README: legality): windows scored a chunk of TTT_CHUNK_TOKENS predictions at a time, then the
-    model trains on that chunk (but the last), lr cosine-decayed: no prediction is scored after a step saw it."""
+    """Score-first TTT (README: legality): a chunk of TTT_CHUNK_TOKENS predictions is scored, then trained on."""
     args, val, stride = run.args, run.val, run.args.eval_stride
     T, total, size = val.seq_len, val.tokens.numel() - 1, args.ttt_chunk_tokens
     starts, chunks = window_starts(val, stride), -(-total // size)
     chunk_of = (torch.where(starts == 0, 0, starts + T - (stride or T)) // size).clamp_max(chunks - 1)
-    if chunks == 1 or args.ttt_epochs == 0 or args.ttt_lr == 0:  # one chunk (never trained on) or no step: no change
+    if chunks == 1 or args.ttt_epochs == 0 or args.ttt_lr == 0:  # one chunk (never trained on) or no step
         run.log.log(ttt_note="no_adaptation", val_predictions=total, ttt_chunk_tokens=size)
     sgd = torch.optim.SGD(model.parameters(), lr=args.ttt_lr, momentum=args.ttt_momentum)
     sums = torch.zeros(3, dtype=torch.float64, device=run.ctx.device)
     for c in range(chunks):
         sums += score_windows(model, val, run.ctx, stride, starts[chunk_of == c], observe)
         if c < chunks - 1:
-            lr = args.ttt_lr * 0.5 * (1.0 + math.cos(math.pi * c / (chunks - 1)))
+            lr = args.ttt_lr * 0.5 * (1.0 + math.cos(math.pi * c / (chunks - 1)))  # cosine-decayed
             train_on_chunk(run, model, sgd, c * size, min((c + 1) * size, total), lr)
     return sums
 
 def train_on_chunk(run: Run, model: GPT, sgd: torch.optim.SGD, begin: int, end: int, lr: float) -> None:
-    """TTT_EPOCHS steps on predictions begin..end-1, sequences split over ranks: the mean gradient, clipped at 1."""
+    """TTT_EPOCHS steps on predictions begin..end-1, split over ranks; the gradient clipped."""
     ctx, T, params = run.ctx, run.val.seq_len, list(model.parameters())
     seqs = (end - begin) // T
     mine = torch.arange(seqs)[seqs * ctx.rank // ctx.world_size : seqs * (ctx.rank + 1) // ctx.world_size]
@@ -1025,26 +1006,23 @@ def train_on_chunk(run: Run, model: GPT, sgd: torch.optim.SGD, begin: int, end: 
         sgd.step()
         sgd.zero_grad(set_to_none=True)
 
-# ==== Export: quantize -> compress -> artifact, and the round trip that the score is measured after =================
-# Float tensors over 65,536 elements: an fp16 step per row (int8's percentile of |w|, or k * std(row) / qmax) and codes
-# of MATRIX_BITS (EMBED_BITS: the embedding) one per int8, rounded to nearest or by GPTQ; the rest fp16 (int8: control
-# tensors fp32). The artifact: a JSON header line (format, bits, compressor, model), then the compressed payload.
+# ==== Export: quantize, compress, and the round trip the score is measured after
+# Float tensors over 65,536 elements: int8 codes of MATRIX_BITS (EMBED_BITS), an fp16 step per row (int8's
+# percentile of |w|, or k * std(row) / qmax); the rest fp16. The artifact: a JSON header line, the payload.
 
 QUANT_KEEP_FLOAT_MAX_NUMEL = 65_536
 QUANT_CLIP_QUANTILE = 0.9999984  # the 99.99984th percentile of |w| in each row
 QUANT_MAX = 127
-# Rows clipped below 1 share the step 1/127, not a finer one: a few dozen int8 levels, which zlib packs far better.
-QUANT_MIN_SCALE = 1.0 / QUANT_MAX
-GPTQ_BLOCK = 128  # columns rounded before their error reaches the rest in one matmul
+QUANT_MIN_SCALE = 1.0 / QUANT_MAX  # a floor: few int8 levels, which zlib packs far better
+GPTQ_BLOCK = 128  # columns rounded before their error reaches the rest, in one matmul
 ARTIFACT_LIMIT_BYTES = 16_000_000
 ARTIFACT_MAGIC = b"parameter-golf artifact v1\n"
-# name -> (module, compress() keywords, byte planes: > 1 puts byte k of every word together, which pays for brotli).
+# name -> (module, compress() keywords, byte planes: > 1 puts byte k of each word together, for brotli)
 COMPRESSORS = {"zlib": ("zlib", dict(level=9), 1), "lzma": ("lzma", dict(preset=9 | lzma.PRESET_EXTREME), 1),
                "brotli": ("brotli", dict(quality=11), 2)}
 
 def gptq_round(w: Tensor, hessian: Tensor, scale: Tensor, qmax: int) -> Tensor:
-    """GPTQ codes of w (B, rows, cols) fp32, steps scale (B, rows, 1), H = X^T X (B, cols, cols) (Frantar et al. 2022):
-    columns by decreasing H_ii, the Cholesky factor U of H^-1 spreads each one's error; dead inputs are zeroed."""
+    """GPTQ (Frantar et al. 2022) codes of w (B, rows, cols), steps scale (B, rows, 1), H = X^T X (B, cols, cols)."""
     H = hessian.clone()
     diag = H.diagonal(dim1=1, dim2=2)  # a view of H
     dead = diag == 0
@@ -1057,7 +1035,7 @@ def gptq_round(w: Tensor, hessian: Tensor, scale: Tensor, qmax: int) -> Tensor:
     q, s = torch.empty_like(w, dtype=torch.int8), scale[..., 0]
     for i in range(0, w.size(2), GPTQ_BLOCK):
         j = min(i + GPTQ_BLOCK, w.size(2))
-        block, err = w[..., i:j], torch.empty_like(w[..., i:j])  # block is a view: updated in place
+        block, err = w[..., i:j], torch.empty_like(w[..., i:j])  # block is a view, updated in place
         for c in range(j - i):
             qc = torch.clamp(torch.round(block[..., c] / s), -qmax, qmax)
             q[..., i + c] = qc.to(torch.int8)
@@ -1067,7 +1045,7 @@ def gptq_round(w: Tensor, hessian: Tensor, scale: Tensor, qmax: int) -> Tensor:
     return torch.gather(q, 2, torch.argsort(perm, dim=1)[:, None, :].expand_as(q))
 
 def quantize_rows(w: Tensor, bits: int, clip_sigmas: float, hessian: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """(int8 codes, fp16 scale per row) of w (rows, cols), or of a batch (B, rows, cols), on w's device."""
+    """(int8 codes, fp16 scale per row) of w (rows, cols), or of a batch (B, rows, cols)."""
     qmax = 2 ** (bits - 1) - 1
     if clip_sigmas > 0:
         scale = (clip_sigmas * w.std(dim=-1) / qmax).clamp_min(1e-10).half()
@@ -1082,15 +1060,15 @@ def quantize_rows(w: Tensor, bits: int, clip_sigmas: float, hessian: Tensor | No
     return torch.clamp(torch.round(w / s), -qmax, qmax).to(torch.int8), scale
 
 def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, roles: dict, hessians=None) -> dict:
-    """The payload: codes and scales of the large tensors (GPTQ: batched by shape, on the GPU), the small ones kept."""
+    """The payload: codes and scales of the large tensors (GPTQ: batched by shape, on the GPU), the rest kept."""
     quantized, scales, kept, batches = {}, {}, {}, {}
     for name, tensor in state_dict.items():
         t = tensor.detach()
         if not t.is_floating_point():
             kept[name] = t.cpu()
-        elif t.numel() <= QUANT_KEEP_FLOAT_MAX_NUMEL:  # fp16, but int8's format (no clip sigmas) keeps scalars fp32
+        elif t.numel() <= QUANT_KEEP_FLOAT_MAX_NUMEL:  # fp16; int8's format (no clip sigmas): scalars fp32
             kept[name] = (t.float() if roles.get(name) == "scalar" and args.matrix_clip_sigmas == 0 else t.half()).cpu()
-        else:  # a batch: one tensor, or with GPTQ every tensor of one shape and QUANT_GROUPS entry
+        else:  # a batch: one tensor, or with GPTQ all tensors of one shape and group
             group = "embed" if roles.get(name) == "embed" else "matrix"
             batches.setdefault((tuple(t.shape) if hessians and name in hessians else name, group), []).append(name)
     for (_, group), names in batches.items():
@@ -1103,20 +1081,18 @@ def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, ro
             quantized[n], scales[n] = qn.reshape(state_dict[n].shape).to("cpu", copy=True), sn.to("cpu", copy=True)
     return {"quantized": quantized, "scales": scales, "kept": kept}
 
-def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:  # the kept tensors, and each code times its row's step
+def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:  # kept tensors; each code times its row's step
     return obj["kept"] | {n: (q.float().reshape(q.size(0), -1) * obj["scales"][n].float()[:, None]).reshape(q.shape)
                           for n, q in obj["quantized"].items()}
 
 @torch.no_grad()
 def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
-    """H = X^T X of each quantized matrix's inputs over GPTQ_CALIBRATION_BATCHES *training* micro-batches, all ranks."""
+    """H = X^T X of each quantized matrix's inputs, over GPTQ_CALIBRATION_BATCHES training batches."""
     args, ctx = run.args, run.ctx
     hessians: dict[str, Tensor] = {}
-
     def add(name: str, x: Tensor) -> None:
         x = x.detach().reshape(-1, x.size(-1)).float()
         hessians.setdefault(name, x.new_zeros(x.size(1), x.size(1))).addmm_(x.T, x)
-
     hooks = [m.register_forward_hook(lambda m, inputs, out, name=n + ".weight": add(name, inputs[0])) for n, m in
              model.named_modules() if isinstance(m, CastedLinear) and m.weight.numel() > QUANT_KEEP_FLOAT_MAX_NUMEL]
     loader, batches, t0 = make_train_loader(args, run.train_files, ctx), args.gptq_calibration_batches, ctx.clock()
@@ -1125,8 +1101,8 @@ def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
         x, _ = loader.next_batch(args.train_batch_tokens // GRAD_ACCUM_TOTAL, args.train_seq_len)
         with ctx.autocast():
             add("tok_emb.weight", model.hidden(x))  # the head's inputs
-        run.log.progress["gptq_calibration"] = f"{min(i * ctx.world_size, batches)}/{batches}"  # all ranks'
-        if i == 1 or 10 * i // rank_batches > 10 * (i - 1) // rank_batches:  # the first, then each tenth: never silent
+        run.log.progress["gptq_calibration"] = f"{min(i * ctx.world_size, batches)}/{batches}"
+        if i == 1 or 10 * i // rank_batches > 10 * (i - 1) // rank_batches:  # first, then each tenth
             ms = 1000 * (ctx.clock() - t0)
             run.log.log(gptq_calibration=run.log.progress["gptq_calibration"], hessian_time=f"{ms:.0f}ms",
                         tokens=i * ctx.world_size * x.numel(), left_est=f"{ms * (rank_batches / i - 1):.0f}ms")
@@ -1137,11 +1113,11 @@ def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
     return hessians
 
 def compressor(name: str, reading: bool = False):
-    """The module of COMPRESSORS[name]; a missing optional one is an error that says how to get it."""
+    """The module of COMPRESSORS[name]; if it is missing, an error says how to get it."""
     try:
         return importlib.import_module(COMPRESSORS[name][0])
-    except ImportError:
-        other = "" if reading else " (or use COMPRESSOR=lzma, in the standard library)"  # an artifact needs its own
+    except ImportError:  # an artifact needs its own; a run can take another
+        other = "" if reading else " (or use COMPRESSOR=lzma, in the standard library)"
         raise ConfigError(f"COMPRESSOR={name} needs the optional {name} package: pip install {name}{other}.") from None
 
 def compress(data: bytes, name: str) -> bytes:
@@ -1163,13 +1139,13 @@ def payload_bytes(obj: dict) -> bytes:  # what torch.save writes
     return buffer.getvalue()
 
 def save_artifact(obj: dict, header: dict, path: str) -> tuple[int, int]:
-    """Header line + compressed payload, written atomically; returns (raw payload bytes, file bytes)."""
+    """Header line + compressed payload, written atomically: (raw payload bytes, file bytes)."""
     raw = payload_bytes(obj)
     payload = compress(raw, header["compressor"])
     header = dict(header, payload_bytes=len(raw), payload_sha256=hashlib.sha256(payload).hexdigest())
     blob = ARTIFACT_MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + payload
-    tmp = Path(path).with_name(Path(path).name + f".tmp{os.getpid()}")  # then a rename: no reader sees half a file
-    try:  # and an interrupt or a full disk leaves no temp file
+    tmp = Path(path).with_name(Path(path).name + f".tmp{os.getpid()}")  # renamed: none sees half a file
+    try:  # an interrupt or a full disk leaves no temp file
         tmp.write_bytes(blob)
         os.replace(tmp, path)
     finally:
@@ -1177,14 +1153,12 @@ def save_artifact(obj: dict, header: dict, path: str) -> tuple[int, int]:
     return len(raw), len(blob)
 
 def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, dict[str, Tensor]]:
-    """(header, weights) of the artifact at path; its model must be the config's and its payload the one written."""
-    require(Path(path).is_file(), f"ARTIFACT_PATH={path}: {'a folder' if Path(path).is_dir() else 'no such file'}. "
-            "Point it at the .ptz file that a run wrote.")
-    blob, ours = Path(path).read_bytes(), args.settings("model") | {"embedding_dim": 0}  # retired; 0: no projection
+    """(header, weights) of the artifact at path; its model must be the config's, its payload intact."""
+    require_file("ARTIFACT_PATH", path, "Point it at the .ptz file that a run wrote.")
+    blob, ours = Path(path).read_bytes(), args.settings("model") | {"embedding_dim": 0}  # retired: 0 is none
     require(blob.startswith(ARTIFACT_MAGIC), f"ARTIFACT_PATH={path} is not an artifact of this script (no "
-            f"'{ARTIFACT_MAGIC.decode().strip()}' header, as older ones or another script's): re-export it.")
-    damaged = (f"ARTIFACT_PATH={path} is damaged ({{}}): copy it again from where the run wrote it (its log's "
-               "artifact: line has the file's sha256), or export it again.")
+            f"'{ARTIFACT_MAGIC.decode().strip()}' header): export it again.")
+    damaged = f"ARTIFACT_PATH={path} is damaged ({{}}): copy it again from where the run wrote it, or export it again."
     try:  # cut or changed bytes: say so, not where the parser tripped
         line, payload = blob[len(ARTIFACT_MAGIC) :].split(b"\n", 1)
         header, sha = json.loads(line), hashlib.sha256(payload).hexdigest()
@@ -1197,26 +1171,27 @@ def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, dict[str, Ten
         raise
     except Exception as exc:
         raise ConfigError(damaged.format(str(exc)[:200])) from None
-    require(not diff, f"ARTIFACT_PATH={path} holds another model: {', '.join(diff)}. Set these variables as the run "
-            "that made it did (its log's config: line has them all).")
-    made_with, ours = header.get("tokenizer_sha256"), file_sha256(args.tokenizer_path)  # None: an older artifact
-    require(made_with in (None, ours) or args.allow_other_tokenizer, f"ARTIFACT_PATH={path} was made with another "
-            f"tokenizer (sha256 {made_with}) than TOKENIZER_PATH: set it as that run did, or ALLOW_OTHER_TOKENIZER=1.")
-    return header | {"quantized_tensors": f"{len(obj['quantized'])}/{len(weights)}"}, weights  # of the payload
+    require(not diff, f"ARTIFACT_PATH={path} holds another model: {', '.join(diff)}. Set them as its run did "
+            "(its log's config: line).")
+    made_with = header.get("tokenizer_sha256")  # None: an older artifact
+    same = made_with in (None, file_sha256(args.tokenizer_path))
+    require(same or args.allow_other_tokenizer, f"ARTIFACT_PATH={path} was made with another tokenizer (sha256 "
+            f"{made_with}) than TOKENIZER_PATH: set it as that run did, or ALLOW_OTHER_TOKENIZER=1.")
+    return header | {"quantized_tensors": f"{len(obj['quantized'])}/{len(weights)}"}, weights
 
-# ==== Training ======================================================================================================
-# The clock counts training steps only (not the undone compile warm-up, not validation), to MAX_WALLCLOCK_SECONDS less
-# GPTQ_RESERVE_SECONDS; the lr decays linearly over the last WARMDOWN_FRAC; loops start at ENABLE_LOOPING_AT of it.
+# ==== Training ================================================================
+# The clock counts training steps only (not the compile warm-up, not validation), up to the cap less
+# GPTQ_RESERVE_SECONDS. The lr decays linearly over the last WARMDOWN_FRAC of it.
 
-NO_BAD_STEP = 2**62  # "no non-finite loss seen yet", kept on the device to avoid a sync per step
+NO_BAD_STEP = 2**62  # "no non-finite loss yet", on the device: no sync per step
 NOT_FINITE_FIX = "lower the learning rates (MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM."
 
 def training_fraction(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
     """How far training is: the share of the wallclock cap used, or without a cap of ITERATIONS."""
     return elapsed_ms / args.train_cap_ms if args.train_cap_ms > 0 else step / max(args.iterations, 1)
 
-def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:  # what is left of the warm-down, <= 1
-    if args.warmdown_frac > 0:  # WARMDOWN_FRAC wins over WARMDOWN_ITERS (the log's warmdown: line says which ran)
+def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:  # what is left of the warm-down
+    if args.warmdown_frac > 0:  # wins over WARMDOWN_ITERS (the log says which ran)
         mult = (1.0 - training_fraction(step, elapsed_ms, args)) / args.warmdown_frac
     elif args.warmdown_iters <= 0:
         mult = 1.0
@@ -1231,8 +1206,7 @@ def muon_momentum(step: int, args: Hyperparameters) -> float:
     return (1 - frac) * args.muon_momentum_warmup_start + frac * args.muon_momentum
 
 class EMA:
-    """An fp32 average of the parameters, ema = decay * ema + (1 - decay) * p after each step: exported and scored."""
-
+    """An fp32 average of the parameters, ema = decay * ema + (1 - decay) * p after each step."""
     def __init__(self, model: nn.Module, decay: float):
         self.decay, self.params = decay, list(model.parameters())
         self.shadow = [p.detach().float().clone() for p in self.params]
@@ -1247,13 +1221,13 @@ class EMA:
 
 @dataclasses.dataclass
 class TrainState:
-    """The GPT; what a step calls (the same GPT, compiled on CUDA, in DDP with several processes); the optimizers."""
+    """The GPT; what a step calls (it compiled on CUDA, in DDP with several processes); the optimizers."""
     model: GPT
     step_model: nn.Module
     optimizers: list[torch.optim.Optimizer]
 
 def train_step(run: Run, state: TrainState, loader: DistributedTokenLoader, step: int, lr_scale: float) -> Tensor:
-    """One optimizer step over TRAIN_BATCH_TOKENS; returns this rank's mean loss (on the device)."""
+    """One optimizer step over TRAIN_BATCH_TOKENS; this rank's mean loss (on the device)."""
     args, ctx = run.args, run.ctx
     micro_batch_tokens = args.train_batch_tokens // GRAD_ACCUM_TOTAL
     total_loss = torch.zeros((), device=ctx.device)
@@ -1278,7 +1252,7 @@ def train_step(run: Run, state: TrainState, loader: DistributedTokenLoader, step
     return total_loss / ctx.grad_accum_steps
 
 def warmup_and_restore(run: Run, state: TrainState) -> None:
-    """WARMUP_STEPS real steps (of both layer orders with loops) compile off the clock; then all is as before."""
+    """WARMUP_STEPS real steps (both layer orders, with loops) compile off the clock, then are undone."""
     args, log, model = run.args, run.log, state.model
     t0 = run.ctx.clock()
     initial = copy.deepcopy([model.state_dict(), *(opt.state_dict() for opt in state.optimizers)])
@@ -1291,7 +1265,7 @@ def warmup_and_restore(run: Run, state: TrainState) -> None:
             if step < 3 or (step + 1) % 10 == 0 or step + 1 == args.warmup_steps:
                 log.log(warmup_step=f"{step + 1}/{args.warmup_steps}", looping=int(looping))
     model.looping = False
-    for part, saved in zip([model, *state.optimizers], initial):  # the weights and optimizer states as they were
+    for part, saved in zip([model, *state.optimizers], initial):
         part.load_state_dict(saved)
     log.log(warmup_steps=args.warmup_steps, warmup_time=f"{1000 * (run.ctx.clock() - t0):.0f}ms")
 
@@ -1299,13 +1273,13 @@ def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
     step = int(ctx.all_reduce(bad_step, dist.ReduceOp.MIN).item())
     require(step == NO_BAD_STEP, f"train_loss is not finite at step {step}: {NOT_FINITE_FIX}", FloatingPointError)
 
-def log_validation(run: Run, model: GPT, step: int, weights: str, **timing) -> None:  # a loss not finite ends the run
-    val_loss, val_bpb = loss_and_bpb(score_windows(model, run.val, run.ctx))  # the same on every rank: all stop at once
+def log_validation(run: Run, model: GPT, step: int, weights: str, **timing) -> None:
+    val_loss, val_bpb = loss_and_bpb(score_windows(model, run.val, run.ctx))  # the same on every rank: all stop
     require(math.isfinite(val_loss), f"val_loss is not finite after step {step}: {NOT_FINITE_FIX}", FloatingPointError)
     run.log.log(step=f"{step}/{run.args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights=weights, **timing)
 
 def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
-    """Steps to ITERATIONS or the cap (one clock, paused to validate every VAL_LOSS_EVERY): (steps, EMA or None, ms)."""
+    """Steps to ITERATIONS or the cap (the clock paused to validate): steps, EMA or None, training ms."""
     args, ctx, log, model = run.args, run.ctx, run.log, state.model
     loader = make_train_loader(args, run.train_files, ctx)
     ema = EMA(model, args.ema_decay) if args.ema_decay > 0 else None
@@ -1336,11 +1310,11 @@ def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
         elapsed_ms = training_ms + 1000 * (time.perf_counter() - t0)
         log.progress = {"step": f"{step}/{args.iterations}", "train_time": f"{elapsed_ms:.0f}ms"}
         reached_cap = 0 < args.train_cap_ms <= elapsed_ms
-        if ctx.distributed and args.train_cap_ms > 0:  # every rank stops at once, even if the clocks differ a little
+        if ctx.distributed and args.train_cap_ms > 0:  # all ranks stop at once, whatever their clocks say
             reached_cap = bool(ctx.all_reduce(torch.tensor(int(reached_cap), device=ctx.device), dist.ReduceOp.MAX))
         if step <= 10 or step % args.train_log_every == 0 or reached_cap:
             check_finite(bad_step, ctx)
-            mean_loss = ctx.all_reduce(loss) / ctx.world_size  # over all ranks' micro-batches, as one process sees it
+            mean_loss = ctx.all_reduce(loss) / ctx.world_size  # over all ranks' micro-batches
             log.log(step=f"{step}/{args.iterations}", train_loss=mean_loss.item(), train_time=f"{elapsed_ms:.0f}ms",
                     step_avg=f"{elapsed_ms / step:.2f}ms",
                     tokens_per_s=f"{step * args.train_batch_tokens / (elapsed_ms / 1000):.0f}")
@@ -1349,10 +1323,10 @@ def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
     return step, ema, training_ms
 
 def export(run: Run, model: GPT, weights: str, train_ms: float) -> str:
-    """GPTQ's Hessians (every rank) and rounding (rank 0), timed as training; rank 0 writes the artifact: where."""
+    """GPTQ's Hessians (every rank) and rounding (rank 0), timed; rank 0 writes the artifact: its path."""
     args, ctx, written = run.args, run.ctx, [run.args.artifact_path]
     t0 = ctx.clock()
-    hessians = collect_hessians(run, model) if args.gptq_calibration_batches > 0 else None  # it logs how far it is
+    hessians = collect_hessians(run, model) if args.gptq_calibration_batches > 0 else None
     if ctx.rank == 0:
         obj = quantize_state_dict(model.state_dict(), args, parameter_roles(model), hessians)
         if hessians is not None:
@@ -1360,17 +1334,17 @@ def export(run: Run, model: GPT, weights: str, train_ms: float) -> str:
             run.log.log(gptq_hessians=len(hessians), gptq_time=f"{gptq_ms:.0f}ms",
                         train_plus_gptq_time=f"{train_ms + gptq_ms:.0f}ms",
                         within_cap="yes" if not cap_ms or train_ms + gptq_ms <= cap_ms else "NO")
-        if Path(args.artifact_path).exists():  # an earlier run's, named by its sha256 in that run's log: keep it
+        if Path(args.artifact_path).exists():  # an earlier run's: kept, named by its sha256
             moved = f"{args.artifact_path}.{file_sha256(args.artifact_path)[:12]}"
             os.replace(args.artifact_path, moved)
             run.log.log(artifact_previous_moved_to=moved)
         try:
             save_artifact(obj, artifact_header(args, weights, model.looping), args.artifact_path)
-        except OSError as exc:  # a full disk must not lose the model: it goes to the temp folder, named in the log
+        except OSError as exc:  # a full disk must not lose the model: the temp folder
             written = [str(Path(tempfile.gettempdir(), f"{args.run_id}.ptz"))]
             run.log.log(artifact_write_failed=args.artifact_path, reason=str(exc.strerror).replace(" ", "_"))
             save_artifact(obj, artifact_header(args, weights, model.looping), written[0])
-    if ctx.distributed:  # also the barrier: no rank reads the artifact before it is written
+    if ctx.distributed:  # also the barrier: no rank reads the artifact before it exists
         dist.broadcast_object_list(written, src=0)
     return written[0]
 
@@ -1382,16 +1356,15 @@ def log_artifact(run: Run, path: str, artifact: tuple[dict, dict]) -> tuple[dict
                 within_limit="yes" if total <= ARTIFACT_LIMIT_BYTES else "NO", payload_raw_bytes=raw,
                 compression_ratio=f"{raw / model_bytes:.3f}", eval_seq_len=run.val.seq_len,
                 tokenizer="same" if made_with == file_sha256(run.args.tokenizer_path) else made_with)
-    if header["quantized_tensors"].startswith("0/"):  # every weight is fp16/fp32: the score lines' int{bits} names none
+    if header["quantized_tensors"].startswith("0/"):  # all fp16/fp32, whatever int{bits} the score lines say
         run.log.log(quant_note="nothing_quantized", quantized_only_over_values=QUANT_KEEP_FLOAT_MAX_NUMEL)
-    return artifact  # tokenizer: "same" as TOKENIZER_PATH, else the sha256 of its own (none: an older artifact)
+    return artifact
 
 def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor], observe=None) -> None:
-    """Each scoring path asked for, timed: roundtrip, sliding_window, ttt (the last scores); observe: legality's."""
+    """Each scoring path asked for, timed: roundtrip, sliding_window, ttt (the last one scores)."""
     model.load_state_dict(weights, strict=True)
     model.looping = header["looping"]
     args, ctx, log, spent_ms = run.args, run.ctx, run.log, []
-
     def timed_score(kind: str, score, *inputs, **window) -> None:  # the records' timed_eval
         log.progress = dict(log.progress, scoring=kind)
         t0 = ctx.clock()
@@ -1402,7 +1375,6 @@ def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor
                 total_eval_time_8gpu_est=f"{sum(spent_ms) * ctx.world_size / 8:.0f}ms")
         log.text(f"final_int{header['matrix_bits']}_{header['compressor']}_{kind}_exact val_loss:{val_loss:.8f} "
                  f"val_bpb:{val_bpb:.8f}")
-
     window = dict(eval_stride=args.eval_stride, eval_seq_len=run.val.seq_len)
     timed_score("roundtrip", score_windows, model, run.val, ctx)
     if args.eval_stride > 0:
@@ -1410,40 +1382,40 @@ def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor
     if args.ttt_enabled:
         timed_score("ttt", score_with_ttt, run, model, **window)
 
-# ==== Pre-flight and main ===========================================================================================
+# ==== Pre-flight and main =====================================================
 # Every input is checked before a process group or a GPU is touched; errors end as "error: ..." (exit 2).
 
 def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
-    train_files = [] if args.eval_only else find_shards(args.data_path, "train")  # every one now, not an hour in
-    if train_files and sum(read_shard_header(path, args.vocab_size) for path in train_files) == 0:  # a loop forever
+    train_files = [] if args.eval_only else find_shards(args.data_path, "train")  # all now, not an hour in
+    if train_files and sum(len(read_shard(path, args.vocab_size)) for path in train_files) == 0:  # a loop forever
         raise ShardError(f"the training shards in {args.data_path} hold no tokens: rebuild or re-download them.")
-    if not args.eval_only:  # an optional compressor must be installed before training, not after
+    if not args.eval_only:  # an optional compressor: checked before training, not after
         compressor(args.compressor)
     folder_named = args.artifact_path.endswith(("/", os.sep)) or Path(args.artifact_path).is_dir()
     require(args.eval_only or not folder_named, f"ARTIFACT_PATH={args.artifact_path} names a folder: name the file.")
-    log_bytes = 200 * (args.iterations // args.train_log_every + 1000)  # ~200 B a line, on the artifact's disk too
+    log_bytes = 200 * (args.iterations // args.train_log_every + 1000)  # ~200 B a line; on the artifact's disk too
     for name, folder in ("LOG_DIR", Path(args.log_dir)), ("ARTIFACT_PATH", Path(args.artifact_path).parent):
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            tempfile.TemporaryFile(dir=folder).close()  # a probe: a run must not train for minutes, then fail to save
+            tempfile.TemporaryFile(dir=folder).close()  # a probe: not minutes of training, then no save
         except OSError as exc:
             raise ConfigError(f"{name}: cannot write in {folder} ({exc.strerror}): point it at a writable folder.")
         need = log_bytes + (ARTIFACT_LIMIT_BYTES if name == "ARTIFACT_PATH" and not args.eval_only else 0)
         require((free := shutil.disk_usage(folder).free) >= need, f"{name}: {folder} has {free:,} bytes free, under "
-                f"the {need:,} this run may write there (log, artifact): free some, or point {name} at another disk.")
+                f"the {need:,} this run may write there: free some, or point {name} at another disk.")
     val_files = find_shards(args.data_path, "val")
     tokens = torch.cat([load_data_shard(f, args.vocab_size) for f in val_files]).to(torch.int64)
     T, seq = args.val_seq_len, "EVAL_SEQ_LEN" if args.eval_seq_len else "TRAIN_SEQ_LEN"
     usable = (tokens.numel() - 1) // T * T  # whole sequences, at least one per rank
     require(usable >= T * ctx.world_size, f"the validation split ({tokens.numel()} tokens in {val_files[0].parent}) "
-            f"is shorter than one {seq}={T} sequence (+1) per rank: use more validation data or a smaller {seq}.")
+            f"holds under one {seq}={T} sequence (+1) per rank: add validation data or lower {seq}.")
     sp = load_tokenizer(args.tokenizer_path, args.vocab_size)
     verified = check_shards(sp, args, val_files, train_files)  # before the sidecars' check
     artifact = read_artifact(args.artifact_path, args) if args.eval_only else None  # its model, tokenizer, payload
     token_bytes, bytes_from = val_token_bytes(args, val_files, tokens, sp)
     loss_impl, why = resolve_loss_impl(args, ctx.device)
     log_path = Path(args.log_dir) / f"{args.run_id}.txt"
-    require(not log_path.exists(), f"{log_path} already exists: set another RUN_ID (logs are never overwritten).")
+    require(not log_path.exists(), f"{log_path} already exists: set another RUN_ID (logs are kept).")
     init_distributed(ctx)  # every input has passed: now the GPU and the process group
     batch_seqs = max(args.val_batch_size // (ctx.world_size * ctx.grad_accum_steps) // T, 1)
     val = ValData(tokens[: usable + 1], token_bytes[: usable + 1].to(ctx.device), bytes_from, T, batch_seqs)
@@ -1452,7 +1424,7 @@ def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
 
 def log_header(run: Run) -> None:
     args, ctx, log = run.args, run.ctx, run.log
-    log.text(Path(__file__).read_text(encoding="utf-8") + "\n" + "=" * 100, console=False)  # the code, as it ran
+    log.text(Path(__file__).read_text(encoding="utf-8") + "\n" + "=" * 100, console=False)  # the code
     gpu = torch.cuda.get_device_name(ctx.device).replace(" ", "_") if ctx.device.type == "cuda" else "none"
     log.log(python=platform.python_version(), torch=torch.__version__, cuda=torch.version.cuda, gpu=gpu,
             world_size=ctx.world_size, grad_accum_steps=ctx.grad_accum_steps, device=ctx.device.type)
@@ -1491,13 +1463,13 @@ def train_and_score(run: Run) -> None:
     if on_cuda:
         log.log(peak_memory_allocated=f"{torch.cuda.max_memory_allocated() // 2**20}MiB",
                 peak_memory_reserved=f"{torch.cuda.max_memory_reserved() // 2**20}MiB", steps=steps)
-    if ema is not None:  # from here on the model holds the average: it is what is exported and scored
+    if ema is not None:  # from here on the model holds the average: it is exported and scored
         ema.copy_to_model()
         log_validation(run, model, steps, "ema")
     path = export(run, model, "raw" if ema is None else "ema", train_ms)
     score_artifact(run, model, *log_artifact(run, path, read_artifact(path, args)))
 
-def raise_interrupt(signum, frame):  # SIGINT and SIGTERM alike: unwind, log the step reached, clean up
+def raise_interrupt(signum, frame):  # SIGINT and SIGTERM alike: unwind, log the step reached
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 def main() -> None:
@@ -1510,7 +1482,7 @@ def main() -> None:
     run = preflight(Hyperparameters.from_env(), dist_context())
     try:
         train_and_score(run)
-        if run.ctx.distributed:  # tear down together: gloo aborts if a peer closes its pairs first
+        if run.ctx.distributed:  # together: gloo aborts if a peer closes its pairs first
             dist.barrier()
     except Exception as exc:  # keep the reason in the log, then fail as usual
         run.log.text(f"error:{type(exc).__name__} {exc}")
@@ -1518,7 +1490,7 @@ def main() -> None:
     except KeyboardInterrupt as exc:
         run.log.log(interrupted=exc.args[0], **run.log.progress)
         raise
-    finally:  # the log needs no closing: unbuffered, each line is on disk once written
+    finally:  # the log needs no closing: unbuffered, each line is on disk
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
 
@@ -1526,12 +1498,12 @@ if __name__ == "__main__":
     try:
         main()
     except (ConfigError, ShardError, FileNotFoundError, FloatingPointError) as exc:
-        if os.environ.get("RANK", "0") == "0":  # every rank finds the same fault: one says so (and names the recipe's)
+        if os.environ.get("RANK", "0") == "0":  # every rank finds the same fault: one says so
             print(f"error: {recipe_note(str(exc), os.environ)}", file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM through raise_interrupt: exit 128 + the signal
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (raise_interrupt): exit 128 + the signal
         name = exc.args[0] if exc.args else "SIGINT"
         print(f"interrupted: {name}; the log's last line says where the run was", file=sys.stderr)
         sys.exit(128 + getattr(signal, name))
-    if os.environ.get("WORLD_SIZE", "1") != "1" and not torch.cuda.is_available():  # gloo: its threads can abort a
-        os._exit(0)  # finished run in the interpreter's teardown (std::terminate; pytorch/pytorch PR 179291): skip it
+    if os.environ.get("WORLD_SIZE", "1") != "1" and not torch.cuda.is_available():  # gloo's threads can abort
+        os._exit(0)  # a finished run in the interpreter's teardown (pytorch/pytorch PR 179291): skip it

@@ -968,6 +968,12 @@ def test_tokenizer_with_another_vocabulary_is_a_config_error(tiny_data):
     assert "TOKENIZER_PATH" in message and "VOCAB_SIZE=1024" in message and str(tiny_data.vocab_size) in message
     with pytest.raises(ConfigError, match="TOKENIZER_PATH=.*missing: no such file"):
         train_gpt.load_tokenizer(str(tiny_data.tokenizer_path) + ".missing", tiny_data.vocab_size)
+    # a folder is named as one (require_file, the check ARTIFACT_PATH shares), not "no such file"
+    folder = tiny_data.tokenizer_path.parent
+    with pytest.raises(
+        ConfigError, match=f"^TOKENIZER_PATH={re.escape(str(folder))}: a folder. Point it at the .model"
+    ):
+        train_gpt.load_tokenizer(str(folder), tiny_data.vocab_size)
 
 
 @pytest.mark.parametrize("val_tokens, world_size", [(64, 1), (65, 2), (10, 1)])
