@@ -141,14 +141,6 @@ class Hyperparameters:
     ttt_momentum: float = setting(0.9, "in [0, 1)")
     ttt_chunk_tokens: int = setting(32_768, "> 0")  # predictions scored between two adaptations
 
-    @property
-    def val_seq_len(self) -> int:  # the window of validation and scoring
-        return self.eval_seq_len or self.train_seq_len
-
-    @property
-    def train_cap_ms(self) -> float:  # the cap less GPTQ's reserve; 0: none
-        return 1000.0 * (self.max_wallclock_seconds - self.gptq_reserve_seconds) if self.max_wallclock_seconds else 0.0
-
     def settings(self, role: str) -> dict:  # {name: value} of the fields of a role
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("role") == role}
 
@@ -167,15 +159,15 @@ class Hyperparameters:
                 "with NUM_LOOPS=0: set NUM_LOOPS > 0, or unset it.")
         return cls(**dict(values, run_id=values.get("run_id") or time.strftime("%Y%m%d_%H%M%S_") + os.urandom(4).hex()))
 
-    def __post_init__(self) -> None:  # DATA_DIR's paths, then the checks
+    def __post_init__(self) -> None:  # DATA_DIR's paths, the checks, the derived values
         self.data_path = self.data_path or f"{self.data_dir}/datasets/fineweb10B_sp{self.vocab_size}"
         self.tokenizer_path = self.tokenizer_path or f"{self.data_dir}/tokenizers/fineweb_{self.vocab_size}_bpe.model"
+        self.val_seq_len = self.eval_seq_len or self.train_seq_len  # the scoring window
         for f in dataclasses.fields(self):
             name, value, rule = f.name.upper(), getattr(self, f.name), f.metadata.get("rule")
-            if isinstance(rule, tuple):  # the allowed words
-                require(value in rule, f"{name}={value!r} must be one of {', '.join(rule)}.")
-            else:  # a key of RULES, or "" for none
-                require(not rule or RULES[rule](value), f"{name}={value!r} must be {rule}.")
+            check = RULES.get(rule, lambda v: v in rule)  # a key of RULES, or the allowed words
+            must = "one of " + ", ".join(rule) if isinstance(rule, tuple) else rule
+            require(not rule or check(value), f"{name}={value!r} must be {must}.")
         dim, heads, head_dim = self.model_dim, self.num_heads, self.model_dim // self.num_heads
         require(dim % heads == 0, f"NUM_HEADS={heads} must divide MODEL_DIM={dim}.")
         require(head_dim % 2 == 0, f"MODEL_DIM/NUM_HEADS={head_dim} (the head size) must be even, for rotary.")
@@ -202,6 +194,7 @@ class Hyperparameters:
                     f"{bits.upper()}={getattr(self, bits)} needs {sigmas.upper()} > 0: the quantile clip is int8's.")
         cap, reserve = self.max_wallclock_seconds, self.gptq_reserve_seconds
         require(cap == 0 or reserve < cap, f"GPTQ_RESERVE_SECONDS={reserve} must be below MAX_WALLCLOCK_SECONDS={cap}.")
+        self.train_cap_ms = 1000.0 * (cap - reserve) if cap else 0.0  # 0: no cap
         blank = self.run_id != "" and self.run_id.strip() == ""  # "": a fresh id (from_env)
         require(not blank and "/" not in self.run_id, f"RUN_ID={self.run_id!r} must be a file name, not blank.")
 
@@ -272,12 +265,10 @@ class DistContext:
     world_size: int
     local_rank: int
     device: torch.device
-    distributed: bool = dataclasses.field(init=False)  # W > 1
-    grad_accum_steps: int = dataclasses.field(init=False)  # this rank's micro-batches a step
 
-    def __post_init__(self) -> None:
-        self.distributed = self.world_size > 1
-        self.grad_accum_steps = GRAD_ACCUM_TOTAL // self.world_size
+    def __post_init__(self) -> None:  # the derived values, set once
+        self.distributed = self.world_size > 1  # W > 1
+        self.grad_accum_steps = GRAD_ACCUM_TOTAL // self.world_size  # this rank's micro-batches
 
     def autocast(self):  # bf16 matmuls on CUDA; on CPU all stays fp32
         return torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else contextlib.nullcontext()
@@ -614,15 +605,13 @@ class CausalSelfAttention(nn.Module):
         self.proj = CastedLinear(dim, dim, zero_init=True)
         self.q_gain = nn.Parameter(torch.full((heads,), args.qk_gain_init))
         self.post = exclusive_self_attention if xsa else (lambda y, v: y)
-        # tables, not traced math: compiled, that made each rotary kernel recompute cos and sin
-        cos, sin = rotary_cos_sin(max(args.train_seq_len, args.val_seq_len), self.rope_dims, args.rope_base, "cpu")
-        self.register_buffer("rope_cos", cos, persistent=False)  # not saved
-        self.register_buffer("rope_sin", sin, persistent=False)
+        # a table, not traced math: compiled, that made each rotary kernel recompute cos and sin
+        rope = rotary_cos_sin(max(args.train_seq_len, args.val_seq_len), self.rope_dims, args.rope_base, "cpu")
+        self.register_buffer("rope", torch.stack(rope), persistent=False)  # cos and sin; not saved
 
     def forward(self, x: Tensor) -> Tensor:  # x (B, T, C) -> q (B, H, T, hd), k, v (B, Hkv, T, hd) -> (B, T, C)
         q, k, v = (m(x).unflatten(-1, (-1, self.head_dim)).transpose(1, 2) for m in (self.c_q, self.c_k, self.c_v))
-        T = x.size(1)
-        cos, sin = self.rope_cos[:, :, :T], self.rope_sin[:, :, :T]
+        cos, sin = self.rope[..., : x.size(1), :].unbind(0)  # (1, 1, T, rope_dims/2) each
         q = apply_rotary(rms_norm(q), cos, sin) * self.q_gain.to(q.dtype)[None, :, None, None]
         k = apply_rotary(rms_norm(k), cos, sin)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.size(1) != q.size(1))
@@ -926,7 +915,7 @@ def val_token_bytes(args: Hyperparameters, files: list[Path], tokens: Tensor, sp
         implied[p + 1] += 3 * int(implied[p] == 0 and tokens[p + 1] in marks)
     starts = tokens == sp.bos_id()
     doc = starts.cumsum(0).clamp(min=1) - 1  # each token's document
-    drift = (torch.bincount(doc, counts.double()) - torch.bincount(doc, implied.double())).abs()
+    drift = torch.bincount(doc, (counts - implied).double()).abs()  # per document: sidecar less implied
     off = counts != implied  # ours: every token; the records': starts 0, a document's total near its tokens'
     off = off if kind == "sidecar" else counts[starts].bool() | (drift > 64 + torch.bincount(doc, implied) / 8)
     wrong += [f"{int(off.sum())} {'tokens' if kind == 'sidecar' else 'documents'} off"] * off.any()
@@ -1221,20 +1210,18 @@ class EMA:
 
 @dataclasses.dataclass
 class TrainState:
-    """The GPT; what a step calls (it compiled on CUDA, in DDP with several processes); the optimizers."""
     model: GPT
-    step_model: nn.Module
+    step_model: nn.Module  # what a step calls: the GPT, compiled on CUDA, in DDP with several processes
     optimizers: list[torch.optim.Optimizer]
 
 def train_step(run: Run, state: TrainState, loader: DistributedTokenLoader, step: int, lr_scale: float) -> Tensor:
     """One optimizer step over TRAIN_BATCH_TOKENS; this rank's mean loss (on the device)."""
     args, ctx = run.args, run.ctx
-    micro_batch_tokens = args.train_batch_tokens // GRAD_ACCUM_TOTAL
     total_loss = torch.zeros((), device=ctx.device)
     for micro_step in range(ctx.grad_accum_steps):
         if ctx.distributed:  # all-reduce gradients once, after the last micro-batch
             state.step_model.require_backward_grad_sync = micro_step == ctx.grad_accum_steps - 1
-        x, y = loader.next_batch(micro_batch_tokens, args.train_seq_len)
+        x, y = loader.next_batch(args.train_batch_tokens // GRAD_ACCUM_TOTAL, args.train_seq_len)
         with ctx.autocast():
             loss = state.step_model(x, y)
         total_loss += loss.detach()

@@ -634,7 +634,7 @@ def test_rotary_tables_are_buffers_outside_the_artifact_and_cover_the_longest_se
         for n in (8, 32)
     )
     cos, sin = train_gpt.rotary_cos_sin(16, 32, 10_000.0, CPU)  # the longer of TRAIN_SEQ_LEN and EVAL_SEQ_LEN
-    assert torch.equal(short.rope_cos, cos) and torch.equal(short.rope_sin, sin)
+    assert torch.equal(short.rope, torch.stack((cos, sin)))
     assert not any("rope" in name for name in short.state_dict())  # neither saved nor exported
     long.load_state_dict(short.state_dict())
     x = torch.randn(2, 16, 64)  # the tables do not change what the layer computes
