@@ -330,8 +330,7 @@ MUTATIONS = [
         "the leading-space byte counted for every target after a non-boundary token",
         [
             (
-                "        return tokenizer_bytes(tokens, *build_byte_luts(sp, args.vocab_size)), ",
-                "        base, _, boundary = build_byte_luts(sp, args.vocab_size)\n"
+                "        return tokenizer_bytes(tokens, base, space, boundary), ",
                 "        return tokenizer_bytes(tokens, base, ~boundary, boundary), ",
             )
         ],
