@@ -147,7 +147,8 @@ def test_ab_pairs_the_seeds_and_reports_what_the_logs_say(trained):
     assert f" | {mean:+.5f} ± {sd:.5f} (p={p:.3g}) | {diffs[0]:+.5f} {diffs[1]:+.5f} |" in diff_row
     assert "config lr04 vs base: set by the variants: MATRIX_LR 0.02 -> 0.04" in again.stdout
     assert "ALSO DIFFERS" not in again.stdout
-    assert (out / "train_loss.png").stat().st_size > 1000 or "matplotlib is not installed" in again.stdout
+    png = out / "train_loss.png"  # matplotlib is optional: without it, no file and a note instead
+    assert (png.is_file() and png.stat().st_size > 1000) or "matplotlib is not installed" in again.stdout
 
 
 def test_ab_eval_only_rescores_the_same_artifacts_with_each_variants_settings(trained, tiny_data):
