@@ -489,3 +489,24 @@ def test_the_record_stack_runs_end_to_end_loops_on_time_and_scores_the_ema(tiny_
 
     for kind in ("roundtrip", "sliding_window", "ttt"):  # TTT shares windows and sequences out and sums gradients
         assert abs(score(runs[0], kind) - score(runs[1], kind)) < 1e-4, kind
+
+
+def test_mlp_function_backward_under_autocast_as_compile_0_runs_it():
+    """Issue 49: COMPILE=0 on CUDA crashed in MLPFunction.backward (autocast ran the linears in bf16; x and the weights
+    stayed fp32: "expected mat1 and mat2 to have the same dtype"). CPU autocast does the same to the forward."""
+    torch.manual_seed(0)
+    function, modules = (train_gpt.MLP(64, 2.0, "leaky_relu2", impl) for impl in ("function", "modules"))
+    torch.nn.init.normal_(function.proj.weight, std=0.1)
+    modules.load_state_dict(function.state_dict())
+    x = torch.randn(4, 16, 64, requires_grad=True)
+    grads = []
+    for mlp in (function, modules):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = mlp(train_gpt.rms_norm(x))
+        assert y.dtype == torch.bfloat16
+        y.float().square().sum().backward()
+        grads.append([x.grad, mlp.fc.weight.grad, mlp.proj.weight.grad])
+        x.grad = None
+    for got, want in zip(*grads):
+        assert got.dtype == want.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=1e-3)  # bf16 products
