@@ -568,7 +568,7 @@ def softcap_ce_loss(x, weight, targets, softcap: float, chunk_tokens: int, impl:
 
 BOS_ID = 1  # the shards' document start (data/README.md); checked against the tokenizer's
 FA4_MODULE = "flash_attn.cute.interface"  # flash-attn-4 (README: document-masked attention)
-DOC_MASK_MEAN_TOKENS = 128  # the kernel's fixed bound: B rows of N tokens in all hold <= B + N/128 documents
+DOC_MASK_MEAN_TOKENS = 512  # the kernel's fixed bound: B rows of N tokens hold <= B + N/512 documents (FineWeb ~110)
 
 def doc_causal_mask(ids: Tensor) -> Tensor:
     """ids (B, T) -> (B, 1, T, T): key j is visible to query i if j <= i in the same document."""
@@ -578,7 +578,7 @@ def doc_causal_mask(ids: Tensor) -> Tensor:
 
 def doc_segments(ids: Tensor) -> tuple[Tensor, Tensor]:
     """ids (B, T) -> the B*T tokens' cu_seqlens (S + 1,) int32, a segment at each BOS and row start, then empty ones
-    (S = B + B*T/128: a fixed shape, no host sync); and whether more segments than S were cut off."""
+    (S = B + B*T/512: a fixed shape, no host sync); and whether more segments than S were cut off."""
     bound, n = ids.size(0) * (1 + ids.size(1) // DOC_MASK_MEAN_TOKENS), ids.numel()
     start = torch.cat([torch.ones_like(ids[:, :1], dtype=torch.bool), ids[:, 1:] == BOS_ID], 1).flatten()
     index = start.cumsum(0) - 1  # (n,): each start's segment; the others and those past S go to a spare slot
@@ -715,8 +715,7 @@ class MLPFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        x, w1, w2, pre, post = ctx.saved_tensors
-        x, w1, w2 = (t.to(grad.dtype) for t in (x, w1, w2))  # COMPILE=0 on CUDA: autocast ran the linears in bf16
+        x, w1, w2, pre, post = (t.to(grad.dtype) for t in ctx.saved_tensors)  # COMPILE=0: autocast's mixed dtypes
         d_pre = (grad @ w2) * torch.where(pre > 0, 2 * pre, (2 * ctx.slope * ctx.slope) * pre)  # exact: 0, 0.5
         flat = [t.reshape(-1, t.size(-1)) for t in (x, d_pre, post, grad)]
         return d_pre @ w1, (flat[0].t() @ flat[1]).t(), (flat[2].t() @ flat[3]).t(), None
