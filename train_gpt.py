@@ -467,7 +467,7 @@ if triton is not None:
     @triton.jit
     def _softcap_tanh(logits, neg_2log2e_over_c):
         """(tanh(u), 1 - tanh(u)^2), u = logits / c: with e = exp(-2u) (at most 2^126), s = 1/(1+e): 2s-1, 4es^2."""
-        e = tl.exp2(tl.minimum(logits.to(tl.float32) * neg_2log2e_over_c, 126.0))
+        e = tl.exp2(tl.minimum(logits.to(tl.float32) * neg_2log2e_over_c, 126.0, tl.PropagateNan.ALL))  # NaN: NaN
         s = 1.0 / (1.0 + e)
         return 2.0 * s - 1.0, (4.0 * s) * (e * s)
 
@@ -568,7 +568,7 @@ def softcap_ce_loss(x, weight, targets, softcap: float, chunk_tokens: int, impl:
 
 BOS_ID = 1  # the shards' document start (data/README.md); checked against the tokenizer's
 FA4_MODULE = "flash_attn.cute.interface"  # flash-attn-4 (README: document-masked attention)
-DOC_MASK_MEAN_TOKENS = 512  # the kernel's fixed bound: B rows of N tokens hold <= B + N/512 documents (FineWeb ~110)
+DOC_MASK_MEAN_TOKENS = 128  # the kernel's fixed bound: B rows of N tokens hold <= B + N/128 documents
 
 def doc_causal_mask(ids: Tensor) -> Tensor:
     """ids (B, T) -> (B, 1, T, T): key j is visible to query i if j <= i in the same document."""
@@ -578,7 +578,7 @@ def doc_causal_mask(ids: Tensor) -> Tensor:
 
 def doc_segments(ids: Tensor) -> tuple[Tensor, Tensor]:
     """ids (B, T) -> the B*T tokens' cu_seqlens (S + 1,) int32, a segment at each BOS and row start, then empty ones
-    (S = B + B*T/512: a fixed shape, no host sync); and whether more segments than S were cut off."""
+    (S = B + B*T/128: a fixed shape, no host sync); and whether more segments than S were cut off."""
     bound, n = ids.size(0) * (1 + ids.size(1) // DOC_MASK_MEAN_TOKENS), ids.numel()
     start = torch.cat([torch.ones_like(ids[:, :1], dtype=torch.bool), ids[:, 1:] == BOS_ID], 1).flatten()
     index = start.cumsum(0) - 1  # (n,): each start's segment; the others and those past S go to a spare slot

@@ -66,23 +66,23 @@ def test_reference_equals_a_loop_over_documents():
 
 
 def test_segments_are_the_documents_and_rows_as_one_stream():
-    ids = random_ids(4, 1024, 3, seed=2)  # bound: 4 + 4 * 1024 / 512 = 12 segments
+    ids = random_ids(4, 256, 3, seed=2)  # bound: 4 + 4 * 256 / 128 = 12 segments
     cu, cut_off = train_gpt.doc_segments(ids)
     flat = ids.flatten()
-    starts = [p for p in range(flat.numel()) if p % 1024 == 0 or flat[p] == BOS_ID]
+    starts = [p for p in range(flat.numel()) if p % 256 == 0 or flat[p] == BOS_ID]
     assert len(starts) <= 12 and not cut_off
     assert cu.dtype == torch.int32 and cu.shape == (13,)
     assert cu.tolist() == starts + [flat.numel()] * (13 - len(starts))  # empty segments after the last
 
 
 def test_segments_past_the_bound_are_flagged_and_poison_the_output():
-    ids = torch.full((2, 512), 5)
-    ids[:, ::64] = BOS_ID  # 8 documents a row: 16 segments > 2 + 2 * 512 / 512 = 4
+    ids = torch.full((2, 128), 5)
+    ids[:, ::16] = BOS_ID  # 8 documents a row: 16 segments > 2 + 2 * 128 / 128 = 4
     cu, cut_off = train_gpt.doc_segments(ids)
-    assert bool(cut_off) and cu.tolist() == [0, 64, 128, 192, 1024]
-    ids[:, 64:] = 5  # one document a row: 2 segments
+    assert bool(cut_off) and cu.tolist() == [0, 16, 32, 48, 256]
+    ids[:, 16:] = 5  # one document a row: 2 segments
     cu, cut_off = train_gpt.doc_segments(ids)
-    assert not bool(cut_off) and cu.tolist() == [0, 512, 1024, 1024, 1024]
+    assert not bool(cut_off) and cu.tolist() == [0, 128, 256, 256, 256]
 
 
 def test_the_settings_choose_and_refuse_the_backend():
@@ -205,7 +205,7 @@ def test_fa4_kernel_equals_the_reference_forward_and_backward(shape):
 @pytest.mark.skipif(not HAS_FA4, reason="needs CUDA and flash-attn-4")
 def test_fa4_output_is_nan_where_the_segments_overflow():
     ids = torch.full((2, 512), 5, device="cuda")
-    ids[:, ::64] = BOS_ID  # 16 segments > the bound of 4
+    ids[:, ::16] = BOS_ID  # 64 segments > the bound of 10
     q, k, v = (torch.randn(2, 4, 512, 32, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     assert torch.isnan(train_gpt.varlen_attention(q, k, v, train_gpt.doc_segments(ids))).all()
 

@@ -163,6 +163,19 @@ def test_triton_loss_saturated_logits(dtype):
 
 
 @needs_triton
+def test_triton_loss_is_nan_for_a_nan_row_as_the_reference():
+    """A NaN hidden state scored as a uniform prediction (the clamp of exp's argument dropped the NaN): ln V, finite,
+    so a diverged model or a poisoned attention output passed the finite checks and scored. It must stay NaN."""
+    x, weight, targets = make_inputs(torch.float32)
+    x = x.detach().clone()
+    x[3, 5] = float("nan")
+    rows = tg.softcap_ce_loss(x, weight, targets, 30.0, 50, "triton", per_token=True)
+    reference = tg.softcap_ce_loss(x, weight, targets, 30.0, 50, "torch", per_token=True)
+    assert torch.isnan(reference[3]) and torch.isnan(rows[3])
+    assert torch.isfinite(rows[torch.arange(len(rows)) != 3]).all()
+
+
+@needs_triton
 def test_triton_loss_scales_by_grad_output():
     x, weight, targets = make_inputs(torch.float32)
     loss, gx, gw = loss_and_grads(triton_loss(50), x, weight, targets, grad_output=-2.5)
