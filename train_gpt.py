@@ -374,11 +374,9 @@ def read_shard(path: str | Path, vocab_size: int = 0) -> np.ndarray:
     return tokens
 
 def load_data_shard(path: str | Path, vocab_size: int = 0) -> Tensor:
-    """read_shard's tokens, read into a 1-D uint16 tensor."""
     return torch.from_numpy(np.array(read_shard(path, vocab_size), np.uint16))
 
 def find_shards(data_path: str, split: str) -> list[Path]:
-    """DATA_PATH/fineweb_{split}_*.bin ("train" or "val"), sorted; if none, where to look."""
     pattern = os.path.join(data_path, f"fineweb_{split}_*.bin")
     files = sorted(Path(p) for p in glob.glob(pattern) if "fineweb_val_bytes_" not in p)  # not the sidecars
     require(len(files) > 0, f"no {'training' if split == 'train' else 'validation'} shards match DATA_PATH: {pattern} "
@@ -547,7 +545,6 @@ def _softcap_ce_backward(ctx, grad_loss, _grad_rows, _grad_grad_x, _grad_grad_w)
 softcap_ce_op.register_autograd(_softcap_ce_backward, setup_context=_softcap_ce_setup_context)
 
 def resolve_loss_impl(args: Hyperparameters, device: torch.device) -> tuple[str, str]:
-    """LOSS_IMPL=auto: Triton on CUDA where it can run. (impl, why), for the log."""
     requested, reason = args.loss_impl, triton_unavailable_reason(args.vocab_size, args.logit_softcap)
     require(requested != "triton" or reason is None, f"LOSS_IMPL=triton cannot run here: {reason}: use torch or auto.")
     if requested != "auto":
@@ -907,7 +904,6 @@ def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> l
 
 @dataclasses.dataclass
 class ValData:
-    """The validation split and the bytes each token stands for."""
     tokens: Tensor  # (N,) int64 on CPU, trimmed to whole sequences + 1
     token_bytes: Tensor  # (N,) int32 on the device: the bytes token p stands for, as a target
     bytes_from: dict  # for the log: val_bytes (tokenizer, sidecar or sidecar_raw), the sidecars' sha256
@@ -915,7 +911,6 @@ class ValData:
     batch_seqs: int  # sequences per rank per evaluation batch
 
 def load_tokenizer(path: str, vocab_size: int):
-    """The SentencePiece model at path, of VOCAB_SIZE pieces, which count bytes right."""
     require_file("TOKENIZER_PATH", path, "Point it at the .model file the shards were made with (data/README.md).")
     try:
         sp = spm.SentencePieceProcessor(model_file=str(path))
@@ -1190,7 +1185,6 @@ def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
     return hessians
 
 def compressor(name: str, reading: bool = False):
-    """The module of COMPRESSORS[name]; if it is missing, an error says how to get it."""
     try:
         return importlib.import_module(COMPRESSORS[name][0])
     except ImportError:  # an artifact needs its own; a run can take another
@@ -1266,7 +1260,6 @@ NOT_FINITE_FIX = ("lower the learning rates (MATRIX_LR, SCALAR_LR, TIED_EMBED_LR
                   f" fa4: or B rows of N tokens held over B + N/{DOC_MASK_MEAN_TOKENS} documents: use ATTN_IMPL=sdpa).")
 
 def training_fraction(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
-    """How far training is: the share of the wallclock cap used, or without a cap of ITERATIONS."""
     return elapsed_ms / args.train_cap_ms if args.train_cap_ms > 0 else step / max(args.iterations, 1)
 
 def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:  # what is left of the warm-down
