@@ -1,4 +1,6 @@
-"""Issue 50, "Low, elsewhere": the docstring's CPU smoke command sets its thread count (a).
+"""Issue 50, "Low, elsewhere": the docstring's CPU smoke command sets its thread count (a); a hub URL without a
+scheme (--endpoint, HF_ENDPOINT) is refused before any request (c). Finding b's tests are in
+tests/test_data_challenge.py, beside the other errors of --val-docs.
 
 CPU only, no network; each test takes well under a second. Run: python3 -m pytest -q tests/test_fresh_round6.py
 """
@@ -6,9 +8,12 @@ CPU only, no network; each test takes well under a second. Run: python3 -m pytes
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "data"))
 
+import cached_challenge_fineweb  # noqa: E402
 import train_gpt  # noqa: E402
 
 README = ROOT / "README.md"
@@ -26,3 +31,36 @@ def test_a_the_docstring_smoke_command_runs_on_one_thread():
     assert smoke_command().startswith("OMP_NUM_THREADS=1 "), smoke_command()
     passage = " ".join(README.read_text(encoding="utf-8").split("has a smoke command")[1].split("\n\n")[0].split())
     assert "in under a minute on 2 cores" in passage and "It sets `OMP_NUM_THREADS=1`" in passage
+
+
+@pytest.mark.parametrize(
+    "argv, hf_endpoint, message",
+    [
+        (
+            ["--endpoint", "example.org"],
+            None,
+            "--endpoint example.org is not a hub URL: give the scheme and host, e.g. ",
+        ),
+        (["--endpoint", "example.org"], "https://huggingface.co", "e.g. --endpoint https://example.org"),
+        (
+            [],
+            "hf-mirror.com",
+            "HF_ENDPOINT=hf-mirror.com is not a hub URL: give the scheme and host, e.g. HF_ENDPOINT=",
+        ),
+    ],
+)
+def test_c_an_endpoint_without_a_scheme_is_refused_before_any_request(
+    argv, hf_endpoint, message, tmp_path, monkeypatch, capsys
+):
+    """--endpoint example.org was reported as a network failure (cannot reach the hub; check the network)."""
+    if hf_endpoint is None:
+        monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    else:
+        monkeypatch.setenv("HF_ENDPOINT", hf_endpoint)
+    with pytest.raises(SystemExit) as exit_info:
+        cached_challenge_fineweb.main([*argv, "--train-shards", "0", "--data-dir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert message in error and "network" not in error, error
+    assert not any(tmp_path.iterdir()), "nothing is fetched or made"
+    assert cached_challenge_fineweb.bad_endpoint("http://127.0.0.1:8000", "--endpoint ") is None
