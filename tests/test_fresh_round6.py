@@ -1,5 +1,6 @@
 """Issue 50, "Low, elsewhere": the docstring's CPU smoke command sets its thread count (a); a hub URL without a
-scheme (--endpoint, HF_ENDPOINT) is refused before any request (c). Finding b's tests are in
+scheme (--endpoint, HF_ENDPOINT) is refused before any request (c); quickstart.sh says before pip starts that the
+default index's torch is the CUDA build, and how to avoid it (d). Finding b's tests are in
 tests/test_data_challenge.py, beside the other errors of --val-docs.
 
 CPU only, no network; each test takes well under a second. Run: python3 -m pytest -q tests/test_fresh_round6.py
@@ -15,6 +16,7 @@ sys.path.insert(0, str(ROOT / "data"))
 
 import cached_challenge_fineweb  # noqa: E402
 import train_gpt  # noqa: E402
+from test_data_quickstart import REQUIREMENTS, run_quickstart_sh  # noqa: E402
 
 README = ROOT / "README.md"
 
@@ -64,3 +66,20 @@ def test_c_an_endpoint_without_a_scheme_is_refused_before_any_request(
     assert message in error and "network" not in error, error
     assert not any(tmp_path.iterdir()), "nothing is fetched or made"
     assert cached_challenge_fineweb.bad_endpoint("http://127.0.0.1:8000", "--endpoint ") is None
+
+
+@pytest.mark.parametrize("fault", ["the CPU index refuses", "pip fails on the CPU index", None])
+def test_d_the_fallback_to_the_default_index_says_first_that_it_brings_the_cuda_build(tmp_path, fault):
+    """Where the CPU build could not be installed, requirements.txt took the CUDA build of torch (gigabytes) from the
+    default index with no word but 'installing torch from the default index'."""
+    result, calls = run_quickstart_sh(
+        tmp_path,
+        torch_installed=False,
+        cpu_index="refuses" if fault == "the CPU index refuses" else "answers",
+        cpu_pip_fails=fault == "pip fails on the CPU index",
+    )
+    assert result.returncode == 0 and calls[-2:] == [REQUIREMENTS, "data/quickstart.py"], result.stderr
+    warning = "quickstart: warning: torch from the default index is, on Linux, the CUDA build: about 15 nvidia-*"
+    assert (warning in result.stdout) == (fault is not None), result.stdout
+    if fault:
+        assert "stop it (Ctrl-C), set QUICKSTART_TORCH_INDEX to a PyTorch CPU index that answers" in result.stdout
