@@ -1,7 +1,8 @@
 """Issue 50, "Low, elsewhere": the docstring's CPU smoke command sets its thread count (a); a hub URL without a
 scheme (--endpoint, HF_ENDPOINT) is refused before any request (c); quickstart.sh says before pip starts that the
 default index's torch is the CUDA build, and how to avoid it (d). Finding b's tests are in
-tests/test_data_challenge.py, beside the other errors of --val-docs.
+tests/test_data_challenge.py, beside the other errors of --val-docs; e's (the README's skip count) are in
+tests/test_readme.py.
 
 CPU only, no network; each test takes well under a second. Run: python3 -m pytest -q tests/test_fresh_round6.py
 """
