@@ -3,8 +3,8 @@
 Trains a small GPT whose artifact (this file + its compressed weights) must fit in 16,000,000 bytes, scored
 in bits per byte after a compression round trip. Settings: env variables (the Hyperparameters fields).
 
-  # CPU smoke run (tiny model, 20 steps), from the repo root on the data that `bash quickstart.sh` built:
-  DATA_PATH=$(ls -d data/datasets/pystdlib_*_sp512 | tail -n1) VOCAB_SIZE=512 \
+  # CPU smoke run (tiny model, 20 steps, 1 thread), from the repo root on the data `bash quickstart.sh` built:
+  OMP_NUM_THREADS=1 DATA_PATH=$(ls -d data/datasets/pystdlib_*_sp512 | tail -n1) VOCAB_SIZE=512 \
     TOKENIZER_PATH=$(ls data/tokenizers/pystdlib_*_sp512.model | tail -n1) WARMUP_STEPS=0 ITERATIONS=20 \
     NUM_LAYERS=2 MODEL_DIM=64 NUM_HEADS=2 NUM_KV_HEADS=1 TRAIN_SEQ_LEN=128 TRAIN_BATCH_TOKENS=8192 \
     VAL_BATCH_SIZE=8192 WARMDOWN_ITERS=5 MAX_WALLCLOCK_SECONDS=0 python3 train_gpt.py

@@ -133,6 +133,7 @@ MAX_VOCAB_SIZE = 65_536  # shards store uint16 ids
 TOKENIZER_SEED = 1337
 MAX_SENTENCE_CHARS = 4096  # longer lines are cut into pieces for tokenizer training
 DEFAULT_SHARD_TOKENS = 100_000_000  # as the published shards
+DEFAULT_VAL_FRACTION = 0.01  # the hash rule's share of validation documents, when --val and --val-docs are not given
 DEFAULT_TOKENIZER_TRAIN_BYTES = 500_000_000
 BATCH_BYTES = 1 << 20  # text handed to a worker at a time
 COMPRESSED_SUFFIXES = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
@@ -503,7 +504,7 @@ class BuildConfig:
     tokenizer: Path | None = None  # an existing .model; None: train one
     tokenizer_out: Path | None = None  # where a trained tokenizer goes
     vocab_size: int = 1024
-    val_fraction: float = 0.01
+    val_fraction: float | None = None  # the hash rule's share; None: DEFAULT_VAL_FRACTION (not with --val, --val-docs)
     shard_tokens: int = DEFAULT_SHARD_TOKENS
     workers: int = 1
     text_field: str = "text"
@@ -514,17 +515,29 @@ class BuildConfig:
     caseops: bool = False  # the CaseOps form of the text (data/caseops.py), validation shards with byte sidecars
     val_docs: int | None = None  # the first N documents of the inputs are the validation split (the challenge's rule)
 
+    @property
+    def hash_fraction(self) -> float:
+        """The share of documents the hash rule makes validation (used when neither --val nor --val-docs is given)."""
+        return DEFAULT_VAL_FRACTION if self.val_fraction is None else self.val_fraction
+
 
 def check_config(cfg: BuildConfig) -> None:
     """Every setting that can be checked without reading the text, before anything is made."""
     if cfg.tokenizer is None and not MIN_VOCAB_SIZE <= cfg.vocab_size <= MAX_VOCAB_SIZE:
         raise BuildError(vocab_size_error(cfg.vocab_size))
-    if not 0 <= cfg.val_fraction < 1:
+    if not 0 <= cfg.hash_fraction < 1:
         raise BuildError(f"--val-fraction {cfg.val_fraction} must be in [0, 1).")
     if cfg.val_docs is not None and cfg.val_docs < 1:
         raise BuildError(f"--val-docs {cfg.val_docs} must be at least 1 (the challenge's split: --val-docs 50000).")
     if cfg.val_docs is not None and cfg.val_inputs:
         raise BuildError("--val-docs and --val both choose the validation split: give one of them.")
+    chosen_by = f"--val-docs {cfg.val_docs}" if cfg.val_docs is not None else "--val" if cfg.val_inputs else None
+    if cfg.val_fraction is not None and chosen_by:
+        raise BuildError(
+            f"--val-fraction {cfg.val_fraction} and {chosen_by} both choose the validation split: give one of them "
+            "(--val-docs N: the first N documents; --val FILE: its documents; --val-fraction: a share of the "
+            "documents chosen by a hash of their text)."
+        )
     if cfg.shard_tokens < 1:
         raise BuildError(f"--shard-tokens {cfg.shard_tokens} must be positive.")
     if cfg.workers < 1:
@@ -595,7 +608,7 @@ def labelled_documents(cfg: BuildConfig, files: list[Path], val_files: list[Path
     then the inputs', of which the first --val-docs are validation, or those the hash rule picks (--val-fraction)."""
     for text in iter_documents(val_files, cfg.text_field):
         yield text, True
-    val_fraction = 0.0 if val_files else cfg.val_fraction
+    val_fraction = 0.0 if val_files else cfg.hash_fraction
     for index, text in enumerate(iter_documents(files, cfg.text_field)):
         yield text, (index < cfg.val_docs) if cfg.val_docs is not None else is_validation(text, val_fraction)
 
@@ -605,7 +618,7 @@ def split_rule(cfg: BuildConfig, val_files: list[Path]) -> str:
         return "documents of the --val inputs"
     if cfg.val_docs is not None:
         return f"the first {cfg.val_docs} documents of the inputs, in order; the rest, in order, train"
-    return f"blake2b(utf-8 text, person=b'val-split') / 2**64 < {cfg.val_fraction}"
+    return f"blake2b(utf-8 text, person=b'val-split') / 2**64 < {cfg.hash_fraction}"
 
 
 def choose_tokenizer(cfg: BuildConfig, documents, say) -> tuple[Path, spm.SentencePieceProcessor, bytes | None]:
@@ -622,7 +635,7 @@ def choose_tokenizer(cfg: BuildConfig, documents, say) -> tuple[Path, spm.Senten
         raise BuildError(
             f"no training document to train the tokenizer on ({count} documents, all validation"
             + (f": --val-docs {cfg.val_docs} takes the first {cfg.val_docs}" if cfg.val_docs is not None else "")
-            + "). Give more text, fewer validation documents, or a tokenizer with --tokenizer."
+            + f"). Give more text, {fewer_validation(cfg)}, or a tokenizer with --tokenizer."
         )
     rate = min(1.0, cfg.tokenizer_train_bytes / max(total, 1))
     say(
@@ -660,18 +673,39 @@ def write_shards(cfg: BuildConfig, sp: spm.SentencePieceProcessor, documents, sa
     return writers
 
 
+def fewer_validation(cfg: BuildConfig) -> str:
+    """How to leave documents to the training split, by the rule that chose the validation split."""
+    if cfg.val_docs is not None:
+        return f"a smaller --val-docs (now {cfg.val_docs})"
+    if cfg.val_inputs:
+        return "inputs that are not all blank (every document of the --val files is validation)"
+    return f"a smaller --val-fraction (now {cfg.hash_fraction})"
+
+
 def check_splits(cfg: BuildConfig, writers: dict[str, SplitWriter], files: list[Path]) -> None:
-    """Step 3: both splits hold documents, and --val-docs N took N of them."""
+    """Step 3: both splits hold documents, and --val-docs N took N of them. The advice names the flag that chose
+    the validation split: --val-docs, --val or --val-fraction (the others are refused beside it)."""
+    total = writers["val"].docs + writers["train"].docs
     if cfg.val_docs is not None and writers["val"].docs < cfg.val_docs:
         raise BuildError(
-            f"--val-docs {cfg.val_docs}: the inputs hold only {writers['val'].docs + writers['train'].docs} "
-            "documents (blank ones skipped). Give fewer, or more text."
+            f"--val-docs {cfg.val_docs}: the inputs hold only {total} documents (blank ones skipped). Give fewer, "
+            "or more text."
+        )
+    if writers["val"].docs == 0 and cfg.val_inputs:
+        raise BuildError(
+            f"no document went to the val split: the --val files ({' '.join(cfg.val_inputs)}) hold only blank "
+            "documents. Give --val files with text."
+        )
+    if writers["train"].docs == 0 and (cfg.val_docs is not None or cfg.val_inputs):
+        raise BuildError(
+            f"no document went to the train split ({len(files)} input files, {total} documents, all validation): "
+            f"give more text or {fewer_validation(cfg)}."
         )
     for split, writer in writers.items():
         if writer.docs == 0:
             raise BuildError(
                 f"no document went to the {split} split ({len(files)} input files, "
-                f"--val-fraction {cfg.val_fraction}): use more text, change --val-fraction, "
+                f"--val-fraction {cfg.hash_fraction}): use more text, change --val-fraction, "
                 "or pass validation documents with --val (or --val-docs N)."
             )
 
@@ -904,7 +938,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         default=[],
         dest="val_inputs",
-        help="files whose documents are the validation split (then --val-fraction is not used)",
+        help="files whose documents are the validation split (not with --val-fraction or --val-docs)",
     )
     p.add_argument(
         "--tokenizer", type=Path, help="an existing SentencePiece .model to tokenize with (default: train one)"
@@ -924,14 +958,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="train the tokenizer on a hash-chosen sample of about this much training text (default: %(default)s)",
     )
     p.add_argument(
-        "--val-fraction", type=float, default=0.01, help="share of documents for validation (default: %(default)s)"
+        "--val-fraction",
+        type=float,
+        help=f"share of documents for validation, chosen by a hash of their text (default: {DEFAULT_VAL_FRACTION}); "
+        "not with --val or --val-docs",
     )
     p.add_argument(
         "--val-docs",
         type=int,
         metavar="N",
         help="the first N documents of the inputs, in order, are the validation split and the rest train, in order: "
-        "the challenge's split (--val-docs 50000 on docs_selected.jsonl); then --val-fraction is not used",
+        "the challenge's split (--val-docs 50000 on docs_selected.jsonl); not with --val-fraction or --val",
     )
     p.add_argument(
         "--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS, help="tokens per shard (default: %(default)s)"

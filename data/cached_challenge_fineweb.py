@@ -41,6 +41,7 @@ import re
 import shutil
 import sys
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -409,7 +410,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="path prefix inside the repo, '' for its root (env MATCHED_FINEWEB_REMOTE_ROOT_PREFIX)",
     )
     p.add_argument("--revision", default="main", help="branch, tag or commit of the repo")
-    p.add_argument("--endpoint", default=None, help="hub URL (default: HF_ENDPOINT or https://huggingface.co)")
+    p.add_argument(
+        "--endpoint", default=None, help="hub URL, scheme included (default: HF_ENDPOINT or https://huggingface.co)"
+    )
     p.add_argument("--data-dir", type=Path, default=DATA_DIR, help="where datasets/ and tokenizers/ go")
     p.add_argument(
         "--with-docs",
@@ -420,7 +423,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.train_shards < 0:
         p.error("--train-shards must be >= 0")
+    endpoint_error = bad_endpoint(args.endpoint, "--endpoint ") if args.endpoint is not None else None
+    if args.endpoint is None and os.environ.get("HF_ENDPOINT"):
+        endpoint_error = bad_endpoint(os.environ["HF_ENDPOINT"], "HF_ENDPOINT=")
+    if endpoint_error:
+        p.error(endpoint_error)
     return args
+
+
+def bad_endpoint(url: str, name: str) -> str | None:
+    """What is wrong with a hub URL given as `name` (--endpoint or HF_ENDPOINT), or None. Without a scheme
+    (example.org) huggingface_hub's requests fail as if the network were down: say so before any request."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme in ("http", "https") and parts.netloc:
+        return None
+    host = (url.strip("/") if "://" not in url else parts.netloc + parts.path) or "huggingface.co"
+    shown = url or "''"
+    return f"{name}{shown} is not a hub URL: give the scheme and host, e.g. {name}https://{host}"
 
 
 def main(argv: list[str] | None = None) -> None:

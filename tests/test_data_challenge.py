@@ -149,6 +149,12 @@ def test_val_docs_with_caseops_gives_the_first_n_documents_their_sidecars(tmp_pa
         (["--val-docs", "3", "--val", "VAL"], "--val-docs and --val both choose the validation split"),
         (["--val-docs", "60"], "no training document to train the tokenizer on (60 documents, all validation: "),
         (["--val-docs", "61", "--tokenizer", "TOK"], "--val-docs 61: the inputs hold only 60 documents"),
+        # issue 50: every document validation was told to change --val-fraction, which --val-docs ignores; and
+        # --val-fraction beside --val-docs or --val was dropped without a word (NEW: a build that wrongly runs leaves
+        # its tokenizer in tmp_path, not in data/tokenizers)
+        (["--val-docs", "60", "--tokenizer", "TOK"], "give more text or a smaller --val-docs (now 60)"),
+        (["--val-docs", "20", "--val-fraction", "0.5", "NEW"], "--val-fraction 0.5 and --val-docs 20 both choose"),
+        (["--val", "VAL", "--val-fraction", "0.5", "NEW"], "--val-fraction 0.5 and --val both choose the validation"),
     ],
 )
 def test_val_docs_errors_say_what_to_change(tmp_path, capsys, extra, message):
@@ -157,7 +163,12 @@ def test_val_docs_errors_say_what_to_change(tmp_path, capsys, extra, message):
         build_shards.write_atomic(
             tmp_path / "tok.model", build_shards.train_tokenizer_model(challenge_documents(60), 400)
         )
-    extra = [{"VAL": str(inputs), "TOK": str(tmp_path / "tok.model")}.get(a, a) for a in extra]
+    paths = {
+        "VAL": [str(inputs)],
+        "TOK": [str(tmp_path / "tok.model")],
+        "NEW": ["--tokenizer-out", str(tmp_path / "new.model")],
+    }
+    extra = [b for a in extra for b in paths.get(a, [a])]
     with pytest.raises(SystemExit) as exit_info:
         build_shards.main([str(inputs), "--output", str(tmp_path / "out"), *extra])
     assert exit_info.value.code == 2
