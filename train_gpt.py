@@ -560,8 +560,8 @@ def softcap_ce_loss(x, weight, targets, softcap: float, chunk_tokens: int, impl:
     return rows.detach() if per_token else mean  # a backward through them fails, not silently zero
 
 # ==== Document-masked attention =============================================
-# DOC_MASK=1: no token attends across a BOS (a document start) or a row start, in training and every scoring path.
-# On CUDA flash-attn-4's varlen kernel, as custom ops compile keeps in its graph; the reference, SDPA with a mask.
+# DOC_MASK=1: no token attends across a BOS (a document start) or a row start, in training and every scoring path:
+# on CUDA by flash-attn-4's varlen kernel (custom ops: one compiled graph), else by SDPA with a mask, the reference.
 
 BOS_ID = 1  # the shards' document start (data/README.md); checked against the tokenizer's
 FA4_MODULE = "flash_attn.cute.interface"  # flash-attn-4 (README: document-masked attention)
@@ -609,12 +609,8 @@ def _varlen_attn_backward(ctx, grad, _grad_lse):
 
 varlen_attn_op.register_autograd(_varlen_attn_backward, setup_context=_varlen_attn_setup_context)
 
-def dense_attention(q: Tensor, k: Tensor, v: Tensor, segments: None) -> Tensor:  # DOC_MASK=0
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.size(1) != q.size(1))
-
-def masked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:  # the reference; mask (B, 1, T, T)
-    k, v = (t.repeat_interleave(q.size(1) // t.size(1), 1) for t in (k, v))  # the kv heads to the query heads
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:  # mask (B, 1, T, T); None: causal
+    return F.scaled_dot_product_attention(q, k, v, mask, is_causal=mask is None, enable_gqa=k.size(1) != q.size(1))
 
 def varlen_attention(q: Tensor, k: Tensor, v: Tensor, segments: tuple[Tensor, Tensor]) -> Tensor:
     """q (B, H, T, hd), k, v (B, Hkv, T, hd) -> (B, H, T, hd); NaN if segments were cut off: never a score."""
@@ -623,7 +619,7 @@ def varlen_attention(q: Tensor, k: Tensor, v: Tensor, segments: tuple[Tensor, Te
     return torch.where(cut_off, torch.nan, varlen_attn_op(*flat, cu, T)[0].view(B, T, H, hd).transpose(1, 2))
 
 # ATTN_IMPL -> (attention, what it needs of the input ids: made once a forward pass)
-ATTENTION = {"dense": (dense_attention, lambda ids: None), "sdpa": (masked_attention, doc_causal_mask),
+ATTENTION = {"dense": (sdpa_attention, lambda ids: None), "sdpa": (sdpa_attention, doc_causal_mask),
              "fa4": (varlen_attention, doc_segments)}
 
 def resolve_attn_impl(args: Hyperparameters, device: torch.device) -> tuple[str, str]:

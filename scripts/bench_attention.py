@@ -86,7 +86,7 @@ def doc_masked(batch: int, seq_len: int, device) -> dict:
     exact = (cu[: int((cu < batch * seq_len).sum()) + 1], cut_off)
     print(f"shape:{batch}x{seq_len} segments:{len(exact[0]) - 1} bound:{len(cu) - 1} cut_off:{bool(cut_off)}")
     mask = train_gpt.doc_causal_mask(ids)
-    found = {"sdpa_doc_mask": lambda q, k, v: train_gpt.masked_attention(q, k, v, mask)}
+    found = {"sdpa_doc_mask": lambda q, k, v: train_gpt.sdpa_attention(q, k, v, mask)}
     if train_gpt.resolve_attn_impl(train_gpt.Hyperparameters.from_env({"DOC_MASK": "1"}), ids.device)[0] == "fa4":
         found["fa4_varlen"] = lambda q, k, v: train_gpt.varlen_attention(q, k, v, (cu, cut_off))
         found["fa4_varlen_exact_segments"] = lambda q, k, v: train_gpt.varlen_attention(q, k, v, exact)

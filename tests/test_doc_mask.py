@@ -58,10 +58,10 @@ def test_reference_equals_a_loop_over_documents():
     g = torch.Generator().manual_seed(1)
     q = torch.randn(5, 4, 96, 16, generator=g)
     k, v = (torch.randn(5, 2, 96, 16, generator=g) for _ in range(2))
-    masked = train_gpt.masked_attention(q, k, v, train_gpt.doc_causal_mask(ids))
+    masked = train_gpt.sdpa_attention(q, k, v, train_gpt.doc_causal_mask(ids))
     assert (ids == BOS_ID).sum() > 5 and (ids[:, 1:] == BOS_ID).any(1).sum() >= 3  # documents inside rows
     torch.testing.assert_close(masked, per_document_attention(q, k, v, ids), rtol=1e-5, atol=1e-6)
-    dense = train_gpt.dense_attention(q, k, v, None)
+    dense = train_gpt.sdpa_attention(q, k, v, None)
     assert not torch.allclose(masked, dense, atol=1e-3)  # the mask does something
 
 
@@ -91,9 +91,9 @@ def test_the_settings_choose_and_refuse_the_backend():
     with pytest.raises(ConfigError, match=r"ATTN_IMPL=fa4 cannot run here: no_cuda: install flash-attn-4"):
         train_gpt.resolve_attn_impl(tiny_args(ATTN_IMPL="fa4"), CPU.device)
     model = train_gpt.GPT(tiny_args(DOC_MASK=0), attn_impl="fa4")  # DOC_MASK=0: dense whatever the impl
-    assert model.blocks[0].attn.attend is train_gpt.dense_attention and model.segments(None) is None
+    assert model.blocks[0].attn.attend is train_gpt.sdpa_attention and model.segments(None) is None
     model = train_gpt.GPT(tiny_args())
-    assert model.blocks[1].attn.attend is train_gpt.masked_attention
+    assert model.blocks[1].attn.attend is train_gpt.sdpa_attention and model.segments is train_gpt.doc_causal_mask
 
 
 def model_with_weights(args) -> train_gpt.GPT:
