@@ -80,6 +80,9 @@ KINDS = {  # the scores a log may have, in the order a run logs them: (the table
     "roundtrip": ("round trip", "after the round trip"),
     "sliding_window": ("sliding window", "on sliding windows"),
     "ttt": ("TTT", "after TTT"),
+    # What the challenge scores: each run's last final score line, whichever kind it is. The verdict compares this
+    # one, so a variant that adds a scoring path (TTT on against off) is judged by its own last line.
+    "score": ("score", "as scored"),
 }
 SCORE_LINE = re.compile(r"^(final_\w+_exact|quantized\w*|legal_ttt\w*) val_loss:\s*([0-9.]+) val_bpb:\s*([0-9.]+)")
 STEP_AVG = re.compile(r"(?:^|\s)step_avg:\s*([0-9.]+)ms")
@@ -509,6 +512,7 @@ def read_run(path: Path) -> tuple[str, str, dict]:
             kind = "ttt" if "ttt" in label else "sliding_window" if "sliding" in label else "roundtrip"
             metrics[kind] = float(match.group(3))
             metrics["score"] = float(match.group(3))
+            metrics["score_kind"] = kind  # which of the columns before it the score is
     if log.val_bpb_curve:
         metrics["pre_export"] = log.val_bpb_curve[-1].value
     for line in lines:
@@ -560,7 +564,12 @@ def comparisons(jobs: list[Job], variants: list[Variant]) -> list[dict]:
                 if pairs:
                     mean, sd, p = paired_test([d for _, d in pairs])
                     row["kinds"][kind] = dict(n=len(pairs), mean=mean, sd=sd, p=p, each=[d for _, d in pairs])
-            if row["kinds"]:
+            if "score" in row["kinds"]:  # which line each variant's score is, over these pairs
+                paired = [k for k in keys if both(done, v, base, k, "score")]
+                row["score_lines"] = {
+                    name: sorted({done[(name, k)]["score_kind"] for k in paired}, key=list(KINDS).index)
+                    for name in (base, v.name)
+                }
                 row["verdict"] = verdict(row)
                 result.append(row)
     return result
@@ -571,13 +580,18 @@ def both(done: dict, v: Variant, base: str, key, kind: str) -> bool:
 
 
 def verdict(row: dict) -> str:
-    """One line on the final score (the last kind both have): who is better, by how much, how sure."""
-    kind = list(row["kinds"])[-1]
-    s = row["kinds"][kind]
+    """One line on the score each run is judged by (its last final line): who is better, by how much, how sure."""
+    s = row["kinds"]["score"]
     unit = "artifact" if row["scope"] else "seed"  # --eval-only pairs two scores of one artifact
-    what, n = f"bpb {KINDS[kind][1]}", f"{s['n']} {unit}{'s' if s['n'] > 1 else ''}"
-    on = f" (on {row['scope']})" if row["scope"] else ""
     a, b = row["baseline"], row["variant"]
+    lines = row["score_lines"]
+    if lines[a] == lines[b] and len(lines[a]) == 1:  # one kind of line on both sides: say which
+        what = f"bpb {KINDS[lines[a][0]][1]}"
+    else:  # the variants end on different lines (TTT on against off): the score is each one's last
+        ends = "; ".join(f"{name}: {', '.join(KINDS[k][0] for k in lines[name])}" for name in (a, b))
+        what = f"bpb as scored ({ends})"
+    n = f"{s['n']} {unit}{'s' if s['n'] > 1 else ''}"
+    on = f" (on {row['scope']})" if row["scope"] else ""
     if s["p"] is None:
         return f"{b} - {a} = {s['mean']:+.4f} {what}, {n}: no test (needs 2 or more seeds){on}"
     spread = f"{abs(s['mean']):.4f} ± {s['sd']:.4f} {what}, p={s['p']:.3g}, {n}{on}"
@@ -619,7 +633,7 @@ def markdown(jobs: list[Job], variants: list[Variant], rows: list[dict], cmd: st
             cells = [mean_sd([j.metrics[k] for j in runs if k in j.metrics]) for k in kinds]
             lines.append(f"| {label} | {len(runs)} | " + " | ".join(cells) + " |")
     if rows:
-        head = ["paired difference, mean ± sd (p)", "pairs"] + [KINDS[k][0] for k in kinds] + ["each pair (last)"]
+        head = ["paired difference, mean ± sd (p)", "pairs"] + [KINDS[k][0] for k in kinds] + ["each pair (score)"]
         lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for row in rows:
             label = f"{row['variant']} - {row['baseline']}" + (f" on {row['scope']}" if row["scope"] else "")
@@ -632,7 +646,7 @@ def markdown(jobs: list[Job], variants: list[Variant], rows: list[dict], cmd: st
                 else:
                     sd = f" ± {s['sd']:.5f}" if s["sd"] is not None else ""
                     cells.append(f"{s['mean']:+.5f}{sd}" + (f" (p={s['p']:.3g})" if s["p"] is not None else ""))
-            cells.append(" ".join(f"{d:+.5f}" for d in list(row["kinds"].values())[-1]["each"]))
+            cells.append(" ".join(f"{d:+.5f}" for d in row["kinds"]["score"]["each"]))
             lines.append(f"| {label} | {n} | " + " | ".join(cells) + " |")
         lines += [""] + [f"- {row['verdict']}" for row in rows]
     return "\n".join(lines) + "\n"

@@ -131,7 +131,8 @@ def test_ab_pairs_the_seeds_and_reports_what_the_logs_say(trained):
     assert (row["variant"], row["baseline"], got["n"]) == ("lr04", "base", 2)
     assert got["mean"] == pytest.approx(mean, abs=1e-9) and got["sd"] == pytest.approx(sd, abs=1e-9)
     assert got["p"] == pytest.approx(p, rel=1e-6)
-    assert list(row["kinds"]) == ["pre_export", "roundtrip", "sliding_window"]
+    assert list(row["kinds"]) == ["pre_export", "roundtrip", "sliding_window", "score"]
+    assert row["kinds"]["score"] == got and row["score_lines"] == dict(base=["sliding_window"], lr04=["sliding_window"])
     better = "lr04" if mean < 0 else "base"
     verdict = f"- {better} better by {abs(mean):.4f} ± {sd:.4f} bpb on sliding windows, p={p:.3g}, 2 seeds"
     if p >= 0.05:
@@ -156,27 +157,36 @@ def test_ab_eval_only_rescores_the_same_artifacts_with_each_variants_settings(tr
     cwd = out.parent
     val = short_val(tiny_data, cwd / "other_val", 3000, train=False)  # --val: another validation set
     args = ["--slots", "2", "--eval-only", "out", "--out", "ttt", "--seeds", "1", "--val", str(val)]
-    args += ["--common", "EVAL_STRIDE=0 TTT_ENABLED=1 TTT_CHUNK_TOKENS=1024"]  # TTT that adapts, no sliding windows
-    run = ab_run(args + ["--variant", "ttt1", "TTT_EPOCHS=1", "--variant", "ttt2", "TTT_EPOCHS=2"], cwd)
+    args += ["--common", "EVAL_STRIDE=0 TTT_EPOCHS=1 TTT_CHUNK_TOKENS=1024"]  # TTT that adapts, no sliding windows
+    run = ab_run(args + ["--variant", "nottt", "--variant", "ttt", "TTT_ENABLED=1"], cwd)  # TTT off against on
     assert run.returncode == 0, run.stdout + run.stderr
     runs = {r["name"]: r for r in results(cwd / "ttt")["runs"]}
-    assert sorted(runs) == ["ttt1_on_base_seed1", "ttt1_on_lr04_seed1", "ttt2_on_base_seed1", "ttt2_on_lr04_seed1"]
+    assert sorted(runs) == ["nottt_on_base_seed1", "nottt_on_lr04_seed1", "ttt_on_base_seed1", "ttt_on_lr04_seed1"]
+    last = {}  # each run's score: its last final line (the round trip without TTT, TTT's with it)
     for name, r in runs.items():
         trained_run = name.split("_on_")[1]
         assert r["artifact"] == str((out / "artifacts" / f"{trained_run}.ptz").resolve())
         text = (cwd / "ttt" / "console" / f"{name}.txt").read_text()
         config = json.loads(re.search(r"^config:(\{.*\})$", text, re.M).group(1))
-        assert config["eval_only"] is True and config["ttt_epochs"] == int(name[3])
+        assert config["eval_only"] is True and config["ttt_enabled"] is name.startswith("ttt_")
         assert config["matrix_lr"] == (0.04 if "lr04" in name else 0.02)  # the trained run's settings reach it
         assert config["data_path"] == str(val)
         trained_text = (out / "console" / f"{trained_run}.txt").read_text()
         assert ARTIFACT_SHA.findall(text) == ARTIFACT_SHA.findall(trained_text)  # the very same weights...
         assert ROUNDTRIP_LINE.findall(text) != ROUNDTRIP_LINE.findall(trained_text)  # ...on other text
+        last[name] = float(re.findall(r"^final_\w+_exact val_loss:\S+ val_bpb:(\S+)$", text, re.M)[-1])
     rows = {row["scope"]: row for row in results(cwd / "ttt")["comparisons"]}
     assert sorted(rows) == ["all", "base", "lr04"]
-    assert rows["base"]["kinds"]["roundtrip"]["mean"] == 0.0 and rows["base"]["kinds"]["ttt"]["mean"] != 0.0
-    assert rows["all"]["kinds"]["ttt"]["n"] == 2
-    assert "bpb after TTT, 1 artifact: no test (needs 2 or more seeds) (on base)" in run.stdout  # no t-test claimed
+    # the variants end on different lines: the round trip is the same artifact's on both sides (0), the score is not
+    assert rows["base"]["kinds"]["roundtrip"]["mean"] == 0.0 and "ttt" not in rows["base"]["kinds"]
+    diffs = [last[f"ttt_on_{t}_seed1"] - last[f"nottt_on_{t}_seed1"] for t in ("base", "lr04")]
+    assert rows["base"]["kinds"]["score"]["mean"] == pytest.approx(diffs[0], abs=1e-12) and diffs[0] != 0.0
+    assert rows["all"]["kinds"]["score"]["each"] == pytest.approx(diffs, abs=1e-12)
+    assert rows["all"]["score_lines"] == dict(nottt=["roundtrip"], ttt=["ttt"])
+    what = "bpb as scored (nottt: round trip; ttt: TTT)"
+    assert f"- ttt - nottt = {diffs[0]:+.4f} {what}, 1 artifact: no test" in run.stdout  # no t-test claimed
+    (verdict,) = [line for line in run.stdout.splitlines() if line.startswith("- ") and line.endswith("(on all)")]
+    assert what in verdict and "2 artifacts" in verdict and "+0.0000" not in verdict, verdict
 
 
 def test_ab_refuses_another_experiments_folder_and_a_folder_it_did_not_make(trained, tmp_path):
