@@ -87,6 +87,7 @@ KINDS = {  # the scores a log may have, in the order a run logs them: (the table
 SCORE_LINE = re.compile(r"^(final_\w+_exact|quantized\w*|legal_ttt\w*) val_loss:\s*([0-9.]+) val_bpb:\s*([0-9.]+)")
 STEP_AVG = re.compile(r"(?:^|\s)step_avg:\s*([0-9.]+)ms")
 PRE_EXPORT = re.compile(r"^pre-quantization\b.* val_bpb:\s*([0-9.]+)")  # the records' score of the weights exported
+VAL_POINT = re.compile(r"(?:^|\s)val_loss:\s*([0-9.]+)\s+val_bpb:\s*([0-9.]+)")  # a validation during training
 PEAK = re.compile(r"(?:^|\s)peak_memory_allocated:\s*(\d+)\s*MiB|^peak memory allocated: (\d+) MiB")
 FAILED = re.compile(r"^(?:error|interrupted)\b")
 P_SIGNIFICANT = 0.05
@@ -494,33 +495,50 @@ def console_path(out: Path, job: Job) -> Path:
 
 
 def read_run(path: Path) -> tuple[str, str, dict]:
-    """(status, reason, metrics) of a run from its console output: finished once it has a score and no error."""
+    """(status, reason, metrics) of a run from its console output: finished once it has a score and no error.
+    Each score keeps the decimals it was logged with (metrics["decimals"]): the statistics know their resolution."""
     if not path.is_file():
         return "pending", "", {}
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    _, body = recordlib.split_head(path.read_text(encoding="utf-8", errors="replace"))
+    lines = recordlib.LINE_CLOCK.sub("", body).splitlines()
     log = recordlib.read_log(path)
     metrics: dict = {}
+    decimals: dict[str, int] = {}
     if log.steps is not None and log.train_loss:
         metrics["steps"] = log.steps
+    validations, pre_export, exported = [], None, False
     for line in lines:
         if match := STEP_AVG.search(line):
             metrics["step_avg_ms"] = float(match.group(1))
         if match := PEAK.search(line):
             metrics["peak_mib"] = int(match.group(1) or match.group(2))
+        if recordlib.ARTIFACT.search(line):
+            exported = True
         if match := SCORE_LINE.match(line):
             label = match.group(1)
             kind = "ttt" if "ttt" in label else "sliding_window" if "sliding" in label else "roundtrip"
-            metrics[kind] = float(match.group(3))
-            metrics["score"] = float(match.group(3))
+            for name in (kind, "score"):
+                metrics[name] = float(match.group(3))
+                decimals[name] = recordlib.decimals(match.group(3))
             metrics["score_kind"] = kind  # which of the columns before it the score is
-    if log.val_bpb_curve:
-        metrics["pre_export"] = log.val_bpb_curve[-1].value
-    for line in lines:
+        elif (step := recordlib.STEP.search(line)) and (match := VAL_POINT.search(line)):
+            train_time = recordlib.TRAIN_TIME.search(line)
+            ms = float(train_time.group(1)) * recordlib.UNITS_MS[train_time.group(2)] if train_time else None
+            validations.append([int(step.group(1) or step.group(3)), ms, float(match.group(1))])
+            if not exported:  # the last validation before the export scores the weights exported
+                pre_export = match.group(2)
         if match := PRE_EXPORT.match(line):  # a record's, after its EMA: not on a step line
-            metrics["pre_export"] = float(match.group(1))
+            pre_export = match.group(1)
+    if pre_export is not None and (exported or "score" in metrics):  # not a validation of a run stopped before it
+        metrics["pre_export"] = float(pre_export)
+        decimals["pre_export"] = recordlib.decimals(pre_export)
     if "step_avg_ms" not in metrics and log.train_ms and log.steps:  # the records log no step_avg
         metrics["step_avg_ms"] = round(log.train_ms / log.steps, 2)
-    metrics["train_loss"] = [[p.step, p.value] for p in log.train_loss]
+    metrics["decimals"] = decimals
+    metrics["train_loss"] = [[p.step, p.train_ms, p.value] for p in log.train_loss]  # (step, ms, loss)
+    # The records log no time on validation lines: the train line's at that step, the last train_time at the last.
+    times = {0: 0.0, log.steps: log.train_ms} | {p.step: p.train_ms for p in log.train_loss}
+    metrics["val_loss"] = [[step, times.get(step) if ms is None else ms, loss] for step, ms, loss in validations]
     failure = [line.strip() for line in lines if FAILED.match(line.strip())]
     if failure:
         return "failed", failure[-1], metrics
@@ -533,17 +551,28 @@ def read_run(path: Path) -> tuple[str, str, dict]:
 # ==== Statistics and the report =====================================================================================
 
 
-def paired_test(diffs: list[float]) -> tuple[float, float | None, float | None]:
-    """(mean, sd, two-sided p) of paired differences; sd and p None for one pair."""
+def paired_test(diffs: list[float], resolution: float = 0.0) -> tuple[float, float | None, float | None, str]:
+    """(mean, sd, two-sided p, why there is no p) of paired differences. No p from one pair (sd None too), from
+    differences all equal, or from a spread under `resolution`, the step of the values as logged (scores read at 4
+    decimals differ by multiples of 0.0001: their spread is then rounding, and a t-test on it claims p=0)."""
     n = len(diffs)
     mean = sum(diffs) / n
     if n < 2:
-        return mean, None, None
+        return mean, None, None, "needs 2 or more pairs"
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
     if sd == 0:
-        return mean, 0.0, 0.0 if mean != 0 else 1.0
+        return mean, 0.0, None, f"the {n} differences are all equal"
+    if sd < resolution:
+        return mean, sd, None, f"the spread is under the {recordlib.decimals(resolution)} decimals logged"
     t = mean / (sd / math.sqrt(n))
-    return mean, sd, min(1.0, 2 * recordlib.t_sf(abs(t), n - 1))
+    return mean, sd, min(1.0, 2 * recordlib.t_sf(abs(t), n - 1)), ""
+
+
+def shown_decimals(spread: float | None, least: int) -> int:
+    """Decimals that show a spread to 2 significant digits: at least `least`, at most 8 (what the logs give)."""
+    if not spread:
+        return least
+    return max(least, min(8, 1 - math.floor(math.log10(spread))))
 
 
 def comparisons(jobs: list[Job], variants: list[Variant]) -> list[dict]:
@@ -562,8 +591,10 @@ def comparisons(jobs: list[Job], variants: list[Variant]) -> list[dict]:
                     (k, done[(v.name, k)][kind] - done[(base, k)][kind]) for k in keys if both(done, v, base, k, kind)
                 ]
                 if pairs:
-                    mean, sd, p = paired_test([d for _, d in pairs])
-                    row["kinds"][kind] = dict(n=len(pairs), mean=mean, sd=sd, p=p, each=[d for _, d in pairs])
+                    resolution = max(resolution_of(done[(name, k)], kind) for k, _ in pairs for name in (base, v.name))
+                    mean, sd, p, why = paired_test([d for _, d in pairs], resolution)
+                    each = [d for _, d in pairs]
+                    row["kinds"][kind] = dict(n=len(pairs), mean=mean, sd=sd, p=p, no_p=why, each=each)
             if "score" in row["kinds"]:  # which line each variant's score is, over these pairs
                 paired = [k for k in keys if both(done, v, base, k, "score")]
                 row["score_lines"] = {
@@ -573,6 +604,12 @@ def comparisons(jobs: list[Job], variants: list[Variant]) -> list[dict]:
                 row["verdict"] = verdict(row)
                 result.append(row)
     return result
+
+
+def resolution_of(metrics: dict, kind: str) -> float:
+    """The step of a value as its log wrote it: 0.0001 for 4 decimals; 0 where unknown."""
+    digits = metrics.get("decimals", {}).get(kind)
+    return 0.0 if digits is None else 10.0**-digits
 
 
 def both(done: dict, v: Variant, base: str, key, kind: str) -> bool:
@@ -592,12 +629,14 @@ def verdict(row: dict) -> str:
         what = f"bpb as scored ({ends})"
     n = f"{s['n']} {unit}{'s' if s['n'] > 1 else ''}"
     on = f" (on {row['scope']})" if row["scope"] else ""
-    if s["p"] is None:
-        return f"{b} - {a} = {s['mean']:+.4f} {what}, {n}: no test (needs 2 or more seeds){on}"
-    spread = f"{abs(s['mean']):.4f} ± {s['sd']:.4f} {what}, p={s['p']:.3g}, {n}{on}"
+    d = shown_decimals(s["sd"] if s["p"] is not None else None, 4)
+    sd = f" ± {s['sd']:.{d}f}" if s["sd"] is not None else ""
+    if s["p"] is None:  # no p to judge by: the difference, and why there is no test
+        return f"{b} - {a} = {s['mean']:+.{d}f}{sd} {what}, {n}: no test ({s['no_p']}){on}"
+    spread = f"{abs(s['mean']):.{d}f}{sd} {what}, p={s['p']:.3g}, {n}{on}"
     if s["p"] < P_SIGNIFICANT:
         return f"{b if s['mean'] < 0 else a} better by {spread}"
-    return f"no clear difference: {b} - {a} = {s['mean']:+.4f} ± {s['sd']:.4f} {what}, p={s['p']:.3g}, {n}{on}"
+    return f"no clear difference: {b} - {a} = {s['mean']:+.{d}f}{sd} {what}, p={s['p']:.3g}, {n}{on}"
 
 
 def fmt(value, digits: int = 5) -> str:
@@ -610,7 +649,8 @@ def mean_sd(values: list[float]) -> str:
     if not values:
         return "-"
     mean, sd = recordlib.mean_std(values)
-    return f"{mean:.5f}" + (f" ± {sd:.5f}" if sd is not None else "")
+    d = shown_decimals(sd, 5)
+    return f"{mean:.{d}f}" + (f" ± {sd:.{d}f}" if sd is not None else "")
 
 
 def markdown(jobs: list[Job], variants: list[Variant], rows: list[dict], cmd: str) -> str:
@@ -643,10 +683,15 @@ def markdown(jobs: list[Job], variants: list[Variant], rows: list[dict], cmd: st
                 s = row["kinds"].get(k)
                 if s is None:
                     cells.append("-")
-                else:
-                    sd = f" ± {s['sd']:.5f}" if s["sd"] is not None else ""
-                    cells.append(f"{s['mean']:+.5f}{sd}" + (f" (p={s['p']:.3g})" if s["p"] is not None else ""))
-            cells.append(" ".join(f"{d:+.5f}" for d in row["kinds"]["score"]["each"]))
+                    continue
+                d = shown_decimals(s["sd"] if s["p"] is not None else None, 5)
+                sd = f" ± {s['sd']:.{d}f}" if s["sd"] is not None else ""
+                cells.append(
+                    f"{s['mean']:+.{d}f}{sd} " + (f"(p={s['p']:.3g})" if s["p"] is not None else f"(no p: {s['no_p']})")
+                )
+            score = row["kinds"]["score"]
+            d = shown_decimals(score["sd"] if score["p"] is not None else None, 5)
+            cells.append(" ".join(f"{x:+.{d}f}" for x in score["each"]))
             lines.append(f"| {label} | {n} | " + " | ".join(cells) + " |")
         lines += [""] + [f"- {row['verdict']}" for row in rows]
     return "\n".join(lines) + "\n"
@@ -669,7 +714,7 @@ def plot(jobs: list[Job], variants: list[Variant], path: Path) -> str:
     styles = ["-", "--", ":", "-."]
     fig, ax = plt.subplots(figsize=(9, 5))
     for j in curves:
-        steps, losses = zip(*j.metrics["train_loss"])
+        steps, _, losses = zip(*j.metrics["train_loss"])
         style = styles[seeds.index(j.seed) % len(styles)]
         ax.plot(steps, losses, style, color=colors[j.variant], label=j.name, linewidth=1)
     ax.set_xlabel("step")
@@ -716,7 +761,7 @@ def write_results(out: Path, experiment: dict, jobs: list[Job], rows: list[dict]
         run = dict(name=j.name, variant=j.variant, seed=j.seed, trained=j.trained, status=j.status, reason=j.reason)
         run.update(rc=j.rc, env=j.env, script=str(j.script), artifact=j.env.get("ARTIFACT_PATH", ""))
         run.update(console=str(console_path(out, j)), log=str(out / "logs" / f"{j.name}.txt"))
-        run["metrics"] = {k: v for k, v in j.metrics.items() if k != "train_loss"}
+        run["metrics"] = {k: v for k, v in j.metrics.items() if k not in ("train_loss", "val_loss")}  # curves: the logs
         runs.append(run)
     data = dict(experiment=experiment, runs=runs, comparisons=rows)
     tmp = out / "results.json.tmp"

@@ -321,8 +321,11 @@ def test_ab_on_gpus_runs_each_seeds_pair_at_once_on_its_own_gpu_groups_under_tor
     ours = {"BPB", "SEED", "RUN_ID", "LOG_DIR", "ARTIFACT_PATH", "CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE"}
     assert extra - torchrun == ours  # the variant's, the run's and the GPU group's: nothing of ab.py's own
     assert seen["a_seed1"] != seen["b_seed1"] and seen["a_seed2"] != seen["b_seed2"]  # one rendezvous each
-    # b - a = -0.5 on both seeds: no spread, so the t-test is exact
-    assert "- b better by 0.5000 ± 0.0000 bpb after the round trip, p=0, 2 seeds" in run.stdout
+    # b - a = -0.5 on both seeds: no spread, so no t-test (p=0 would claim a certainty that two pairs cannot give)
+    assert (
+        "- b - a = -0.5000 ± 0.0000 bpb after the round trip, 2 seeds: no test (the 2 differences are all equal)"
+        in (run.stdout)
+    )
 
 
 # ---- pieces ----
@@ -330,11 +333,65 @@ def test_ab_on_gpus_runs_each_seeds_pair_at_once_on_its_own_gpu_groups_under_tor
 
 def test_ab_paired_test_agrees_with_the_t_distribution_written_out():
     diffs = [-0.010, -0.014, -0.009]
-    mean, sd, p = ab.paired_test(diffs)
+    mean, sd, p, why = ab.paired_test(diffs)
     t = mean / (sd / math.sqrt(3))
-    assert p == pytest.approx(1 - abs(t) / math.sqrt(2 + t * t), rel=1e-9)  # two-sided, 2 df: closed form
-    assert ab.paired_test([0.5]) == (0.5, None, None)
-    assert ab.paired_test([0.1, 0.1])[1:] == (0.0, 0.0) and ab.paired_test([0.0, 0.0])[2] == 1.0
+    assert p == pytest.approx(1 - abs(t) / math.sqrt(2 + t * t), rel=1e-9) and why == ""  # two-sided, 2 df
+    assert ab.paired_test([0.5]) == (0.5, None, None, "needs 2 or more pairs")
+    assert ab.paired_test([0.1, 0.1])[1:] == (0.0, None, "the 2 differences are all equal")  # no p=0 claimed
+    assert ab.paired_test([0.0, 0.0])[2] is None
+    assert ab.paired_test(diffs, resolution=0.01)[2:] == (None, "the spread is under the 2 decimals logged")
+
+
+def console(folder: Path, name: str, pre_export: str, roundtrip: str) -> Path:
+    """A console output as train_gpt.py writes it, with the scores given as text (their decimals as logged)."""
+    path = folder / "console" / f"{name}.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "step:1/2 train_loss:6.0000 train_time:100ms step_avg:100.00ms\n"
+        "step:2/2 train_loss:5.0000 train_time:200ms step_avg:100.00ms\n"
+        f"step:2/2 val_loss:5.5 val_bpb:{pre_export} weights:raw train_time:200ms step_avg:100.00ms\n"
+        f"artifact:{name}.ptz sha256:{'0' * 64} code_bytes:1\n"
+        f"final_int8_zlib_roundtrip_exact val_loss:5.50000000 val_bpb:{roundtrip}\n"
+    )
+    return path
+
+
+def test_ab_pair_table_keeps_what_differs_below_the_fourth_decimal_and_gives_no_p_without_spread(tmp_path):
+    variants = [ab.Variant("base", {}), ab.Variant("mine", {"X": "1"})]
+    # before export at 8 decimals (what the trainer will log): the differences -0.00220129 and -0.00220388 differ
+    # in the sixth decimal; the round trip's at 4 decimals: -0.0022 and -0.0023, a spread of rounding only
+    values = dict(
+        base_seed1=("1.23450000", "1.2345"),
+        mine_seed1=("1.23229871", "1.2323"),
+        base_seed2=("1.30000000", "1.3000"),
+        mine_seed2=("1.29779612", "1.2977"),
+    )
+    jobs = []
+    for name, (pre, roundtrip) in values.items():
+        job = ab.Job(name.split("_")[0], int(name[-1]), name, {}, Path("t.py"))
+        job.status, job.reason, job.metrics = ab.read_run(console(tmp_path, name, pre, roundtrip))
+        assert job.status == "finished" and job.metrics["decimals"] == dict(pre_export=8, roundtrip=4, score=4)
+        jobs.append(job)
+    assert jobs[1].metrics["pre_export"] == 1.23229871  # all the digits the log has
+    (row,) = ab.comparisons(jobs, variants)
+    pre = row["kinds"]["pre_export"]
+    diffs = [1.23229871 - 1.2345, 1.29779612 - 1.3]
+    mean, sd = sum(diffs) / 2, abs(diffs[0] - diffs[1]) / math.sqrt(2)
+    assert pre["each"] == pytest.approx(diffs, abs=1e-12) and pre["sd"] == pytest.approx(sd, rel=1e-6)
+    assert pre["p"] == pytest.approx(1 - 2 / math.pi * math.atan(abs(mean) / (sd / math.sqrt(2))), rel=1e-6)
+    assert row["kinds"]["score"]["p"] is None and row["kinds"]["roundtrip"]["p"] is None  # not p=0
+    table = ab.markdown(jobs, variants, [row], "cmd")
+    (line,) = [x for x in table.splitlines() if x.startswith("| mine - base | 2 | ")]
+    cells = [c.strip() for c in line.split("|")[1:-1]]
+    assert cells[2] == f"{mean:+.7f} ± {sd:.7f} (p={pre['p']:.3g})" and cells[2].startswith("-0.0022026 ± 0.0000018 ")
+    assert cells[3] == cells[4] == "-0.00225 ± 0.00007 (no p: the spread is under the 4 decimals logged)"
+    assert cells[5] == "-0.00220 -0.00230"  # each pair's score difference
+    mean, sd = row["kinds"]["score"]["mean"], row["kinds"]["score"]["sd"]
+    assert row["verdict"] == (
+        f"mine - base = {mean:+.4f} ± {sd:.4f} bpb after the round trip, 2 seeds: no test (the spread is under the 4 "
+        "decimals logged)"
+    )
+    assert ab.paired_test([-0.0022, -0.0022])[2:] == (None, "the 2 differences are all equal")
 
 
 def test_ab_waves_keep_a_seeds_variants_together():
@@ -383,7 +440,7 @@ def test_ab_runs_a_packed_record_with_fa3_replaced_each_run_in_a_folder_of_its_o
     for name, iterations in (("a_seed1", "10"), ("b_seed1", "20")):
         assert (tmp_path / "out" / "work" / name / "final_model.int6.ptz").read_text() == iterations
     assert (
-        "- b - a = -0.0500 bpb on sliding windows, 1 seed: no test (needs 2 or more seeds)" in run.stdout
+        "- b - a = -0.0500 bpb on sliding windows, 1 seed: no test (needs 2 or more pairs)" in run.stdout
     )  # no spread claimed
     row = results(tmp_path / "out")["comparisons"][0]
     assert row["kinds"]["sliding_window"]["mean"] == pytest.approx(1 / 20 - 1 / 10, abs=1e-8)
@@ -398,7 +455,9 @@ RECORD_LOG = (
 def test_ab_reads_every_score_of_a_records_log():
     status, reason, metrics = ab.read_run(RECORD_LOG)
     assert (status, reason) == ("finished", "")
-    del metrics["train_loss"]
+    assert metrics.pop("train_loss")[-1] == [4500, 582000.0, 2.7622]  # (step, training ms, loss): minutes logged
+    assert metrics.pop("val_loss") == [[0, 0.0, 9.009], [4000, 504000.0, 2.8722], [4550, 588047.0, 2.8119]]
+    assert metrics.pop("decimals") == dict(pre_export=8, roundtrip=8, sliding_window=8, ttt=8, score=8)
     assert metrics == dict(
         steps=4550,
         step_avg_ms=129.24,  # 588047 ms of training (its stopping_early line) over 4550 steps
@@ -408,4 +467,5 @@ def test_ab_reads_every_score_of_a_records_log():
         sliding_window=1.08286335,
         ttt=1.08079352,
         score=1.08079352,
+        score_kind="ttt",
     )
