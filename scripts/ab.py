@@ -697,30 +697,84 @@ def markdown(jobs: list[Job], variants: list[Variant], rows: list[dict], cmd: st
     return "\n".join(lines) + "\n"
 
 
-def plot(jobs: list[Job], variants: list[Variant], path: Path) -> str:
-    """Every run's train loss against step in one PNG; a note instead when matplotlib is missing or nothing trained."""
+def plot_series(jobs: list[Job], variants: list[Variant]) -> dict | None:
+    """What train_loss.png draws, matplotlib or not: each run's train loss by step and by training seconds (a variant
+    slower per step ends further right there), its validation losses, and the y range of the part where runs differ
+    (after the first steps' fall: the first 50, or a fifth of a shorter run, or a tenth of a longer one). None: no
+    run has logged a train loss."""
     curves = [j for j in jobs if j.metrics.get("train_loss")]
     if not curves:
-        return "plot: no train_loss lines to plot"
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "plot: skipped, matplotlib is not installed (pip install matplotlib)"
+        return None
     colors = {v.name: f"C{i % 10}" for i, v in enumerate(variants)}
     seeds = list(dict.fromkeys(j.seed for j in jobs))
-    styles = ["-", "--", ":", "-."]
-    fig, ax = plt.subplots(figsize=(9, 5))
+    last = max(point[0] for j in curves for point in j.metrics["train_loss"])
+    skip = max(min(50, last // 5), last // 10)
+    series, shown = [], []
     for j in curves:
-        steps, _, losses = zip(*j.metrics["train_loss"])
-        style = styles[seeds.index(j.seed) % len(styles)]
-        ax.plot(steps, losses, style, color=colors[j.variant], label=j.name, linewidth=1)
-    ax.set_xlabel("step")
-    ax.set_ylabel("train loss")
-    ax.legend(fontsize=7)
+        train, val = j.metrics["train_loss"], j.metrics.get("val_loss", [])
+        series.append(
+            dict(
+                name=j.name,
+                color=colors[j.variant],
+                style=["-", "--", ":", "-."][seeds.index(j.seed) % 4],
+                steps=[step for step, _, _ in train],
+                seconds=[None if ms is None else ms / 1000 for _, ms, _ in train],
+                loss=[loss for _, _, loss in train],
+                val_steps=[step for step, _, _ in val],
+                val_seconds=[None if ms is None else ms / 1000 for _, ms, _ in val],
+                val_loss=[loss for _, _, loss in val],
+            )
+        )
+        shown += [loss for step, _, loss in train + val if step > skip and math.isfinite(loss)]
+    shown = shown or [loss for s in series for loss in s["loss"] if math.isfinite(loss)] or [0.0]
+    low, high = min(shown), max(shown)
+    pad = 0.05 * (high - low) or 0.01 * abs(high) or 0.01
+    return dict(series=series, ylim=(low - pad, high + pad), after_step=skip)
+
+
+def figure(data: dict):
+    """The plot_series data as a matplotlib figure: train loss against step (left) and training time (right), one
+    color a variant, one line style a seed, validation losses as dots."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
+    for s in data["series"]:
+        panels = [
+            (axes[0], s["steps"], s["loss"], s["val_steps"], s["val_loss"]),
+            (axes[1], s["seconds"], s["loss"], s["val_seconds"], s["val_loss"]),
+        ]
+        for ax, x, y, val_x, val_y in panels:  # a point without a time (none logged) is left off the right panel
+            points = [(a, b) for a, b in zip(x, y) if a is not None]
+            val = [(a, b) for a, b in zip(val_x, val_y) if a is not None]
+            if points:
+                ax.plot(*zip(*points), s["style"], color=s["color"], label=s["name"], linewidth=1)
+            if val:
+                ax.plot(*zip(*val), "o", color=s["color"], markersize=4)
+    axes[0].set_xlabel("step")
+    axes[1].set_xlabel("training time (s)")
+    axes[0].set_ylabel("train loss (dots: validation loss)")
+    axes[0].set_ylim(*data["ylim"])
+    axes[0].set_title(f"y range: the losses after step {data['after_step']}", fontsize=9)
+    axes[0].legend(fontsize=7)
     fig.tight_layout()
+    return fig
+
+
+def plot(jobs: list[Job], variants: list[Variant], path: Path) -> str:
+    """train_loss.png (figure); a note instead when matplotlib is missing or nothing trained."""
+    data = plot_series(jobs, variants)
+    if data is None:
+        return "plot: no train_loss lines to plot"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return "plot: skipped, matplotlib is not installed (pip install matplotlib)"
+    import matplotlib.pyplot as plt
+
+    fig = figure(data)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return f"plot: {path}"

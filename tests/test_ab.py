@@ -404,6 +404,51 @@ def test_ab_waves_keep_a_seeds_variants_together():
     assert [len(w) for w in ab.waves(jobs[:2], 1)] == [1, 1]  # 1 slot: they cannot run at once
 
 
+def two_paces() -> tuple[list, list]:
+    """Two runs of 100 steps, the second 1.5 times slower a step and a little better a step; validation at 0 and
+    at the end."""
+    variants = [ab.Variant("base", {}), ab.Variant("slow", {"X": "1"})]
+    jobs = []
+    for name, ms_a_step, floor in (("base", 100, 3.0), ("slow", 150, 2.9)):
+        job = ab.Job(name, 1, f"{name}_seed1", {}, Path("t.py"), status="finished")
+        loss = [floor + 7 * math.exp(-step / 5) for step in range(101)]
+        job.metrics["train_loss"] = [[step, step * ms_a_step, loss[step]] for step in range(1, 101)]
+        job.metrics["val_loss"] = [[0, 0.0, 10.0], [100, 100 * ms_a_step, floor + 0.05]]
+        jobs.append(job)
+    return jobs, variants
+
+
+def test_ab_plot_data_by_step_and_by_time_fitted_to_where_runs_differ():
+    jobs, variants = two_paces()
+    data = ab.plot_series(jobs, variants)
+    base, slow = data["series"]
+    assert base["seconds"][-1] == 10.0 and slow["seconds"][-1] == 15.0  # slower a step: further right in time
+    assert base["steps"][-1] == slow["steps"][-1] == 100  # the same by step
+    assert (
+        slow["val_steps"] == [0, 100]
+        and slow["val_seconds"] == [0.0, 15.0]
+        and slow["val_loss"] == pytest.approx([10.0, 2.95])
+    )
+    assert data["after_step"] == 20  # the first fifth of a 100-step run: its fall from 10 is not what differs
+    low, high = data["ylim"]
+    assert 2.8 < low < 2.9 and 3.05 < high < 3.2  # the losses after step 20 (3.105 at step 21), not the 10 at step 0
+    assert ab.plot_series([ab.Job("base", 1, "base_seed1", {}, Path("t.py"))], variants) is None  # nothing trained
+
+
+def test_ab_plot_draws_loss_by_step_and_by_time_with_validation_dots(tmp_path):
+    pytest.importorskip("matplotlib")  # optional (CI has none): then the data test above is the check
+    jobs, variants = two_paces()
+    data = ab.plot_series(jobs, variants)
+    fig = ab.figure(data)
+    by_step, by_time = fig.axes
+    assert (by_step.get_xlabel(), by_time.get_xlabel()) == ("step", "training time (s)")
+    assert by_step.get_ylim() == by_time.get_ylim() == pytest.approx(data["ylim"])
+    assert by_time.get_xlim()[1] >= 15.0 and by_step.get_xlim()[1] < 110
+    for ax in (by_step, by_time):  # two curves, each with its validation dots
+        assert [line.get_marker() for line in ax.get_lines()] == ["None", "o", "None", "o"]
+    assert "plot: " in ab.plot(jobs, variants, tmp_path / "p.png") and (tmp_path / "p.png").stat().st_size > 10_000
+
+
 FAKE_RECORD = """import os
 import torch.nn.functional as F
 from flash_attn_interface import flash_attn_func as flash_attn_3_func
