@@ -25,7 +25,9 @@ and a one-line verdict; a table as Markdown, the train-loss curves as a PNG. Run
 
 Every variable reaches the trainer as the environment does (the shell's, then --common, then the variant's); ab.py
 sets only SEED, RUN_ID, LOG_DIR, ARTIFACT_PATH (and EVAL_ONLY) per run, CUDA_VISIBLE_DEVICES and NCCL_NVLS_ENABLE=0
-per GPU group. Before anything runs, each variant's config is resolved by the trainer itself (its Hyperparameters,
+per GPU group, and one compile cache for all runs of the experiment (TORCHINDUCTOR_CACHE_DIR=OUT/inductor_cache,
+TORCHINDUCTOR_FX_GRAPH_CACHE=1, TORCHINDUCTOR_AUTOGRAD_CACHE=1; each only where neither the shell nor --common sets
+it): the first run compiles, the others load its kernels, the same code (results.json's compile_cache). Before anything runs, each variant's config is resolved by the trainer itself (its Hyperparameters,
 imported in a subprocess); settings that differ from the first variant's are printed, those the variants did not set
 marked, and a variant the trainer refuses stops the command with the trainer's message. A seed's variants run at the
 same time (one wave), so each pair shares the machine's state. --out DIR holds console/RUN.txt (each run's output),
@@ -251,6 +253,17 @@ def prepare_script(variant: Variant, out: Path) -> Path | None:
     return out / "scripts" / f"{variant.name}.py"
 
 
+def compile_cache(out: Path, common: dict[str, str]) -> dict[str, str]:
+    """The inductor cache variables ab.py adds to every run: one cache for the experiment, so its runs compile once
+    (a cache hit loads the same generated code: results do not change). Those the shell or --common set are theirs."""
+    cache = dict(
+        TORCHINDUCTOR_CACHE_DIR=str(out.resolve() / "inductor_cache"),
+        TORCHINDUCTOR_FX_GRAPH_CACHE="1",
+        TORCHINDUCTOR_AUTOGRAD_CACHE="1",
+    )
+    return {k: v for k, v in cache.items() if k not in os.environ and k not in common}
+
+
 def plan_jobs(cli, variants: list[Variant], seeds: list[int], trained: list[dict]) -> list[Job]:
     """Every run, seed-major (a seed's variants side by side). --eval-only: every variant on every trained run."""
     common, out, jobs = cli.common_env, cli.out.resolve(), []
@@ -260,7 +273,9 @@ def plan_jobs(cli, variants: list[Variant], seeds: list[int], trained: list[dict
                 if base is not None and base["seed"] != seed:
                     continue
                 name = f"{v.name}_on_{base['name']}" if base else f"{v.name}_seed{seed}"
-                env = dict(base["env"]) if base else {}
+                env = dict(base["env"]) if base else {}  # the trained run's settings, less its experiment's cache
+                env = {k: x for k, x in env.items() if k not in base.get("compile_cache", {})} if base else env
+                env.update(cli.compile_cache)
                 env.update(common)
                 env.update(v.env)
                 env.update(SEED=str(seed), RUN_ID=name, LOG_DIR=str(out / "logs"))
@@ -284,6 +299,8 @@ def load_trained(folder: Path, seeds: list[int] | None) -> tuple[list[dict], lis
     if results["experiment"]["mode"] != "train":
         raise UsageError(f"--eval-only {folder} holds an evaluation A/B: name the folder of the runs that trained.")
     runs = [r for r in results["runs"] if r["status"] == "finished" and Path(r["artifact"]).is_file()]
+    for r in runs:
+        r["compile_cache"] = results.get("compile_cache", {})  # what ab.py added: not the trained run's setting
     if seeds is not None:
         runs = [r for r in runs if r["seed"] in seeds]
     if not runs:
@@ -809,7 +826,8 @@ def check_out(out: Path, experiment: dict) -> None:
         raise UsageError(f"--out {out} is not empty and holds no ab.py results.json: choose a new or empty folder.")
 
 
-def write_results(out: Path, experiment: dict, jobs: list[Job], rows: list[dict]) -> None:
+def write_results(out: Path, header: dict, jobs: list[Job], rows: list[dict]) -> None:
+    """results.json: the header (experiment, what ab.py added), every run, the comparisons."""
     runs = []
     for j in jobs:
         run = dict(name=j.name, variant=j.variant, seed=j.seed, trained=j.trained, status=j.status, reason=j.reason)
@@ -817,7 +835,7 @@ def write_results(out: Path, experiment: dict, jobs: list[Job], rows: list[dict]
         run.update(console=str(console_path(out, j)), log=str(out / "logs" / f"{j.name}.txt"))
         run["metrics"] = {k: v for k, v in j.metrics.items() if k not in ("train_loss", "val_loss")}  # curves: the logs
         runs.append(run)
-    data = dict(experiment=experiment, runs=runs, comparisons=rows)
+    data = dict(header, runs=runs, comparisons=rows)
     tmp = out / "results.json.tmp"
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     tmp.replace(out / "results.json")  # whole or not at all: an interrupt leaves the last complete one
@@ -930,7 +948,8 @@ class Raw(argparse.RawDescriptionHelpFormatter):
 
 
 def prepare(cli) -> tuple[list[Variant], list[Job], dict, list[str]]:
-    """Everything checked before any run: (variants, jobs, experiment, config lines); a UsageError otherwise."""
+    """Everything checked before any run: (variants, jobs, results.json's header, lines to print); a UsageError
+    otherwise."""
     variants = parse_variants(cli)
     cli.common_env = parse_assignments(cli.common, "--common")
     trained = []
@@ -952,13 +971,24 @@ def prepare(cli) -> tuple[list[Variant], list[Job], dict, list[str]]:
     if unknown:
         raise UsageError(f"--val {unknown[0]}=...: {cli.eval_only} has no trained variant {unknown[0]}.")
     cli.val_for = lambda variant: vals.get(variant, vals.get("*"))  # None: the trained run's own DATA_PATH
+    cli.compile_cache = compile_cache(cli.out, cli.common_env)
     for v in variants:
         v.script = prepare_script(v, cli.out.resolve()) if v.script else None
     jobs = plan_jobs(cli, variants, seeds, trained)
     experiment = experiment_of(cli, variants)
     check_out(cli.out, experiment)
     lines = compare_configs(variants, jobs, resolve_configs(jobs))
-    return variants, jobs, experiment, lines
+    header = dict(experiment=experiment, compile_cache=cli.compile_cache)
+    if cli.compile_cache:
+        where = cli.compile_cache.get("TORCHINDUCTOR_CACHE_DIR", "the cache folder you set")
+        lines.append(
+            f"compile cache: one for all runs, {where} ("
+            + " ".join(f"{k}={v}" for k, v in cli.compile_cache.items())
+            + ")"
+        )
+    else:
+        lines.append("compile cache: yours (TORCHINDUCTOR_CACHE_DIR, _FX_GRAPH_CACHE and _AUTOGRAD_CACHE set)")
+    return variants, jobs, header, lines
 
 
 def interrupt(signum, frame):
@@ -971,7 +1001,7 @@ def main(argv=None) -> int:
     cli = parse_args(argv)
     try:
         slots, where = make_slots(cli)
-        variants, jobs, experiment, config_lines = prepare(cli)
+        variants, jobs, header, config_lines = prepare(cli)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -1004,7 +1034,7 @@ def main(argv=None) -> int:
     cmd = "python3 scripts/ab.py " + shlex.join(sys.argv[1:] if argv is None else argv)
 
     def save():
-        write_results(out, experiment, jobs, comparisons(jobs, variants))
+        write_results(out, header, jobs, comparisons(jobs, variants))
 
     save()
     completed = run_all(pending, slots, out, save)

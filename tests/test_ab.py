@@ -292,7 +292,8 @@ class Hyperparameters:
         return cls(float(env.get("BPB", "1.0")), int(env["SEED"]))  # exact in binary: so are the differences
 if __name__ == "__main__" and os.environ.get("RANK", "0") == "0":
     args = Hyperparameters.from_env(os.environ)
-    keys = ("CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE", "MASTER_PORT", "WORLD_SIZE")
+    keys = ("CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE", "MASTER_PORT", "WORLD_SIZE", "TORCHINDUCTOR_CACHE_DIR",
+            "TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE")
     json.dump(sorted(os.environ), open("env.json", "w"))
     print("fake " + " ".join(f"{k.lower()}:{os.environ.get(k)}" for k in keys) + f" cwd:{os.getcwd()}", flush=True)
     print(f"final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:{args.bpb + 0.25 * args.seed:.8f}")
@@ -303,8 +304,14 @@ def test_ab_on_gpus_runs_each_seeds_pair_at_once_on_its_own_gpu_groups_under_tor
     (tmp_path / "fake.py").write_text(FAKE_TRAINER)
     args = ["--out", "out", "--gpus", "0,1,2,3", "--nproc", "2", "--seeds", "1", "2", "--variant", "a", "BPB=1.0"]
     args += ["--variant", "b", "BPB=0.5", "--script", "a=fake.py", "--script", "b=fake.py"]
+    fake_host["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"  # the user's: kept
     run = ab_run(args, tmp_path, env=fake_host)
     assert run.returncode == 0, run.stdout + run.stderr
+    cache = str(tmp_path / "out" / "inductor_cache")  # one compile cache for the experiment's runs
+    assert f"compile cache: one for all runs, {cache} (TORCHINDUCTOR_CACHE_DIR={cache}" in run.stdout
+    assert results(tmp_path / "out")["compile_cache"] == dict(
+        TORCHINDUCTOR_CACHE_DIR=cache, TORCHINDUCTOR_AUTOGRAD_CACHE="1"
+    )
     assert "gpus: 2 runs at a time, 2 GPU(s) each: [[0, 1], [2, 3]] (NVIDIA H100 80GB HBM3)" in run.stdout
     starts = re.findall(r"^start (\w+) \(gpus ([\d,]+)\)$", run.stdout, re.M)
     assert starts == [("a_seed1", "0,1"), ("b_seed1", "2,3"), ("a_seed2", "0,1"), ("b_seed2", "2,3")]
@@ -315,10 +322,13 @@ def test_ab_on_gpus_runs_each_seeds_pair_at_once_on_its_own_gpu_groups_under_tor
         fake = dict(t.split(":", 1) for t in re.search(r"^fake (.*)$", text, re.M).group(1).split(" "))
         assert fake["cuda_visible_devices"] == gpus and fake["nccl_nvls_enable"] == "0" and fake["world_size"] == "2"
         assert fake["cwd"] == str(tmp_path / "out" / "work" / name)  # not ours: a folder of its own for what it writes
+        assert fake["torchinductor_cache_dir"] == cache and fake["torchinductor_fx_graph_cache"] == "0"
+        assert fake["torchinductor_autograd_cache"] == "1"
         seen[name] = int(fake["master_port"])
     extra = set(json.loads((tmp_path / "out" / "work" / "a_seed1" / "env.json").read_text())) - set(fake_host)
     torchrun = {name for name in extra if name.startswith(TORCHRUN_PREFIXES)}  # what torchrun adds
     ours = {"BPB", "SEED", "RUN_ID", "LOG_DIR", "ARTIFACT_PATH", "CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE"}
+    ours |= {"TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_AUTOGRAD_CACHE"}
     assert extra - torchrun == ours  # the variant's, the run's and the GPU group's: nothing of ab.py's own
     assert seen["a_seed1"] != seen["b_seed1"] and seen["a_seed2"] != seen["b_seed2"]  # one rendezvous each
     # b - a = -0.5 on both seeds: no spread, so no t-test (p=0 would claim a certainty that two pairs cannot give)
