@@ -298,7 +298,9 @@ def load_trained(folder: Path, seeds: list[int] | None) -> tuple[list[dict], lis
     results = json.loads(path.read_text())
     if results["experiment"]["mode"] != "train":
         raise UsageError(f"--eval-only {folder} holds an evaluation A/B: name the folder of the runs that trained.")
-    runs = [r for r in results["runs"] if r["status"] == "finished" and Path(r["artifact"]).is_file()]
+    runs = [
+        r for r in results["runs"] if r["status"] == "finished" and r.get("rc") == 0 and Path(r["artifact"]).is_file()
+    ]
     for r in runs:
         r["compile_cache"] = results.get("compile_cache", {})  # what ab.py added: not the trained run's setting
     if seeds is not None:
@@ -511,9 +513,11 @@ def console_path(out: Path, job: Job) -> Path:
     return out / "console" / f"{job.name}.txt"
 
 
-def read_run(path: Path) -> tuple[str, str, dict]:
-    """(status, reason, metrics) of a run from its console output: finished once it has a score and no error.
-    Each score keeps the decimals it was logged with (metrics["decimals"]): the statistics know their resolution."""
+def read_run(path: Path, rc: int | None = 0) -> tuple[str, str, dict]:
+    """(status, reason, metrics) of a run from its console output and exit status (None: not recorded): finished
+    once it has exited 0 with a score and no error. A run killed while it scored on (kill -9 during the sliding
+    windows) has a round trip's score line: it failed. Each score keeps the decimals it was logged with
+    (metrics["decimals"]): the statistics know their resolution."""
     if not path.is_file():
         return "pending", "", {}
     _, body = recordlib.split_head(path.read_text(encoding="utf-8", errors="replace"))
@@ -559,10 +563,37 @@ def read_run(path: Path) -> tuple[str, str, dict]:
     failure = [line.strip() for line in lines if FAILED.match(line.strip())]
     if failure:
         return "failed", failure[-1], metrics
+    tail = [line.strip() for line in lines if line.strip()]
+    if rc is None:
+        return "failed", "its exit status was not recorded (ab.py stopped before the run did)", metrics
+    if rc != 0:
+        after = (
+            f"after its {KINDS[metrics['score_kind']][0]} score" if "score" in metrics else (tail or ["no output"])[-1]
+        )
+        return "failed", f"exit {exit_text(rc)}: {after}", metrics
     if "score" in metrics:
         return "finished", "", metrics
-    tail = [line.strip() for line in lines if line.strip()]
     return "failed", (tail[-1] if tail else "no output"), metrics
+
+
+def exit_text(rc: int) -> str:
+    """An exit status as a person reads it: -9 (SIGKILL) for a signal."""
+    if rc < 0:
+        try:
+            return f"{rc} ({signal.Signals(-rc).name})"
+        except ValueError:
+            pass
+    return str(rc)
+
+
+def reason_text(job: Job) -> str:
+    """Why a run is not finished, once: its status word not repeated (interrupted: interrupted: ...), never empty."""
+    if job.status == "pending":
+        return job.reason or "not started (ab.py stopped before its turn)"
+    reason = job.reason.strip()
+    if reason.startswith(f"{job.status}:"):
+        reason = reason[len(job.status) + 1 :].strip()
+    return reason or "no reason in its output (see its console file)"
 
 
 # ==== Statistics and the report =====================================================================================
@@ -677,7 +708,7 @@ def markdown(jobs: list[Job], variants: list[Variant], rows: list[dict], cmd: st
     for j in jobs:
         m = j.metrics
         cells = [j.name, str(j.seed), fmt(m.get("steps")), fmt(m.get("step_avg_ms"), 1), fmt(m.get("peak_mib"))]
-        cells += [fmt(m.get(k)) for k in kinds] + [j.status + (f": {j.reason}" if j.status != "finished" else "")]
+        cells += [fmt(m.get(k)) for k in kinds] + [j.status + (f": {reason_text(j)}" if j.status != "finished" else "")]
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     if not kinds:  # no run has scored: nothing to average or compare
         return "\n".join(lines) + "\n"
@@ -874,9 +905,7 @@ def run_all(pending: list[Job], slots: list[Slot], out: Path, save) -> bool:
                     if proc.poll() is not None:
                         del running[name]
                         job.rc = proc.returncode
-                        job.status, job.reason, job.metrics = read_run(console_path(out, job))
-                        if job.status == "finished" and job.rc != 0:
-                            job.reason = f"exit {job.rc} after its score"
+                        job.status, job.reason, job.metrics = read_run(console_path(out, job), job.rc)
                         print(line_of(job, time.time() - t0), flush=True)
                         save()
     except KeyboardInterrupt:  # the runs under way are stopped as the trainer stops on SIGTERM (it logs where)
@@ -889,7 +918,7 @@ def run_all(pending: list[Job], slots: list[Slot], out: Path, save) -> bool:
                 with_signal(proc, signal.SIGKILL)
                 proc.wait()
             job.rc = proc.returncode
-            job.status, job.reason, job.metrics = read_run(console_path(out, job))
+            job.status, job.reason, job.metrics = read_run(console_path(out, job), job.rc)
             if job.status != "finished":
                 job.status, job.reason = "interrupted", job.reason or "stopped by ab.py"
         save()
@@ -909,7 +938,7 @@ def line_of(job: Job, seconds: float | None = None) -> str:
     m = job.metrics
     took = f" in {seconds:.0f}s" if seconds is not None else ""
     if job.status != "finished":
-        return f"{job.status} {job.name}{took}: {job.reason} (console/{job.name}.txt)"
+        return f"{job.status} {job.name}{took}: {reason_text(job)} (console/{job.name}.txt)"
     scores = " ".join(f"{k}:{m[k]:.4f}" for k in KINDS if k in m)
     return f"finished {job.name}{took}: steps:{m.get('steps', '-')} {scores}"
 
@@ -1013,14 +1042,18 @@ def main(argv=None) -> int:
     print("\n".join(config_lines))
     before = json.loads((out / "results.json").read_text())["runs"] if (out / "results.json").is_file() else []
     interrupted = {r["name"] for r in before if r["status"] == "interrupted"}
+    exits = {r["name"]: r.get("rc") for r in before}  # a run is finished only if it exited 0
     for job in jobs:
-        job.status, job.reason, job.metrics = read_run(console_path(out, job))
+        job.rc = exits.get(job.name)
+        job.status, job.reason, job.metrics = read_run(console_path(out, job), job.rc)
     pending = [j for j in jobs if j.status != "finished"]
     for job in jobs:
         if job.status == "finished":
             print(f"done before: {line_of(job)}")
         elif job.status != "pending":
-            print(f"rerun {job.name}: it {'was interrupted' if job.name in interrupted else 'failed'}: {job.reason}")
+            print(
+                f"rerun {job.name}: it {'was interrupted' if job.name in interrupted else 'failed'}: {reason_text(job)}"
+            )
     print(f"runs: {len(jobs)}, to run: {len(pending)} in {len(waves(pending, len(slots)))} wave(s) of <= {len(slots)}")
     if cli.plan:
         for job in pending:
@@ -1046,7 +1079,7 @@ def main(argv=None) -> int:
     print(plot(jobs, variants, out / "train_loss.png"))
     failed = [j for j in jobs if j.status != "finished"]
     for job in failed:
-        print(f"not finished: {job.name}: {job.reason}")
+        print(f"not finished: {job.name}: {reason_text(job)}")
     if not completed:
         print("interrupted: the finished runs are kept; run the same command again to run the others")
         return 130

@@ -338,6 +338,58 @@ def test_ab_on_gpus_runs_each_seeds_pair_at_once_on_its_own_gpu_groups_under_tor
     )
 
 
+# ---- runs of a fake trainer on the CPU: what ab.py does with how a run ends, and with what made it ----
+
+FAKE_RUNNER = """
+import dataclasses, os, signal, time
+LR = 0.02  # a default a test edits
+@dataclasses.dataclass
+class Hyperparameters:
+    bpb: float = 1.0
+    lr: float = LR
+    seed: int = 0
+    sleep: float = 0.0
+    kill: int = 0
+    @classmethod
+    def from_env(cls, env):
+        get = lambda name, default: type(default)(env.get(name, default))
+        return cls(get("BPB", 1.0), get("LR", LR), get("SEED", 0), get("SLEEP", 0.0), get("KILL", 0))
+if __name__ == "__main__":
+    args = Hyperparameters.from_env(os.environ)
+    open("pid", "w").write(str(os.getpid()))  # in out/work/RUN_ID/
+    time.sleep(args.sleep)
+    score = args.bpb + args.lr + args.seed / 8
+    print(f"final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:{score + 0.01:.8f}", flush=True)
+    if args.kill:  # killed while it scores on sliding windows
+        os.kill(os.getpid(), signal.SIGKILL)
+    print(f"final_int8_zlib_sliding_window_exact val_loss:2.0 val_bpb:{score:.8f}", flush=True)
+"""
+
+
+def fake_runs(tmp_path: Path, *variants: str) -> list[str]:
+    """ab.py's arguments for runs of FAKE_RUNNER (fake.py), two at a time on the CPU; variants as NAME VAR=VALUE."""
+    (tmp_path / "fake.py").write_text(FAKE_RUNNER)
+    args = ["--slots", "2", "--out", "out"]
+    for variant in variants:
+        name, *settings = variant.split()
+        args += ["--variant", name, *settings, "--script", f"{name}=fake.py"]
+    return args
+
+
+def test_ab_a_run_killed_after_its_round_trip_score_is_not_finished_and_reruns(tmp_path):
+    args = fake_runs(tmp_path, "a", "b KILL=1") + ["--seeds", "1"]
+    run = ab_run(args, tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert re.search(r"^failed b_seed1 in \d+s: exit -9 \(SIGKILL\): after its round trip score ", run.stdout, re.M)
+    runs = {r["name"]: (r["status"], r["rc"]) for r in results(tmp_path / "out")["runs"]}
+    assert runs == dict(a_seed1=("finished", 0), b_seed1=("failed", -9))
+    assert results(tmp_path / "out")["comparisons"] == []  # its round trip is not its score
+    again = ab_run(args, tmp_path)
+    assert "done before: finished a_seed1" in again.stdout and "start a_seed1" not in again.stdout
+    assert "rerun b_seed1: it failed: exit -9 (SIGKILL): after its round trip score" in again.stdout
+    assert "start b_seed1" in again.stdout, again.stdout
+
+
 # ---- pieces ----
 
 
@@ -412,6 +464,28 @@ def test_ab_waves_keep_a_seeds_variants_together():
     ]
     assert [len(w) for w in ab.waves(jobs, 3)] == [2, 2, 2]  # 3 slots: never one seed's pair split across waves
     assert [len(w) for w in ab.waves(jobs[:2], 1)] == [1, 1]  # 1 slot: they cannot run at once
+
+
+def test_ab_an_interrupted_run_shows_no_score_and_says_why_once(tmp_path):
+    path = tmp_path / "console" / "base_seed2.txt"
+    path.parent.mkdir()
+    path.write_text(
+        "step:0/6 val_loss:6.2 val_bpb:4.9000 weights:raw train_time:0ms step_avg:0.00ms\n"  # VAL_LOSS_EVERY's
+        "step:1/6 train_loss:6.1000 train_time:100ms step_avg:100.00ms\n"
+        "interrupted:SIGTERM step:1/6 train_time:150ms\n"
+        "interrupted: SIGTERM; the log's last line says where the run was\n"
+    )
+    job = ab.Job("base", 2, "base_seed2", {}, Path("t.py"), rc=143)
+    job.status, job.reason, job.metrics = ab.read_run(path, job.rc)
+    assert job.status == "failed" and "pre_export" not in job.metrics  # step 0's validation is not a score
+    assert job.metrics["val_loss"] == [[0, 0.0, 6.2]]  # (for the plot)
+    job.status = "interrupted"  # as ab.py marks the runs it stopped
+    pending = ab.Job("lr04", 2, "lr04_seed2", {}, Path("t.py"))  # not started before ab.py stopped
+    table = ab.markdown([job, pending], [ab.Variant("base", {}), ab.Variant("lr04", {})], [], "cmd")
+    assert "| interrupted: SIGTERM; the log's last line says where the run was |" in table
+    assert "interrupted: interrupted" not in table and ab.line_of(job).startswith("interrupted base_seed2: SIGTERM;")
+    assert ab.reason_text(pending) == "not started (ab.py stopped before its turn)"
+    assert ab.read_run(path, None)[0] == "failed"
 
 
 def two_paces() -> tuple[list, list]:
