@@ -43,6 +43,7 @@ the variant's); --val [TRAINED_VARIANT=]PATH scores them on another validation s
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -163,6 +164,7 @@ class Job:
     reason: str = ""
     rc: int | None = None
     metrics: dict = field(default_factory=dict)
+    artifact_sha256: str = ""  # of the artifact a finished run wrote (or scored), as ab.py found it then
 
     @property
     def pair_key(self) -> tuple[str, int]:  # the runs of one key, one a variant, are a pair
@@ -291,23 +293,56 @@ def plan_jobs(cli, variants: list[Variant], seeds: list[int], trained: list[dict
 
 
 def load_trained(folder: Path, seeds: list[int] | None) -> tuple[list[dict], list[int]]:
-    """--eval-only: the finished runs of a training experiment (its results.json), those of --seeds if given."""
+    """--eval-only: the finished runs of a training experiment (its results.json), those of --seeds if given. Each
+    artifact is found in that folder, wherever it has moved (not at the absolute path it was written to, where
+    another experiment may have trained since), and must be the one its run wrote (its sha256)."""
     path = folder / "results.json"
     if not path.is_file():
         raise UsageError(f"--eval-only {folder}: no results.json there: name the --out folder of a training ab.py run.")
     results = json.loads(path.read_text())
     if results["experiment"]["mode"] != "train":
         raise UsageError(f"--eval-only {folder} holds an evaluation A/B: name the folder of the runs that trained.")
-    runs = [
-        r for r in results["runs"] if r["status"] == "finished" and r.get("rc") == 0 and Path(r["artifact"]).is_file()
-    ]
-    for r in runs:
+    runs = []
+    for r in results["runs"]:
+        if r["status"] != "finished" or r.get("rc") != 0 or (seeds is not None and r["seed"] not in seeds):
+            continue
+        artifact = folder / (r.get("artifact_in_out") or f"artifacts/{r['name']}.ptz")  # older results.json: there
+        if not artifact.is_file():  # a record's script writes its artifact where it runs, not at ARTIFACT_PATH
+            continue
+        expected = (
+            r.get("artifact_sha256") or recordlib.read_log(folder / "console" / f"{r['name']}.txt").artifact_sha256
+        )
+        found = file_sha256(artifact)
+        if found != expected:
+            said = f"its run wrote {expected[:12]}" if expected else "its run recorded none to check it by"
+            raise UsageError(
+                f"--eval-only {folder}: {artifact} is not the artifact run {r['name']} wrote (sha256 {found[:12]}; "
+                f"{said}): put that run's artifact back, or re-train it in a new --out."
+            )
+        r = dict(r, artifact=str(artifact.resolve()), artifact_sha256=found)
+        if r.get("script_in_out"):  # a record's script, prepared in that folder
+            r["script"] = str((folder / r["script_in_out"]).resolve())
         r["compile_cache"] = results.get("compile_cache", {})  # what ab.py added: not the trained run's setting
-    if seeds is not None:
-        runs = [r for r in runs if r["seed"] in seeds]
+        runs.append(r)
     if not runs:
         raise UsageError(f"--eval-only {folder}: no finished run with its artifact there (for these seeds).")
     return runs, list(dict.fromkeys(r["seed"] for r in runs))
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def inside(path: str | Path, folder: Path) -> str:
+    """path relative to folder where it lies inside it ("" otherwise): what stays true when the folder moves."""
+    try:
+        return str(Path(path).resolve().relative_to(folder.resolve()))
+    except ValueError:
+        return ""
 
 
 # ==== Resolved configs ==============================================================================================
@@ -844,6 +879,8 @@ def experiment_of(cli, variants: list[Variant]) -> dict:
 
 
 def check_out(out: Path, experiment: dict) -> None:
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file: name a folder, new or one ab.py made.")
     path = out / "results.json"
     if path.is_file():
         before = json.loads(path.read_text())["experiment"]
@@ -862,7 +899,9 @@ def write_results(out: Path, header: dict, jobs: list[Job], rows: list[dict]) ->
     runs = []
     for j in jobs:
         run = dict(name=j.name, variant=j.variant, seed=j.seed, trained=j.trained, status=j.status, reason=j.reason)
-        run.update(rc=j.rc, env=j.env, script=str(j.script), artifact=j.env.get("ARTIFACT_PATH", ""))
+        artifact = j.env.get("ARTIFACT_PATH", "")
+        run.update(rc=j.rc, env=j.env, script=str(j.script), script_in_out=inside(j.script, out))
+        run.update(artifact=artifact, artifact_in_out=inside(artifact, out), artifact_sha256=j.artifact_sha256)
         run.update(console=str(console_path(out, j)), log=str(out / "logs" / f"{j.name}.txt"))
         run["metrics"] = {k: v for k, v in j.metrics.items() if k not in ("train_loss", "val_loss")}  # curves: the logs
         runs.append(run)
@@ -906,6 +945,7 @@ def run_all(pending: list[Job], slots: list[Slot], out: Path, save) -> bool:
                         del running[name]
                         job.rc = proc.returncode
                         job.status, job.reason, job.metrics = read_run(console_path(out, job), job.rc)
+                        job.artifact_sha256 = artifact_sha256(job)
                         print(line_of(job, time.time() - t0), flush=True)
                         save()
     except KeyboardInterrupt:  # the runs under way are stopped as the trainer stops on SIGTERM (it logs where)
@@ -919,11 +959,18 @@ def run_all(pending: list[Job], slots: list[Slot], out: Path, save) -> bool:
                 proc.wait()
             job.rc = proc.returncode
             job.status, job.reason, job.metrics = read_run(console_path(out, job), job.rc)
+            job.artifact_sha256 = artifact_sha256(job)
             if job.status != "finished":
                 job.status, job.reason = "interrupted", job.reason or "stopped by ab.py"
         save()
         return False
     return True
+
+
+def artifact_sha256(job: Job) -> str:
+    """The sha256 of a finished run's artifact, as it is now ("" for an unfinished run, or none at ARTIFACT_PATH)."""
+    path = Path(job.env.get("ARTIFACT_PATH", ""))
+    return file_sha256(path) if job.status == "finished" and path.is_file() else ""
 
 
 def with_signal(proc: subprocess.Popen, sig: int) -> None:
@@ -1042,10 +1089,12 @@ def main(argv=None) -> int:
     print("\n".join(config_lines))
     before = json.loads((out / "results.json").read_text())["runs"] if (out / "results.json").is_file() else []
     interrupted = {r["name"] for r in before if r["status"] == "interrupted"}
-    exits = {r["name"]: r.get("rc") for r in before}  # a run is finished only if it exited 0
+    recorded = {r["name"]: r for r in before}
     for job in jobs:
-        job.rc = exits.get(job.name)
+        job.rc = recorded.get(job.name, {}).get("rc")  # a run is finished only if it exited 0
         job.status, job.reason, job.metrics = read_run(console_path(out, job), job.rc)
+        if job.status == "finished":
+            job.artifact_sha256 = recorded[job.name].get("artifact_sha256") or artifact_sha256(job)
     pending = [j for j in jobs if j.status != "finished"]
     for job in jobs:
         if job.status == "finished":

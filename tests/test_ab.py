@@ -201,6 +201,44 @@ def test_ab_refuses_another_experiments_folder_and_a_folder_it_did_not_make(trai
     assert run.returncode == 2 and run.stderr.startswith("error: --out mine is not empty and holds no ab.py results")
 
 
+def test_ab_eval_only_finds_the_artifacts_in_the_folder_wherever_it_moved_and_checks_them(trained, tmp_path):
+    import shutil
+
+    out, _, _, _ = trained
+    archive = tmp_path / "archive"
+    shutil.copytree(out, archive, ignore=shutil.ignore_patterns("work", "inductor_cache"))
+    data = results(archive)
+    for r in data["runs"]:  # as if moved from a folder that is gone, or that holds another experiment now
+        r["artifact"] = "/gone/" + r["artifact"]
+    (archive / "results.json").write_text(json.dumps(data))
+    args = ["--slots", "1", "--eval-only", "archive", "--out", "ev", "--seeds", "1", "--plan"]
+    args += ["--variant", "nottt", "--variant", "ttt", "TTT_ENABLED=1"]
+    run = ab_run(args, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    plans = re.findall(r"^plan (\S+): .*ARTIFACT_PATH=(\S+) ", run.stdout, re.M)
+    assert sorted(plans) == sorted(
+        (f"{v}_on_{t}_seed1", str(archive / "artifacts" / f"{t}_seed1.ptz"))
+        for v in ("nottt", "ttt")
+        for t in ("base", "lr04")
+    )
+    swapped = archive / "artifacts" / "base_seed1.ptz"  # another run's weights under its name: refused
+    swapped.write_bytes((archive / "artifacts" / "lr04_seed1.ptz").read_bytes())
+    run = ab_run(args, tmp_path)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stdout + run.stderr
+    assert run.stderr.startswith(
+        f"error: --eval-only archive: {Path('archive') / 'artifacts' / 'base_seed1.ptz'} is not the artifact run"
+    )
+    assert "put that run's artifact back, or re-train it in a new --out" in run.stderr
+
+
+def test_ab_out_naming_a_file_is_one_error_line_whether_it_runs_or_plans(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    for plan in ([], ["--plan"]):
+        run = ab_run(["--slots", "1", "--out", "notes.txt", "--variant", "a", "--variant", "b", "X=1", *plan], tmp_path)
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert run.stderr == "error: --out notes.txt is a file: name a folder, new or one ab.py made.\n"
+
+
 def test_ab_a_trainer_refusal_while_running_ends_that_run_with_the_trainers_message(tiny_data, tmp_path):
     for name in ("no_shards", "no_shards_either"):
         (tmp_path / name).mkdir()
