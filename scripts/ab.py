@@ -132,7 +132,8 @@ for env in json.load(open(sys.argv[2])):
             message = module.recipe_note(message, env)
         out = dict(error=message)
     results.append(out)
-print("\nRESOLVED:" + json.dumps(results, default=str))
+versions = dict(python=sys.version.split()[0], torch=getattr(sys.modules.get("torch"), "__version__", None))
+print("\nRESOLVED:" + json.dumps([dict(out, versions=versions) for out in results], default=str))
 """
 
 
@@ -870,7 +871,6 @@ def experiment_of(cli, variants: list[Variant]) -> dict:
     """What makes two commands one experiment (their runs comparable); seeds may be added, and --gpus/--slots vary."""
     return dict(
         mode="eval" if cli.eval_only else "train",
-        trained=str(cli.eval_only.resolve()) if cli.eval_only else "",
         common=cli.common_env,
         variants={v.name: dict(env=v.env, script=str(v.script or "")) for v in variants},
         nproc=cli.nproc,
@@ -878,20 +878,111 @@ def experiment_of(cli, variants: list[Variant]) -> dict:
     )
 
 
-def check_out(out: Path, experiment: dict) -> None:
+def check_out(out: Path, experiment: dict, restart: bool) -> None:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file: name a folder, new or one ab.py made.")
     path = out / "results.json"
     if path.is_file():
         before = json.loads(path.read_text())["experiment"]
-        if before != experiment:
-            keys = [k for k in experiment if before.get(k) != experiment[k]]
+        keys = [k for k in experiment if k in before and before[k] != experiment[k]]  # older files: what they have
+        if keys and not restart:
             raise UsageError(
                 f"--out {out} holds another experiment's runs (its {', '.join(keys)} differ from this command's): "
-                "choose another --out, or delete that folder to start over."
+                "choose another --out, or add --restart to discard its runs and start over."
             )
     elif out.is_dir() and any(out.iterdir()):
         raise UsageError(f"--out {out} is not empty and holds no ab.py results.json: choose a new or empty folder.")
+
+
+def identity_of(jobs: list[Job], resolved: dict, trained: list[dict]) -> dict:
+    """What made the runs, beyond the command's words: for each variant (on each trained variant) its trainer's
+    sha256, its config as the trainer resolves it and the python and torch that resolved it; the shell's values of
+    the trainer's variables that no flag sets; --eval-only: the sha256 of the artifacts it scores. An edited
+    train_gpt.py or MATRIX_LR=0.03 in the shell changes it: the runs made before are then another experiment."""
+    made = {}
+    for job in jobs:
+        key = (job.variant, job.pair_key[0])
+        label = f"{job.variant} on {key[1]}" if key[1] else job.variant
+        if label not in made:
+            found = resolved[key]
+            made[label] = dict(
+                script=str(job.script),
+                sha256=script_sha256(job.script),
+                config=compared(found.get("config")),
+                versions=found.get("versions"),
+            )
+    names = {k.upper() for found in resolved.values() for k in found.get("config") or {}}
+    set_by_flags = {k for job in jobs for k in job.env} | set(SET_BY_AB)
+    environment = {k: os.environ[k] for k in sorted(names - set_by_flags) if k in os.environ}
+    artifacts = {r["name"]: r["artifact_sha256"] for r in trained}
+    return json.loads(json.dumps(dict(made=made, environment=environment, artifacts=artifacts), default=str))
+
+
+def script_sha256(script: Path) -> str:
+    """The sha256 of what a variant runs: a prepared record's source, or the script's bytes."""
+    if script in PREPARED:
+        return hashlib.sha256(PREPARED[script].encode()).hexdigest()
+    return file_sha256(script)
+
+
+def identity_changes(before: dict, now: dict) -> list[str]:
+    """What differs between two identities, each change as a phrase; variants or artifacts only one of them has
+    (more --seeds) are no change."""
+    changes = []
+    for label in [label for label in now["made"] if label in before["made"]]:
+        a, b = before["made"][label], now["made"][label]
+        if a["sha256"] != b["sha256"]:
+            changes.append(
+                f"{label}'s trainer {b['script']} is not the one its runs ran (sha256 {a['sha256'][:12]} -> {b['sha256'][:12]})"
+            )
+        if a["config"] is not None and b["config"] is not None and a["config"] != b["config"]:
+            keys = sorted(k for k in set(a["config"]) | set(b["config"]) if a["config"].get(k) != b["config"].get(k))
+            diff = ", ".join(f"{k.upper()} {a['config'].get(k)!r} -> {b['config'].get(k)!r}" for k in keys)
+            changes.append(f"{label}'s config resolves otherwise: {diff}")
+        for name, version in (b.get("versions") or {}).items():
+            if (a.get("versions") or {}).get(name, version) != version:
+                changes.append(f"{label}'s {name} {a['versions'][name]} -> {version}")
+    for k in sorted(set(before["environment"]) | set(now["environment"])):
+        if before["environment"].get(k) != now["environment"].get(k):
+            was, new = (env.get(k, "unset") for env in (before["environment"], now["environment"]))
+            changes.append(f"the shell's {k}: {was} -> {new}")
+    for name in [name for name in now["artifacts"] if name in before["artifacts"]]:
+        if before["artifacts"][name] != now["artifacts"][name]:
+            was, new = before["artifacts"][name][:12], now["artifacts"][name][:12]
+            changes.append(f"trained run {name}'s artifact is another (sha256 {was} -> {new})")
+    return changes
+
+
+def check_identity(out: Path, identity: dict, restart: bool) -> list[str]:
+    """Refuses to add runs to runs made by other code or settings (a UsageError that says what changed); lines to
+    print otherwise."""
+    path = out / "results.json"
+    if restart or not path.is_file():
+        return []
+    before = json.loads(path.read_text()).get("identity")
+    if before is None:
+        return [f"note: {path} was written before ab.py recorded what made its runs: they are not checked"]
+    changes = identity_changes(before, identity)
+    if changes:
+        raise UsageError(
+            f"--out {out} holds runs made by other code or settings than this command's: {'; '.join(changes)}. "
+            "New runs would be pooled with them: give this command a new --out, or add --restart to discard that "
+            "folder's runs and start over."
+        )
+    return []
+
+
+RESULTS = ("results.json", "report.md", "train_loss.png", "console", "logs", "artifacts", "work", "scripts")
+
+
+def discard_runs(out: Path) -> None:
+    """--restart: what ab.py wrote in out, but the compile cache (code, not results)."""
+    for name in RESULTS:
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
 
 
 def write_results(out: Path, header: dict, jobs: list[Job], rows: list[dict]) -> None:
@@ -1016,6 +1107,9 @@ def parse_args(argv=None):
         "--val", action="append", default=[], metavar="[VARIANT=]PATH", help="--eval-only: another validation set"
     )
     parser.add_argument("--plan", action="store_true", help="resolve and compare configs, list the runs; run nothing")
+    parser.add_argument(
+        "--restart", action="store_true", help="discard the runs already in --out (another experiment's) and run all"
+    )
     return parser.parse_args(argv)
 
 
@@ -1052,9 +1146,14 @@ def prepare(cli) -> tuple[list[Variant], list[Job], dict, list[str]]:
         v.script = prepare_script(v, cli.out.resolve()) if v.script else None
     jobs = plan_jobs(cli, variants, seeds, trained)
     experiment = experiment_of(cli, variants)
-    check_out(cli.out, experiment)
-    lines = compare_configs(variants, jobs, resolve_configs(jobs))
-    header = dict(experiment=experiment, compile_cache=cli.compile_cache)
+    check_out(cli.out, experiment, cli.restart)
+    resolved = resolve_configs(jobs)
+    lines = compare_configs(variants, jobs, resolved)
+    identity = identity_of(jobs, resolved, trained)
+    lines += check_identity(cli.out, identity, cli.restart)
+    header = dict(experiment=experiment, identity=identity, compile_cache=cli.compile_cache)
+    if cli.eval_only:
+        header["trained_from"] = str(cli.eval_only.resolve())  # where it was then: the artifacts' sha256 say which
     if cli.compile_cache:
         where = cli.compile_cache.get("TORCHINDUCTOR_CACHE_DIR", "the cache folder you set")
         lines.append(
@@ -1088,9 +1187,12 @@ def main(argv=None) -> int:
     print(where)
     print("\n".join(config_lines))
     before = json.loads((out / "results.json").read_text())["runs"] if (out / "results.json").is_file() else []
+    if cli.restart and before:
+        print(f"restart: {'would discard' if cli.plan else 'discarding'} the {len(before)} runs recorded in {out}")
+        before = []
     interrupted = {r["name"] for r in before if r["status"] == "interrupted"}
     recorded = {r["name"]: r for r in before}
-    for job in jobs:
+    for job in [] if cli.restart else jobs:  # --restart: every run is to run
         job.rc = recorded.get(job.name, {}).get("rc")  # a run is finished only if it exited 0
         job.status, job.reason, job.metrics = read_run(console_path(out, job), job.rc)
         if job.status == "finished":
@@ -1108,6 +1210,8 @@ def main(argv=None) -> int:
         for job in pending:
             print(f"plan {job.name}: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in job.env.items()))
         return 0
+    if cli.restart:
+        discard_runs(out)
     for sub in ("console", "logs", "artifacts"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     for path, source in PREPARED.items():

@@ -8,6 +8,7 @@ Run: python3 -m pytest -q tests/test_ab.py   (CPU only; about 90 s of CPU time: 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -426,6 +427,55 @@ def test_ab_a_run_killed_after_its_round_trip_score_is_not_finished_and_reruns(t
     assert "done before: finished a_seed1" in again.stdout and "start a_seed1" not in again.stdout
     assert "rerun b_seed1: it failed: exit -9 (SIGKILL): after its round trip score" in again.stdout
     assert "start b_seed1" in again.stdout, again.stdout
+
+
+def test_ab_resume_refuses_runs_made_by_another_trainer_or_shell_and_restart_starts_over(tmp_path):
+    args = fake_runs(tmp_path, "a", "b BPB=0.5")
+    run = ab_run(args + ["--seeds", "1"], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    identity = results(tmp_path / "out")["identity"]
+    assert identity["made"]["a"]["config"] == dict(bpb=1.0, lr=0.02, sleep=0.0, kill=0)
+    assert identity["made"]["a"]["sha256"] == hashlib.sha256(FAKE_RUNNER.encode()).hexdigest()
+    more = args + ["--seeds", "1", "2"]
+    (tmp_path / "fake.py").write_text(FAKE_RUNNER.replace("LR = 0.02", "LR = 0.03"))  # the trainer's default edited
+    run = ab_run(more, tmp_path)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stdout + run.stderr
+    assert run.stderr.startswith("error: --out out holds runs made by other code or settings than this command's: ")
+    assert f"a's trainer {tmp_path / 'fake.py'} is not the one its runs ran (sha256 " in run.stderr
+    assert (
+        "a's config resolves otherwise: LR 0.02 -> 0.03" in run.stderr and "b's config resolves otherwise" in run.stderr
+    )
+    assert "give this command a new --out, or add --restart" in run.stderr
+    assert not (tmp_path / "out" / "console" / "a_seed2.txt").exists()  # nothing ran
+    (tmp_path / "fake.py").write_text(FAKE_RUNNER)
+    run = ab_run(more, tmp_path, env=environment(LR="0.03"))  # the same, set in the shell for the rerun
+    assert run.returncode == 2 and "the shell's LR: unset -> 0.03" in run.stderr, run.stderr
+    assert "a's config resolves otherwise: LR 0.02 -> 0.03" in run.stderr
+    run = ab_run(more, tmp_path)  # as it was: seed 2 added to seed 1's runs
+    assert run.returncode == 0 and "done before: finished a_seed1" in run.stdout, run.stdout + run.stderr
+    run = ab_run(more + ["--restart"], tmp_path, env=environment(LR="0.03"))  # started over: all four run again
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "restart: discarding the 4 runs recorded in out" in run.stdout and "start a_seed1" in run.stdout
+    assert results(tmp_path / "out")["identity"]["environment"] == dict(LR="0.03")
+    assert "val_bpb:1.15500000" in (tmp_path / "out" / "console" / "a_seed1.txt").read_text()  # 1 + 0.03 + 1/8
+
+
+def test_ab_identity_changes_name_each_thing_that_changed():
+    made = dict(script="t.py", sha256="a" * 64, config=dict(lr=0.02), versions=dict(python="3.11.7", torch="2.13.0"))
+    before = dict(made={"ttt on base": made}, environment={}, artifacts=dict(base_seed1="1" * 64))
+    assert ab.identity_changes(before, before) == []
+    more = dict(before, artifacts=dict(base_seed1="1" * 64, base_seed2="2" * 64))  # more --seeds: no change
+    assert ab.identity_changes(before, more) == []
+    now = dict(
+        made={"ttt on base": dict(made, versions=dict(python="3.11.7", torch="2.14.0"))},
+        environment=dict(TTT_LR="0.01"),
+        artifacts=dict(base_seed1="3" * 64),  # the trained experiment was run again: other weights
+    )
+    assert ab.identity_changes(before, now) == [
+        "ttt on base's torch 2.13.0 -> 2.14.0",
+        "the shell's TTT_LR: unset -> 0.01",
+        "trained run base_seed1's artifact is another (sha256 111111111111 -> 333333333333)",
+    ]
 
 
 # ---- pieces ----
