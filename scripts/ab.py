@@ -30,7 +30,8 @@ TORCHINDUCTOR_FX_GRAPH_CACHE=1, TORCHINDUCTOR_AUTOGRAD_CACHE=1; each only where 
 it): the first run compiles, the others load its kernels, the same code (results.json's compile_cache). Before anything runs, each variant's config is resolved by the trainer itself (its Hyperparameters,
 imported in a subprocess); settings that differ from the first variant's are printed, those the variants did not set
 marked, and a variant the trainer refuses stops the command with the trainer's message. A seed's variants run at the
-same time (one wave), so each pair shares the machine's state. --out DIR holds console/RUN.txt (each run's output),
+same time (one wave) where there are as many slots (GPU groups) as variants, so each pair shares the machine's state;
+with fewer, they cannot (ab.py says so) and a seed's runs follow each other. --out DIR holds console/RUN.txt (each run's output),
 logs/, artifacts/, results.json, report.md and train_loss.png (with matplotlib); running the same command again
 skips the finished runs (a score line, no error) and reruns the others, saying why they failed. More --seeds may be
 added to a finished experiment; another experiment needs another --out. --script VARIANT=PATH runs that variant with
@@ -77,6 +78,7 @@ SET_BY_AB = {  # variables ab.py sets itself, and the flag that sets them
 }
 VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+SHARD_HEADER_BYTES = 256 * 4  # a shard's header (train_gpt.py's format), then uint16 token ids
 NOT_COMPARED = recordlib.NOT_CONFIG | {"eval_only"}  # settings that name a run, not configure it
 KINDS = {  # the scores a log may have, in the order a run logs them: (the table's column, the verdict's words)
     "pre_export": ("before export", "before export"),
@@ -418,6 +420,30 @@ def compare_configs(variants: list[Variant], jobs: list[Job], resolved: dict) ->
             if others:
                 lines.append(f"config {v.name} vs {base.name}{on}: ALSO DIFFERS (not set by them): {', '.join(others)}")
     return lines
+
+
+def check_val_vocabulary(cli, jobs: list[Job], resolved: dict) -> None:
+    """--val: every token id of its validation shards under the trained runs' VOCAB_SIZE, checked once here rather
+    than by each run, which would start and fail in seconds ("token id 1023 >= VOCAB_SIZE=512")."""
+    import numpy as np
+
+    checked = set()
+    for job in jobs:
+        path = cli.val_for(job.pair_key[0]) if job.trained else None
+        vocab = (resolved[(job.variant, job.pair_key[0])].get("config") or {}).get("vocab_size")
+        if path is None or not vocab or (path, vocab) in checked:
+            continue
+        checked.add((path, vocab))
+        for shard in sorted(Path(path).glob("fineweb_val_*.bin")):
+            if "fineweb_val_bytes_" in shard.name or shard.stat().st_size <= SHARD_HEADER_BYTES:
+                continue  # a sidecar, or no tokens: the trainer says what is wrong with it
+            top = int(np.memmap(shard, np.uint16, "r", SHARD_HEADER_BYTES).max())
+            if top >= int(vocab):
+                raise UsageError(
+                    f"--val {path}: {shard.name} holds token id {top} >= VOCAB_SIZE={vocab}, the vocabulary of "
+                    f"{job.pair_key[0]}'s runs: made with another tokenizer. Give shards of their tokenizer "
+                    f"(--val {job.pair_key[0]}=PATH for that trained variant alone)."
+                )
 
 
 def compared(config: dict | None) -> dict | None:
@@ -1039,7 +1065,9 @@ def run_all(pending: list[Job], slots: list[Slot], out: Path, save) -> bool:
                         job.artifact_sha256 = artifact_sha256(job)
                         print(line_of(job, time.time() - t0), flush=True)
                         save()
-    except KeyboardInterrupt:  # the runs under way are stopped as the trainer stops on SIGTERM (it logs where)
+    except BaseException as exc:  # the runs under way are stopped as the trainer stops on SIGTERM (it logs where):
+        # on an interrupt (SIGINT, SIGTERM, SIGHUP), a closed stdout (BrokenPipeError: `ab.py ... | head -5`) or a
+        # fault of ab.py's own; never left running without ab.py (they run in sessions of their own)
         for job, proc, _ in running.values():
             with_signal(proc, signal.SIGTERM)
         for job, proc, _ in running.values():
@@ -1054,7 +1082,9 @@ def run_all(pending: list[Job], slots: list[Slot], out: Path, save) -> bool:
             if job.status != "finished":
                 job.status, job.reason = "interrupted", job.reason or "stopped by ab.py"
         save()
-        return False
+        if isinstance(exc, KeyboardInterrupt):
+            return False
+        raise
     return True
 
 
@@ -1149,6 +1179,7 @@ def prepare(cli) -> tuple[list[Variant], list[Job], dict, list[str]]:
     check_out(cli.out, experiment, cli.restart)
     resolved = resolve_configs(jobs)
     lines = compare_configs(variants, jobs, resolved)
+    check_val_vocabulary(cli, jobs, resolved)
     identity = identity_of(jobs, resolved, trained)
     lines += check_identity(cli.out, identity, cli.restart)
     header = dict(experiment=experiment, identity=identity, compile_cache=cli.compile_cache)
@@ -1171,18 +1202,34 @@ def interrupt(signum, frame):
 
 
 def main(argv=None) -> int:
-    for signum in (signal.SIGINT, signal.SIGTERM):  # both stop the runs under way and keep the finished ones
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # each stops the runs under way, keeps the finished
         signal.signal(signum, interrupt)
     cli = parse_args(argv)
     try:
         slots, where = make_slots(cli)
-        variants, jobs, header, config_lines = prepare(cli)
+        prepared = prepare(cli)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: before any run started", file=sys.stderr)
         return 130
+    try:
+        return run_experiment(cli, argv, slots, where, *prepared)
+    except BrokenPipeError:  # stdout's reader has gone (`| head -5`): the runs under way were stopped, the rest kept
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error as Python flushes stdout
+        try:
+            print(
+                "interrupted: stdout was closed; the runs under way were stopped, run the same command again to resume",
+                file=sys.stderr,
+            )
+        except BrokenPipeError:
+            pass
+        return 128 + signal.SIGPIPE
+
+
+def run_experiment(cli, argv, slots, where, variants, jobs, header, config_lines) -> int:
+    """main() once everything is checked: what is done already, the runs, the report. Its exit status."""
     out = cli.out
     print(where)
     print("\n".join(config_lines))
@@ -1206,6 +1253,11 @@ def main(argv=None) -> int:
                 f"rerun {job.name}: it {'was interrupted' if job.name in interrupted else 'failed'}: {reason_text(job)}"
             )
     print(f"runs: {len(jobs)}, to run: {len(pending)} in {len(waves(pending, len(slots)))} wave(s) of <= {len(slots)}")
+    if len(slots) < len(variants):
+        print(
+            f"note: {len(variants)} variants on {len(slots)} slot(s): a seed's variants cannot run at once, so a pair "
+            "does not share the machine's state (its step times compare less well); give a slot a variant for that"
+        )
     if cli.plan:
         for job in pending:
             print(f"plan {job.name}: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in job.env.items()))

@@ -232,6 +232,21 @@ def test_ab_eval_only_finds_the_artifacts_in_the_folder_wherever_it_moved_and_ch
     assert "put that run's artifact back, or re-train it in a new --out" in run.stderr
 
 
+def test_ab_val_of_another_vocabulary_is_refused_before_any_run(trained, tmp_path):
+    import numpy as np
+
+    out, _, _, _ = trained
+    (tmp_path / "sp1024").mkdir()  # another tokenizer's ids: 1023 is over the trained runs' VOCAB_SIZE=512
+    build_shards.write_data_shard(tmp_path / "sp1024" / "fineweb_val_000000.bin", np.array([BOS_ID, 5, 1023, 7]))
+    args = ["--slots", "2", "--eval-only", str(out), "--out", "ev", "--seeds", "1", "--val", "sp1024"]
+    run = ab_run(args + ["--variant", "nottt", "--variant", "ttt", "TTT_ENABLED=1"], tmp_path)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stdout + run.stderr
+    assert run.stderr.startswith(
+        "error: --val sp1024: fineweb_val_000000.bin holds token id 1023 >= VOCAB_SIZE=512, the vocabulary of base's runs"
+    )
+    assert not (tmp_path / "ev").exists()
+
+
 def test_ab_out_naming_a_file_is_one_error_line_whether_it_runs_or_plans(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     for plan in ([], ["--plan"]):
@@ -427,6 +442,47 @@ def test_ab_a_run_killed_after_its_round_trip_score_is_not_finished_and_reruns(t
     assert "done before: finished a_seed1" in again.stdout and "start a_seed1" not in again.stdout
     assert "rerun b_seed1: it failed: exit -9 (SIGKILL): after its round trip score" in again.stdout
     assert "start b_seed1" in again.stdout, again.stdout
+
+
+def test_ab_says_when_a_seeds_variants_cannot_share_a_wave(tmp_path):
+    args = fake_runs(tmp_path, "a", "b BPB=0.5", "c BPB=0.25") + ["--seeds", "1", "--plan"]
+    run = ab_run(args, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "note: 3 variants on 2 slot(s): a seed's variants cannot run at once" in run.stdout
+    assert "runs: 3, to run: 3 in 2 wave(s) of <= 2" in run.stdout
+    run = ab_run([a if a != "2" else "3" for a in args], tmp_path)  # --slots 3: one wave, no note
+    assert "runs: 3, to run: 3 in 1 wave(s) of <= 3" in run.stdout and "note: " not in run.stdout
+    usage = ab_run(["--help"], tmp_path).stdout
+    assert "run at the\nsame time (one wave) where there are as many slots (GPU groups) as variants" in usage
+
+
+def test_ab_stdout_closed_stops_the_runs_under_way(tmp_path):
+    """`ab.py ... | head -5`: once head has gone, ab.py's next line fails; the trainer still running is stopped."""
+    args = fake_runs(tmp_path, "a SLEEP=1", "b SLEEP=60") + ["--seeds", "1"]
+    proc = subprocess.Popen(
+        [sys.executable, str(AB), *args], cwd=tmp_path, env=environment(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    pid_file = tmp_path / "out" / "work" / "b_seed1" / "pid"
+    try:
+        for line in proc.stdout:
+            if line.startswith("start b_seed1"):
+                break
+        proc.stdout.close()  # as head does after its lines; a_seed1 ends a second later, and ab.py says so
+        assert proc.wait(timeout=60) == 141, proc.stderr.read()
+        assert "interrupted: stdout was closed; the runs under way were stopped" in proc.stderr.read()
+        pid = int(pid_file.read_text())
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # ended (and reaped by ab.py), not orphaned
+        assert {r["name"]: r["status"] for r in results(tmp_path / "out")["runs"]}["b_seed1"] == "interrupted"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if pid_file.is_file():
+            try:
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def test_ab_resume_refuses_runs_made_by_another_trainer_or_shell_and_restart_starts_over(tmp_path):
