@@ -26,19 +26,30 @@ and a one-line verdict; a table as Markdown, the train-loss curves as a PNG. Run
 Every variable reaches the trainer as the environment does (the shell's, then --common, then the variant's); ab.py
 sets only SEED, RUN_ID, LOG_DIR, ARTIFACT_PATH (and EVAL_ONLY) per run, CUDA_VISIBLE_DEVICES and NCCL_NVLS_ENABLE=0
 per GPU group, and one compile cache for all runs of the experiment (TORCHINDUCTOR_CACHE_DIR=OUT/inductor_cache,
-TORCHINDUCTOR_FX_GRAPH_CACHE=1, TORCHINDUCTOR_AUTOGRAD_CACHE=1; each only where neither the shell nor --common sets
-it): the first run compiles, the others load its kernels, the same code (results.json's compile_cache). Before anything runs, each variant's config is resolved by the trainer itself (its Hyperparameters,
-imported in a subprocess); settings that differ from the first variant's are printed, those the variants did not set
-marked, and a variant the trainer refuses stops the command with the trainer's message. A seed's variants run at the
-same time (one wave) where there are as many slots (GPU groups) as variants, so each pair shares the machine's state;
-with fewer, they cannot (ab.py says so) and a seed's runs follow each other. --out DIR holds console/RUN.txt (each run's output),
-logs/, artifacts/, results.json, report.md and train_loss.png (with matplotlib); running the same command again
-skips the finished runs (a score line, no error) and reruns the others, saying why they failed. More --seeds may be
-added to a finished experiment; another experiment needs another --out. --script VARIANT=PATH runs that variant with
-another trainer (a fork, an older revision, a record's train_gpt.py: unpacked if packed, its FlashAttention 3 call
-replaced by SDPA where FA3 is not installed, each run in out/work/RUN/ since a record writes its artifact where it
-runs). --eval-only re-scores the trained runs' artifacts (EVAL_ONLY=1, each trained run's settings, then --common and
-the variant's); --val [TRAINED_VARIANT=]PATH scores them on another validation set of the same tokenizer.
+TORCHINDUCTOR_FX_GRAPH_CACHE=1, TORCHINDUCTOR_AUTOGRAD_CACHE=1, each only where neither the shell nor --common sets
+it): the first run compiles, the others load the same code (results.json's compile_cache says what was added).
+Before anything runs, each variant's config is resolved by the trainer itself (its Hyperparameters, imported in a
+subprocess); settings that differ from the first variant's are printed, those the variants did not set marked, and a
+variant the trainer refuses stops the command with the trainer's message. A seed's variants run at the same time (one
+wave) where there are as many slots (GPU groups) as variants, so each pair shares the machine's state; with fewer,
+they cannot (ab.py says so) and a seed's runs follow each other.
+
+Each run is judged by its score, its last final score line (what the challenge scores): the verdict compares those,
+whichever line each variant ends on (TTT on against off), beside a column for each kind of score. Scores are read
+with every decimal logged; no p is given from one pair, or from a spread of zero or under the logged precision, and
+the verdict says why. --out DIR holds console/RUN.txt (each run's output), logs/, artifacts/, results.json, report.md
+and train_loss.png (with matplotlib: train loss against step and training time, validation losses as dots).
+
+Running the same command again skips the finished runs (exit 0 and a score line) and reruns the others, saying why
+they failed; more --seeds may be added. results.json records what made the runs (each variant's trainer sha256, its
+resolved config, python and torch, the shell's values of the trainer's variables that no flag sets): if any differs
+now (an edited train_gpt.py, MATRIX_LR=0.03 in the shell), ab.py stops and says what changed; another experiment
+needs another --out, or --restart to discard the folder's runs and start over. --script VARIANT=PATH runs that variant
+with another trainer (a fork, an older revision, a record's train_gpt.py: unpacked if packed, its FlashAttention 3
+call replaced by SDPA where FA3 is not installed, each run in out/work/RUN/ since a record writes its artifact where
+it runs). --eval-only re-scores the trained runs' artifacts (EVAL_ONLY=1, each trained run's settings, then --common
+and the variant's), found in that folder wherever it has moved and checked by sha256; --val [TRAINED_VARIANT=]PATH
+scores them on another validation set of the same tokenizer (its token ids are checked first).
 """
 
 from __future__ import annotations

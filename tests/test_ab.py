@@ -452,8 +452,9 @@ def test_ab_says_when_a_seeds_variants_cannot_share_a_wave(tmp_path):
     assert "runs: 3, to run: 3 in 2 wave(s) of <= 2" in run.stdout
     run = ab_run([a if a != "2" else "3" for a in args], tmp_path)  # --slots 3: one wave, no note
     assert "runs: 3, to run: 3 in 1 wave(s) of <= 3" in run.stdout and "note: " not in run.stdout
-    usage = ab_run(["--help"], tmp_path).stdout
-    assert "run at the\nsame time (one wave) where there are as many slots (GPU groups) as variants" in usage
+    usage = " ".join(ab_run(["--help"], tmp_path).stdout.split())
+    assert "A seed's variants run at the same time (one wave) where there are as many slots (GPU groups) as" in usage
+    assert "one compile cache for all runs of the experiment (TORCHINDUCTOR_CACHE_DIR=OUT/inductor_cache," in usage
 
 
 def test_ab_stdout_closed_stops_the_runs_under_way(tmp_path):
