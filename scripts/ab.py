@@ -269,14 +269,13 @@ def prepare_script(variant: Variant, out: Path) -> Path | None:
     return out / "scripts" / f"{variant.name}.py"
 
 
+COMPILE_CACHE = dict(TORCHINDUCTOR_CACHE_DIR="", TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
+
+
 def compile_cache(out: Path, common: dict[str, str]) -> dict[str, str]:
     """The inductor cache variables ab.py adds to every run: one cache for the experiment, so its runs compile once
     (a cache hit loads the same generated code: results do not change). Those the shell or --common set are theirs."""
-    cache = dict(
-        TORCHINDUCTOR_CACHE_DIR=str(out.resolve() / "inductor_cache"),
-        TORCHINDUCTOR_FX_GRAPH_CACHE="1",
-        TORCHINDUCTOR_AUTOGRAD_CACHE="1",
-    )
+    cache = dict(COMPILE_CACHE, TORCHINDUCTOR_CACHE_DIR=str(out.resolve() / "inductor_cache"))
     return {k: v for k, v in cache.items() if k not in os.environ and k not in common}
 
 
@@ -934,7 +933,8 @@ def check_out(out: Path, experiment: dict, restart: bool) -> None:
 def identity_of(jobs: list[Job], resolved: dict, trained: list[dict]) -> dict:
     """What made the runs, beyond the command's words: for each variant (on each trained variant) its trainer's
     sha256, its config as the trainer resolves it and the python and torch that resolved it; the shell's values of
-    the trainer's variables that no flag sets; --eval-only: the sha256 of the artifacts it scores. An edited
+    the trainer's variables and of inductor's switches (TORCHINDUCTOR_*: they change the code compiled; not the cache's
+    place) that no flag sets; --eval-only: the sha256 of the artifacts it scores. An edited
     train_gpt.py or MATRIX_LR=0.03 in the shell changes it: the runs made before are then another experiment."""
     made = {}
     for job in jobs:
@@ -949,6 +949,7 @@ def identity_of(jobs: list[Job], resolved: dict, trained: list[dict]) -> dict:
                 versions=found.get("versions"),
             )
     names = {k.upper() for found in resolved.values() for k in found.get("config") or {}}
+    names |= {k for k in os.environ if k.startswith("TORCHINDUCTOR_") and k not in COMPILE_CACHE}
     set_by_flags = {k for job in jobs for k in job.env} | set(SET_BY_AB)
     environment = {k: os.environ[k] for k in sorted(names - set_by_flags) if k in os.environ}
     artifacts = {r["name"]: r["artifact_sha256"] for r in trained}

@@ -517,6 +517,25 @@ def test_ab_resume_refuses_runs_made_by_another_trainer_or_shell_and_restart_sta
     assert "val_bpb:1.15500000" in (tmp_path / "out" / "console" / "a_seed1.txt").read_text()  # 1 + 0.03 + 1/8
 
 
+def test_ab_identity_holds_the_shells_settings_that_change_a_run_and_no_flag_sets(tmp_path, monkeypatch):
+    (tmp_path / "t.py").write_text("x = 1\n")
+    jobs = [ab.Job("a", 1, "a_seed1", dict(BPB="0.5", SEED="1"), tmp_path / "t.py")]
+    resolved = {("a", ""): dict(config=dict(bpb=0.5, lr=0.03, seed=1), versions=dict(python="3", torch=None))}
+    for name, value in dict(
+        LR="0.03", BPB="9", TORCHINDUCTOR_MIX_ORDER_REDUCTION="1", TORCHINDUCTOR_CACHE_DIR="c"
+    ).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("UNRELATED_SETTING", "1")
+    identity = ab.identity_of(jobs, resolved, [])
+    assert identity["environment"] == dict(LR="0.03", TORCHINDUCTOR_MIX_ORDER_REDUCTION="1")  # BPB: the variant's
+    assert identity["made"]["a"] == dict(
+        script=str(tmp_path / "t.py"),
+        sha256=hashlib.sha256(b"x = 1\n").hexdigest(),
+        config=dict(bpb=0.5, lr=0.03),  # less what names a run
+        versions=dict(python="3", torch=None),
+    )
+
+
 def test_ab_identity_changes_name_each_thing_that_changed():
     made = dict(script="t.py", sha256="a" * 64, config=dict(lr=0.02), versions=dict(python="3.11.7", torch="2.13.0"))
     before = dict(made={"ttt on base": made}, environment={}, artifacts=dict(base_seed1="1" * 64))
