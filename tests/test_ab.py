@@ -1,9 +1,11 @@
 """scripts/ab.py, run as a user would: end to end on CPU (2 slots, 2 variants, 2 seeds of the tiny configuration,
-interrupted and resumed, then an --eval-only A/B of the same artifacts); its GPU scheduling on a fake host (a fake
-nvidia-smi listing 4 GPUs, a fake trainer under torchrun that prints what it was given); each bad input's one-line
-error (exit 2, nothing run); its statistics against the t distribution written out.
+interrupted and resumed, then an --eval-only A/B of the same artifacts, TTT off against on, and --plan on a copy of
+them moved elsewhere); its GPU scheduling on a fake host (a fake nvidia-smi listing 4 GPUs, a fake trainer under
+torchrun that prints what it was given); runs of a fake trainer that ends in a second (killed after its round trip,
+edited between two commands, its stdout's reader gone); each bad input's one-line error (exit 2, nothing run); its
+parsing, statistics (against the t distribution written out), identity and plot data as functions.
 
-Run: python3 -m pytest -q tests/test_ab.py   (CPU only; about 90 s of CPU time: 1.5 to 3 minutes on 2 busy cores)
+Run: python3 -m pytest -q tests/test_ab.py   (CPU only; about 70 s of CPU time: 1.5 to 3 minutes on 2 busy cores)
 """
 
 from __future__ import annotations
