@@ -25,22 +25,37 @@ and a one-line verdict; a table as Markdown, the train-loss curves as a PNG. Run
 
 Every variable reaches the trainer as the environment does (the shell's, then --common, then the variant's); ab.py
 sets only SEED, RUN_ID, LOG_DIR, ARTIFACT_PATH (and EVAL_ONLY) per run, CUDA_VISIBLE_DEVICES and NCCL_NVLS_ENABLE=0
-per GPU group. Before anything runs, each variant's config is resolved by the trainer itself (its Hyperparameters,
-imported in a subprocess); settings that differ from the first variant's are printed, those the variants did not set
-marked, and a variant the trainer refuses stops the command with the trainer's message. A seed's variants run at the
-same time (one wave), so each pair shares the machine's state. --out DIR holds console/RUN.txt (each run's output),
-logs/, artifacts/, results.json, report.md and train_loss.png (with matplotlib); running the same command again
-skips the finished runs (a score line, no error) and reruns the others, saying why they failed. More --seeds may be
-added to a finished experiment; another experiment needs another --out. --script VARIANT=PATH runs that variant with
-another trainer (a fork, an older revision, a record's train_gpt.py: unpacked if packed, its FlashAttention 3 call
-replaced by SDPA where FA3 is not installed, each run in out/work/RUN/ since a record writes its artifact where it
-runs). --eval-only re-scores the trained runs' artifacts (EVAL_ONLY=1, each trained run's settings, then --common and
-the variant's); --val [TRAINED_VARIANT=]PATH scores them on another validation set of the same tokenizer.
+per GPU group, and one compile cache for all runs of the experiment (TORCHINDUCTOR_CACHE_DIR=OUT/inductor_cache,
+TORCHINDUCTOR_FX_GRAPH_CACHE=1, TORCHINDUCTOR_AUTOGRAD_CACHE=1, each only where neither the shell nor --common sets
+it): the first run compiles, the others load the same code (results.json's compile_cache says what was added).
+Before anything runs, each variant's config is resolved by the trainer itself (its Hyperparameters, imported in a
+subprocess); settings that differ from the first variant's are printed, those the variants did not set marked, and a
+variant the trainer refuses stops the command with the trainer's message. A seed's variants run at the same time (one
+wave) where there are as many slots (GPU groups) as variants, so each pair shares the machine's state; with fewer,
+they cannot (ab.py says so) and a seed's runs follow each other.
+
+Each run is judged by its score, its last final score line (what the challenge scores): the verdict compares those,
+whichever line each variant ends on (TTT on against off), beside a column for each kind of score. Scores are read
+with every decimal logged; no p is given from one pair, or from a spread of zero or under the logged precision, and
+the verdict says why. --out DIR holds console/RUN.txt (each run's output), logs/, artifacts/, results.json, report.md
+and train_loss.png (with matplotlib: train loss against step and training time, validation losses as dots).
+
+Running the same command again skips the finished runs (exit 0 and a score line) and reruns the others, saying why
+they failed; more --seeds may be added. results.json records what made the runs (each variant's trainer sha256, its
+resolved config, python and torch, the shell's values of the trainer's variables that no flag sets): if any differs
+now (an edited train_gpt.py, MATRIX_LR=0.03 in the shell), ab.py stops and says what changed; another experiment
+needs another --out, or --restart to discard the folder's runs and start over. --script VARIANT=PATH runs that variant
+with another trainer (a fork, an older revision, a record's train_gpt.py: unpacked if packed, its FlashAttention 3
+call replaced by SDPA where FA3 is not installed, each run in out/work/RUN/ since a record writes its artifact where
+it runs). --eval-only re-scores the trained runs' artifacts (EVAL_ONLY=1, each trained run's settings, then --common
+and the variant's), found in that folder wherever it has moved and checked by sha256; --val [TRAINED_VARIANT=]PATH
+scores them on another validation set of the same tokenizer (its token ids are checked first).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -74,16 +89,21 @@ SET_BY_AB = {  # variables ab.py sets itself, and the flag that sets them
 }
 VAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+SHARD_HEADER_BYTES = 256 * 4  # a shard's header (train_gpt.py's format), then uint16 token ids
 NOT_COMPARED = recordlib.NOT_CONFIG | {"eval_only"}  # settings that name a run, not configure it
 KINDS = {  # the scores a log may have, in the order a run logs them: (the table's column, the verdict's words)
     "pre_export": ("before export", "before export"),
     "roundtrip": ("round trip", "after the round trip"),
     "sliding_window": ("sliding window", "on sliding windows"),
     "ttt": ("TTT", "after TTT"),
+    # What the challenge scores: each run's last final score line, whichever kind it is. The verdict compares this
+    # one, so a variant that adds a scoring path (TTT on against off) is judged by its own last line.
+    "score": ("score", "as scored"),
 }
 SCORE_LINE = re.compile(r"^(final_\w+_exact|quantized\w*|legal_ttt\w*) val_loss:\s*([0-9.]+) val_bpb:\s*([0-9.]+)")
 STEP_AVG = re.compile(r"(?:^|\s)step_avg:\s*([0-9.]+)ms")
 PRE_EXPORT = re.compile(r"^pre-quantization\b.* val_bpb:\s*([0-9.]+)")  # the records' score of the weights exported
+VAL_POINT = re.compile(r"(?:^|\s)val_loss:\s*([0-9.]+)\s+val_bpb:\s*([0-9.]+)")  # a validation during training
 PEAK = re.compile(r"(?:^|\s)peak_memory_allocated:\s*(\d+)\s*MiB|^peak memory allocated: (\d+) MiB")
 FAILED = re.compile(r"^(?:error|interrupted)\b")
 P_SIGNIFICANT = 0.05
@@ -125,7 +145,8 @@ for env in json.load(open(sys.argv[2])):
             message = module.recipe_note(message, env)
         out = dict(error=message)
     results.append(out)
-print("\nRESOLVED:" + json.dumps(results, default=str))
+versions = dict(python=sys.version.split()[0], torch=getattr(sys.modules.get("torch"), "__version__", None))
+print("\nRESOLVED:" + json.dumps([dict(out, versions=versions) for out in results], default=str))
 """
 
 
@@ -157,6 +178,7 @@ class Job:
     reason: str = ""
     rc: int | None = None
     metrics: dict = field(default_factory=dict)
+    artifact_sha256: str = ""  # of the artifact a finished run wrote (or scored), as ab.py found it then
 
     @property
     def pair_key(self) -> tuple[str, int]:  # the runs of one key, one a variant, are a pair
@@ -247,6 +269,16 @@ def prepare_script(variant: Variant, out: Path) -> Path | None:
     return out / "scripts" / f"{variant.name}.py"
 
 
+COMPILE_CACHE = dict(TORCHINDUCTOR_CACHE_DIR="", TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
+
+
+def compile_cache(out: Path, common: dict[str, str]) -> dict[str, str]:
+    """The inductor cache variables ab.py adds to every run: one cache for the experiment, so its runs compile once
+    (a cache hit loads the same generated code: results do not change). Those the shell or --common set are theirs."""
+    cache = dict(COMPILE_CACHE, TORCHINDUCTOR_CACHE_DIR=str(out.resolve() / "inductor_cache"))
+    return {k: v for k, v in cache.items() if k not in os.environ and k not in common}
+
+
 def plan_jobs(cli, variants: list[Variant], seeds: list[int], trained: list[dict]) -> list[Job]:
     """Every run, seed-major (a seed's variants side by side). --eval-only: every variant on every trained run."""
     common, out, jobs = cli.common_env, cli.out.resolve(), []
@@ -256,7 +288,9 @@ def plan_jobs(cli, variants: list[Variant], seeds: list[int], trained: list[dict
                 if base is not None and base["seed"] != seed:
                     continue
                 name = f"{v.name}_on_{base['name']}" if base else f"{v.name}_seed{seed}"
-                env = dict(base["env"]) if base else {}
+                env = dict(base["env"]) if base else {}  # the trained run's settings, less its experiment's cache
+                env = {k: x for k, x in env.items() if k not in base.get("compile_cache", {})} if base else env
+                env.update(cli.compile_cache)
                 env.update(common)
                 env.update(v.env)
                 env.update(SEED=str(seed), RUN_ID=name, LOG_DIR=str(out / "logs"))
@@ -272,19 +306,56 @@ def plan_jobs(cli, variants: list[Variant], seeds: list[int], trained: list[dict
 
 
 def load_trained(folder: Path, seeds: list[int] | None) -> tuple[list[dict], list[int]]:
-    """--eval-only: the finished runs of a training experiment (its results.json), those of --seeds if given."""
+    """--eval-only: the finished runs of a training experiment (its results.json), those of --seeds if given. Each
+    artifact is found in that folder, wherever it has moved (not at the absolute path it was written to, where
+    another experiment may have trained since), and must be the one its run wrote (its sha256)."""
     path = folder / "results.json"
     if not path.is_file():
         raise UsageError(f"--eval-only {folder}: no results.json there: name the --out folder of a training ab.py run.")
     results = json.loads(path.read_text())
     if results["experiment"]["mode"] != "train":
         raise UsageError(f"--eval-only {folder} holds an evaluation A/B: name the folder of the runs that trained.")
-    runs = [r for r in results["runs"] if r["status"] == "finished" and Path(r["artifact"]).is_file()]
-    if seeds is not None:
-        runs = [r for r in runs if r["seed"] in seeds]
+    runs = []
+    for r in results["runs"]:
+        if r["status"] != "finished" or r.get("rc") != 0 or (seeds is not None and r["seed"] not in seeds):
+            continue
+        artifact = folder / (r.get("artifact_in_out") or f"artifacts/{r['name']}.ptz")  # older results.json: there
+        if not artifact.is_file():  # a record's script writes its artifact where it runs, not at ARTIFACT_PATH
+            continue
+        expected = (
+            r.get("artifact_sha256") or recordlib.read_log(folder / "console" / f"{r['name']}.txt").artifact_sha256
+        )
+        found = file_sha256(artifact)
+        if found != expected:
+            said = f"its run wrote {expected[:12]}" if expected else "its run recorded none to check it by"
+            raise UsageError(
+                f"--eval-only {folder}: {artifact} is not the artifact run {r['name']} wrote (sha256 {found[:12]}; "
+                f"{said}): put that run's artifact back, or re-train it in a new --out."
+            )
+        r = dict(r, artifact=str(artifact.resolve()), artifact_sha256=found)
+        if r.get("script_in_out"):  # a record's script, prepared in that folder
+            r["script"] = str((folder / r["script_in_out"]).resolve())
+        r["compile_cache"] = results.get("compile_cache", {})  # what ab.py added: not the trained run's setting
+        runs.append(r)
     if not runs:
         raise UsageError(f"--eval-only {folder}: no finished run with its artifact there (for these seeds).")
     return runs, list(dict.fromkeys(r["seed"] for r in runs))
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def inside(path: str | Path, folder: Path) -> str:
+    """path relative to folder where it lies inside it ("" otherwise): what stays true when the folder moves."""
+    try:
+        return str(Path(path).resolve().relative_to(folder.resolve()))
+    except ValueError:
+        return ""
 
 
 # ==== Resolved configs ==============================================================================================
@@ -359,6 +430,30 @@ def compare_configs(variants: list[Variant], jobs: list[Job], resolved: dict) ->
             if others:
                 lines.append(f"config {v.name} vs {base.name}{on}: ALSO DIFFERS (not set by them): {', '.join(others)}")
     return lines
+
+
+def check_val_vocabulary(cli, jobs: list[Job], resolved: dict) -> None:
+    """--val: every token id of its validation shards under the trained runs' VOCAB_SIZE, checked once here rather
+    than by each run, which would start and fail in seconds ("token id 1023 >= VOCAB_SIZE=512")."""
+    import numpy as np
+
+    checked = set()
+    for job in jobs:
+        path = cli.val_for(job.pair_key[0]) if job.trained else None
+        vocab = (resolved[(job.variant, job.pair_key[0])].get("config") or {}).get("vocab_size")
+        if path is None or not vocab or (path, vocab) in checked:
+            continue
+        checked.add((path, vocab))
+        for shard in sorted(Path(path).glob("fineweb_val_*.bin")):
+            if "fineweb_val_bytes_" in shard.name or shard.stat().st_size <= SHARD_HEADER_BYTES:
+                continue  # a sidecar, or no tokens: the trainer says what is wrong with it
+            top = int(np.memmap(shard, np.uint16, "r", SHARD_HEADER_BYTES).max())
+            if top >= int(vocab):
+                raise UsageError(
+                    f"--val {path}: {shard.name} holds token id {top} >= VOCAB_SIZE={vocab}, the vocabulary of "
+                    f"{job.pair_key[0]}'s runs: made with another tokenizer. Give shards of their tokenizer "
+                    f"(--val {job.pair_key[0]}=PATH for that trained variant alone)."
+                )
 
 
 def compared(config: dict | None) -> dict | None:
@@ -490,56 +585,114 @@ def console_path(out: Path, job: Job) -> Path:
     return out / "console" / f"{job.name}.txt"
 
 
-def read_run(path: Path) -> tuple[str, str, dict]:
-    """(status, reason, metrics) of a run from its console output: finished once it has a score and no error."""
+def read_run(path: Path, rc: int | None = 0) -> tuple[str, str, dict]:
+    """(status, reason, metrics) of a run from its console output and exit status (None: not recorded): finished
+    once it has exited 0 with a score and no error. A run killed while it scored on (kill -9 during the sliding
+    windows) has a round trip's score line: it failed. Each score keeps the decimals it was logged with
+    (metrics["decimals"]): the statistics know their resolution."""
     if not path.is_file():
         return "pending", "", {}
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    _, body = recordlib.split_head(path.read_text(encoding="utf-8", errors="replace"))
+    lines = recordlib.LINE_CLOCK.sub("", body).splitlines()
     log = recordlib.read_log(path)
     metrics: dict = {}
+    decimals: dict[str, int] = {}
     if log.steps is not None and log.train_loss:
         metrics["steps"] = log.steps
+    validations, pre_export, exported = [], None, False
     for line in lines:
         if match := STEP_AVG.search(line):
             metrics["step_avg_ms"] = float(match.group(1))
         if match := PEAK.search(line):
             metrics["peak_mib"] = int(match.group(1) or match.group(2))
+        if recordlib.ARTIFACT.search(line):
+            exported = True
         if match := SCORE_LINE.match(line):
             label = match.group(1)
             kind = "ttt" if "ttt" in label else "sliding_window" if "sliding" in label else "roundtrip"
-            metrics[kind] = float(match.group(3))
-            metrics["score"] = float(match.group(3))
-    if log.val_bpb_curve:
-        metrics["pre_export"] = log.val_bpb_curve[-1].value
-    for line in lines:
+            for name in (kind, "score"):
+                metrics[name] = float(match.group(3))
+                decimals[name] = recordlib.decimals(match.group(3))
+            metrics["score_kind"] = kind  # which of the columns before it the score is
+        elif (step := recordlib.STEP.search(line)) and (match := VAL_POINT.search(line)):
+            train_time = recordlib.TRAIN_TIME.search(line)
+            ms = float(train_time.group(1)) * recordlib.UNITS_MS[train_time.group(2)] if train_time else None
+            validations.append([int(step.group(1) or step.group(3)), ms, float(match.group(1))])
+            if not exported:  # the last validation before the export scores the weights exported
+                pre_export = match.group(2)
         if match := PRE_EXPORT.match(line):  # a record's, after its EMA: not on a step line
-            metrics["pre_export"] = float(match.group(1))
+            pre_export = match.group(1)
+    if pre_export is not None and (exported or "score" in metrics):  # not a validation of a run stopped before it
+        metrics["pre_export"] = float(pre_export)
+        decimals["pre_export"] = recordlib.decimals(pre_export)
     if "step_avg_ms" not in metrics and log.train_ms and log.steps:  # the records log no step_avg
         metrics["step_avg_ms"] = round(log.train_ms / log.steps, 2)
-    metrics["train_loss"] = [[p.step, p.value] for p in log.train_loss]
+    metrics["decimals"] = decimals
+    metrics["train_loss"] = [[p.step, p.train_ms, p.value] for p in log.train_loss]  # (step, ms, loss)
+    # The records log no time on validation lines: the train line's at that step, the last train_time at the last.
+    times = {0: 0.0, log.steps: log.train_ms} | {p.step: p.train_ms for p in log.train_loss}
+    metrics["val_loss"] = [[step, times.get(step) if ms is None else ms, loss] for step, ms, loss in validations]
     failure = [line.strip() for line in lines if FAILED.match(line.strip())]
     if failure:
         return "failed", failure[-1], metrics
+    tail = [line.strip() for line in lines if line.strip()]
+    if rc is None:
+        return "failed", "its exit status was not recorded (ab.py stopped before the run did)", metrics
+    if rc != 0:
+        after = (
+            f"after its {KINDS[metrics['score_kind']][0]} score" if "score" in metrics else (tail or ["no output"])[-1]
+        )
+        return "failed", f"exit {exit_text(rc)}: {after}", metrics
     if "score" in metrics:
         return "finished", "", metrics
-    tail = [line.strip() for line in lines if line.strip()]
     return "failed", (tail[-1] if tail else "no output"), metrics
+
+
+def exit_text(rc: int) -> str:
+    """An exit status as a person reads it: -9 (SIGKILL) for a signal."""
+    if rc < 0:
+        try:
+            return f"{rc} ({signal.Signals(-rc).name})"
+        except ValueError:
+            pass
+    return str(rc)
+
+
+def reason_text(job: Job) -> str:
+    """Why a run is not finished, once: its status word not repeated (interrupted: interrupted: ...), never empty."""
+    if job.status == "pending":
+        return job.reason or "not started (ab.py stopped before its turn)"
+    reason = job.reason.strip()
+    if reason.startswith(f"{job.status}:"):
+        reason = reason[len(job.status) + 1 :].strip()
+    return reason or "no reason in its output (see its console file)"
 
 
 # ==== Statistics and the report =====================================================================================
 
 
-def paired_test(diffs: list[float]) -> tuple[float, float | None, float | None]:
-    """(mean, sd, two-sided p) of paired differences; sd and p None for one pair."""
+def paired_test(diffs: list[float], resolution: float = 0.0) -> tuple[float, float | None, float | None, str]:
+    """(mean, sd, two-sided p, why there is no p) of paired differences. No p from one pair (sd None too), from
+    differences all equal, or from a spread under `resolution`, the step of the values as logged (scores read at 4
+    decimals differ by multiples of 0.0001: their spread is then rounding, and a t-test on it claims p=0)."""
     n = len(diffs)
     mean = sum(diffs) / n
     if n < 2:
-        return mean, None, None
+        return mean, None, None, "needs 2 or more pairs"
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
     if sd == 0:
-        return mean, 0.0, 0.0 if mean != 0 else 1.0
+        return mean, 0.0, None, f"the {n} differences are all equal"
+    if sd < resolution:
+        return mean, sd, None, f"the spread is under the {recordlib.decimals(resolution)} decimals logged"
     t = mean / (sd / math.sqrt(n))
-    return mean, sd, min(1.0, 2 * recordlib.t_sf(abs(t), n - 1))
+    return mean, sd, min(1.0, 2 * recordlib.t_sf(abs(t), n - 1)), ""
+
+
+def shown_decimals(spread: float | None, least: int) -> int:
+    """Decimals that show a spread to 2 significant digits: at least `least`, at most 8 (what the logs give)."""
+    if not spread:
+        return least
+    return max(least, min(8, 1 - math.floor(math.log10(spread))))
 
 
 def comparisons(jobs: list[Job], variants: list[Variant]) -> list[dict]:
@@ -558,12 +711,25 @@ def comparisons(jobs: list[Job], variants: list[Variant]) -> list[dict]:
                     (k, done[(v.name, k)][kind] - done[(base, k)][kind]) for k in keys if both(done, v, base, k, kind)
                 ]
                 if pairs:
-                    mean, sd, p = paired_test([d for _, d in pairs])
-                    row["kinds"][kind] = dict(n=len(pairs), mean=mean, sd=sd, p=p, each=[d for _, d in pairs])
-            if row["kinds"]:
+                    resolution = max(resolution_of(done[(name, k)], kind) for k, _ in pairs for name in (base, v.name))
+                    mean, sd, p, why = paired_test([d for _, d in pairs], resolution)
+                    each = [d for _, d in pairs]
+                    row["kinds"][kind] = dict(n=len(pairs), mean=mean, sd=sd, p=p, no_p=why, each=each)
+            if "score" in row["kinds"]:  # which line each variant's score is, over these pairs
+                paired = [k for k in keys if both(done, v, base, k, "score")]
+                row["score_lines"] = {
+                    name: sorted({done[(name, k)]["score_kind"] for k in paired}, key=list(KINDS).index)
+                    for name in (base, v.name)
+                }
                 row["verdict"] = verdict(row)
                 result.append(row)
     return result
+
+
+def resolution_of(metrics: dict, kind: str) -> float:
+    """The step of a value as its log wrote it: 0.0001 for 4 decimals; 0 where unknown."""
+    digits = metrics.get("decimals", {}).get(kind)
+    return 0.0 if digits is None else 10.0**-digits
 
 
 def both(done: dict, v: Variant, base: str, key, kind: str) -> bool:
@@ -571,19 +737,26 @@ def both(done: dict, v: Variant, base: str, key, kind: str) -> bool:
 
 
 def verdict(row: dict) -> str:
-    """One line on the final score (the last kind both have): who is better, by how much, how sure."""
-    kind = list(row["kinds"])[-1]
-    s = row["kinds"][kind]
+    """One line on the score each run is judged by (its last final line): who is better, by how much, how sure."""
+    s = row["kinds"]["score"]
     unit = "artifact" if row["scope"] else "seed"  # --eval-only pairs two scores of one artifact
-    what, n = f"bpb {KINDS[kind][1]}", f"{s['n']} {unit}{'s' if s['n'] > 1 else ''}"
-    on = f" (on {row['scope']})" if row["scope"] else ""
     a, b = row["baseline"], row["variant"]
-    if s["p"] is None:
-        return f"{b} - {a} = {s['mean']:+.4f} {what}, {n}: no test (needs 2 or more seeds){on}"
-    spread = f"{abs(s['mean']):.4f} ± {s['sd']:.4f} {what}, p={s['p']:.3g}, {n}{on}"
+    lines = row["score_lines"]
+    if lines[a] == lines[b] and len(lines[a]) == 1:  # one kind of line on both sides: say which
+        what = f"bpb {KINDS[lines[a][0]][1]}"
+    else:  # the variants end on different lines (TTT on against off): the score is each one's last
+        ends = "; ".join(f"{name}: {', '.join(KINDS[k][0] for k in lines[name])}" for name in (a, b))
+        what = f"bpb as scored ({ends})"
+    n = f"{s['n']} {unit}{'s' if s['n'] > 1 else ''}"
+    on = f" (on {row['scope']})" if row["scope"] else ""
+    d = shown_decimals(s["sd"] if s["p"] is not None else None, 4)
+    sd = f" ± {s['sd']:.{d}f}" if s["sd"] is not None else ""
+    if s["p"] is None:  # no p to judge by: the difference, and why there is no test
+        return f"{b} - {a} = {s['mean']:+.{d}f}{sd} {what}, {n}: no test ({s['no_p']}){on}"
+    spread = f"{abs(s['mean']):.{d}f}{sd} {what}, p={s['p']:.3g}, {n}{on}"
     if s["p"] < P_SIGNIFICANT:
         return f"{b if s['mean'] < 0 else a} better by {spread}"
-    return f"no clear difference: {b} - {a} = {s['mean']:+.4f} ± {s['sd']:.4f} {what}, p={s['p']:.3g}, {n}{on}"
+    return f"no clear difference: {b} - {a} = {s['mean']:+.{d}f}{sd} {what}, p={s['p']:.3g}, {n}{on}"
 
 
 def fmt(value, digits: int = 5) -> str:
@@ -596,7 +769,8 @@ def mean_sd(values: list[float]) -> str:
     if not values:
         return "-"
     mean, sd = recordlib.mean_std(values)
-    return f"{mean:.5f}" + (f" ± {sd:.5f}" if sd is not None else "")
+    d = shown_decimals(sd, 5)
+    return f"{mean:.{d}f}" + (f" ± {sd:.{d}f}" if sd is not None else "")
 
 
 def markdown(jobs: list[Job], variants: list[Variant], rows: list[dict], cmd: str) -> str:
@@ -606,7 +780,7 @@ def markdown(jobs: list[Job], variants: list[Variant], rows: list[dict], cmd: st
     for j in jobs:
         m = j.metrics
         cells = [j.name, str(j.seed), fmt(m.get("steps")), fmt(m.get("step_avg_ms"), 1), fmt(m.get("peak_mib"))]
-        cells += [fmt(m.get(k)) for k in kinds] + [j.status + (f": {j.reason}" if j.status != "finished" else "")]
+        cells += [fmt(m.get(k)) for k in kinds] + [j.status + (f": {reason_text(j)}" if j.status != "finished" else "")]
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     if not kinds:  # no run has scored: nothing to average or compare
         return "\n".join(lines) + "\n"
@@ -619,7 +793,7 @@ def markdown(jobs: list[Job], variants: list[Variant], rows: list[dict], cmd: st
             cells = [mean_sd([j.metrics[k] for j in runs if k in j.metrics]) for k in kinds]
             lines.append(f"| {label} | {len(runs)} | " + " | ".join(cells) + " |")
     if rows:
-        head = ["paired difference, mean ± sd (p)", "pairs"] + [KINDS[k][0] for k in kinds] + ["each pair (last)"]
+        head = ["paired difference, mean ± sd (p)", "pairs"] + [KINDS[k][0] for k in kinds] + ["each pair (score)"]
         lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for row in rows:
             label = f"{row['variant']} - {row['baseline']}" + (f" on {row['scope']}" if row["scope"] else "")
@@ -629,39 +803,98 @@ def markdown(jobs: list[Job], variants: list[Variant], rows: list[dict], cmd: st
                 s = row["kinds"].get(k)
                 if s is None:
                     cells.append("-")
-                else:
-                    sd = f" ± {s['sd']:.5f}" if s["sd"] is not None else ""
-                    cells.append(f"{s['mean']:+.5f}{sd}" + (f" (p={s['p']:.3g})" if s["p"] is not None else ""))
-            cells.append(" ".join(f"{d:+.5f}" for d in list(row["kinds"].values())[-1]["each"]))
+                    continue
+                d = shown_decimals(s["sd"] if s["p"] is not None else None, 5)
+                sd = f" ± {s['sd']:.{d}f}" if s["sd"] is not None else ""
+                cells.append(
+                    f"{s['mean']:+.{d}f}{sd} " + (f"(p={s['p']:.3g})" if s["p"] is not None else f"(no p: {s['no_p']})")
+                )
+            score = row["kinds"]["score"]
+            d = shown_decimals(score["sd"] if score["p"] is not None else None, 5)
+            cells.append(" ".join(f"{x:+.{d}f}" for x in score["each"]))
             lines.append(f"| {label} | {n} | " + " | ".join(cells) + " |")
         lines += [""] + [f"- {row['verdict']}" for row in rows]
     return "\n".join(lines) + "\n"
 
 
-def plot(jobs: list[Job], variants: list[Variant], path: Path) -> str:
-    """Every run's train loss against step in one PNG; a note instead when matplotlib is missing or nothing trained."""
+def plot_series(jobs: list[Job], variants: list[Variant]) -> dict | None:
+    """What train_loss.png draws, matplotlib or not: each run's train loss by step and by training seconds (a variant
+    slower per step ends further right there), its validation losses, and the y range of the part where runs differ
+    (after the first steps' fall: the first 50, or a fifth of a shorter run, or a tenth of a longer one). None: no
+    run has logged a train loss."""
     curves = [j for j in jobs if j.metrics.get("train_loss")]
     if not curves:
-        return "plot: no train_loss lines to plot"
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "plot: skipped, matplotlib is not installed (pip install matplotlib)"
+        return None
     colors = {v.name: f"C{i % 10}" for i, v in enumerate(variants)}
     seeds = list(dict.fromkeys(j.seed for j in jobs))
-    styles = ["-", "--", ":", "-."]
-    fig, ax = plt.subplots(figsize=(9, 5))
+    last = max(point[0] for j in curves for point in j.metrics["train_loss"])
+    skip = max(min(50, last // 5), last // 10)
+    series, shown = [], []
     for j in curves:
-        steps, losses = zip(*j.metrics["train_loss"])
-        style = styles[seeds.index(j.seed) % len(styles)]
-        ax.plot(steps, losses, style, color=colors[j.variant], label=j.name, linewidth=1)
-    ax.set_xlabel("step")
-    ax.set_ylabel("train loss")
-    ax.legend(fontsize=7)
+        train, val = j.metrics["train_loss"], j.metrics.get("val_loss", [])
+        series.append(
+            dict(
+                name=j.name,
+                color=colors[j.variant],
+                style=["-", "--", ":", "-."][seeds.index(j.seed) % 4],
+                steps=[step for step, _, _ in train],
+                seconds=[None if ms is None else ms / 1000 for _, ms, _ in train],
+                loss=[loss for _, _, loss in train],
+                val_steps=[step for step, _, _ in val],
+                val_seconds=[None if ms is None else ms / 1000 for _, ms, _ in val],
+                val_loss=[loss for _, _, loss in val],
+            )
+        )
+        shown += [loss for step, _, loss in train + val if step > skip and math.isfinite(loss)]
+    shown = shown or [loss for s in series for loss in s["loss"] if math.isfinite(loss)] or [0.0]
+    low, high = min(shown), max(shown)
+    pad = 0.05 * (high - low) or 0.01 * abs(high) or 0.01
+    return dict(series=series, ylim=(low - pad, high + pad), after_step=skip)
+
+
+def figure(data: dict):
+    """The plot_series data as a matplotlib figure: train loss against step (left) and training time (right), one
+    color a variant, one line style a seed, validation losses as dots."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
+    for s in data["series"]:
+        panels = [
+            (axes[0], s["steps"], s["loss"], s["val_steps"], s["val_loss"]),
+            (axes[1], s["seconds"], s["loss"], s["val_seconds"], s["val_loss"]),
+        ]
+        for ax, x, y, val_x, val_y in panels:  # a point without a time (none logged) is left off the right panel
+            points = [(a, b) for a, b in zip(x, y) if a is not None]
+            val = [(a, b) for a, b in zip(val_x, val_y) if a is not None]
+            if points:
+                ax.plot(*zip(*points), s["style"], color=s["color"], label=s["name"], linewidth=1)
+            if val:
+                ax.plot(*zip(*val), "o", color=s["color"], markersize=4)
+    axes[0].set_xlabel("step")
+    axes[1].set_xlabel("training time (s)")
+    axes[0].set_ylabel("train loss (dots: validation loss)")
+    axes[0].set_ylim(*data["ylim"])
+    axes[0].set_title(f"y range: the losses after step {data['after_step']}", fontsize=9)
+    axes[0].legend(fontsize=7)
     fig.tight_layout()
+    return fig
+
+
+def plot(jobs: list[Job], variants: list[Variant], path: Path) -> str:
+    """train_loss.png (figure); a note instead when matplotlib is missing or nothing trained."""
+    data = plot_series(jobs, variants)
+    if data is None:
+        return "plot: no train_loss lines to plot"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return "plot: skipped, matplotlib is not installed (pip install matplotlib)"
+    import matplotlib.pyplot as plt
+
+    fig = figure(data)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return f"plot: {path}"
@@ -674,7 +907,6 @@ def experiment_of(cli, variants: list[Variant]) -> dict:
     """What makes two commands one experiment (their runs comparable); seeds may be added, and --gpus/--slots vary."""
     return dict(
         mode="eval" if cli.eval_only else "train",
-        trained=str(cli.eval_only.resolve()) if cli.eval_only else "",
         common=cli.common_env,
         variants={v.name: dict(env=v.env, script=str(v.script or "")) for v in variants},
         nproc=cli.nproc,
@@ -682,29 +914,127 @@ def experiment_of(cli, variants: list[Variant]) -> dict:
     )
 
 
-def check_out(out: Path, experiment: dict) -> None:
+def check_out(out: Path, experiment: dict, restart: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file: name a folder, new or one ab.py made.")
     path = out / "results.json"
     if path.is_file():
         before = json.loads(path.read_text())["experiment"]
-        if before != experiment:
-            keys = [k for k in experiment if before.get(k) != experiment[k]]
+        keys = [k for k in experiment if k in before and before[k] != experiment[k]]  # older files: what they have
+        if keys and not restart:
             raise UsageError(
                 f"--out {out} holds another experiment's runs (its {', '.join(keys)} differ from this command's): "
-                "choose another --out, or delete that folder to start over."
+                "choose another --out, or add --restart to discard its runs and start over."
             )
     elif out.is_dir() and any(out.iterdir()):
         raise UsageError(f"--out {out} is not empty and holds no ab.py results.json: choose a new or empty folder.")
 
 
-def write_results(out: Path, experiment: dict, jobs: list[Job], rows: list[dict]) -> None:
+def identity_of(jobs: list[Job], resolved: dict, trained: list[dict]) -> dict:
+    """What made the runs, beyond the command's words: for each variant (on each trained variant) its trainer's
+    sha256, its config as the trainer resolves it and the python and torch that resolved it; the shell's values of
+    the trainer's variables and of inductor's switches (TORCHINDUCTOR_*: they change the code compiled; not the cache's
+    place) that no flag sets; --eval-only: the sha256 of the artifacts it scores. An edited
+    train_gpt.py or MATRIX_LR=0.03 in the shell changes it: the runs made before are then another experiment."""
+    made = {}
+    for job in jobs:
+        key = (job.variant, job.pair_key[0])
+        label = f"{job.variant} on {key[1]}" if key[1] else job.variant
+        if label not in made:
+            found = resolved[key]
+            made[label] = dict(
+                script=str(job.script),
+                sha256=script_sha256(job.script),
+                config=compared(found.get("config")),
+                versions=found.get("versions"),
+            )
+    names = {k.upper() for found in resolved.values() for k in found.get("config") or {}}
+    names |= {k for k in os.environ if k.startswith("TORCHINDUCTOR_") and k not in COMPILE_CACHE}
+    set_by_flags = {k for job in jobs for k in job.env} | set(SET_BY_AB)
+    environment = {k: os.environ[k] for k in sorted(names - set_by_flags) if k in os.environ}
+    artifacts = {r["name"]: r["artifact_sha256"] for r in trained}
+    return json.loads(json.dumps(dict(made=made, environment=environment, artifacts=artifacts), default=str))
+
+
+def script_sha256(script: Path) -> str:
+    """The sha256 of what a variant runs: a prepared record's source, or the script's bytes."""
+    if script in PREPARED:
+        return hashlib.sha256(PREPARED[script].encode()).hexdigest()
+    return file_sha256(script)
+
+
+def identity_changes(before: dict, now: dict) -> list[str]:
+    """What differs between two identities, each change as a phrase; variants or artifacts only one of them has
+    (more --seeds) are no change."""
+    changes = []
+    for label in [label for label in now["made"] if label in before["made"]]:
+        a, b = before["made"][label], now["made"][label]
+        if a["sha256"] != b["sha256"]:
+            changes.append(
+                f"{label}'s trainer {b['script']} is not the one its runs ran (sha256 {a['sha256'][:12]} -> {b['sha256'][:12]})"
+            )
+        if a["config"] is not None and b["config"] is not None and a["config"] != b["config"]:
+            keys = sorted(k for k in set(a["config"]) | set(b["config"]) if a["config"].get(k) != b["config"].get(k))
+            diff = ", ".join(f"{k.upper()} {a['config'].get(k)!r} -> {b['config'].get(k)!r}" for k in keys)
+            changes.append(f"{label}'s config resolves otherwise: {diff}")
+        for name, version in (b.get("versions") or {}).items():
+            if (a.get("versions") or {}).get(name, version) != version:
+                changes.append(f"{label}'s {name} {a['versions'][name]} -> {version}")
+    for k in sorted(set(before["environment"]) | set(now["environment"])):
+        if before["environment"].get(k) != now["environment"].get(k):
+            was, new = (env.get(k, "unset") for env in (before["environment"], now["environment"]))
+            changes.append(f"the shell's {k}: {was} -> {new}")
+    for name in [name for name in now["artifacts"] if name in before["artifacts"]]:
+        if before["artifacts"][name] != now["artifacts"][name]:
+            was, new = before["artifacts"][name][:12], now["artifacts"][name][:12]
+            changes.append(f"trained run {name}'s artifact is another (sha256 {was} -> {new})")
+    return changes
+
+
+def check_identity(out: Path, identity: dict, restart: bool) -> list[str]:
+    """Refuses to add runs to runs made by other code or settings (a UsageError that says what changed); lines to
+    print otherwise."""
+    path = out / "results.json"
+    if restart or not path.is_file():
+        return []
+    before = json.loads(path.read_text()).get("identity")
+    if before is None:
+        return [f"note: {path} was written before ab.py recorded what made its runs: they are not checked"]
+    changes = identity_changes(before, identity)
+    if changes:
+        raise UsageError(
+            f"--out {out} holds runs made by other code or settings than this command's: {'; '.join(changes)}. "
+            "New runs would be pooled with them: give this command a new --out, or add --restart to discard that "
+            "folder's runs and start over."
+        )
+    return []
+
+
+RESULTS = ("results.json", "report.md", "train_loss.png", "console", "logs", "artifacts", "work", "scripts")
+
+
+def discard_runs(out: Path) -> None:
+    """--restart: what ab.py wrote in out, but the compile cache (code, not results)."""
+    for name in RESULTS:
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+
+def write_results(out: Path, header: dict, jobs: list[Job], rows: list[dict]) -> None:
+    """results.json: the header (experiment, what ab.py added), every run, the comparisons."""
     runs = []
     for j in jobs:
         run = dict(name=j.name, variant=j.variant, seed=j.seed, trained=j.trained, status=j.status, reason=j.reason)
-        run.update(rc=j.rc, env=j.env, script=str(j.script), artifact=j.env.get("ARTIFACT_PATH", ""))
+        artifact = j.env.get("ARTIFACT_PATH", "")
+        run.update(rc=j.rc, env=j.env, script=str(j.script), script_in_out=inside(j.script, out))
+        run.update(artifact=artifact, artifact_in_out=inside(artifact, out), artifact_sha256=j.artifact_sha256)
         run.update(console=str(console_path(out, j)), log=str(out / "logs" / f"{j.name}.txt"))
-        run["metrics"] = {k: v for k, v in j.metrics.items() if k != "train_loss"}
+        run["metrics"] = {k: v for k, v in j.metrics.items() if k not in ("train_loss", "val_loss")}  # curves: the logs
         runs.append(run)
-    data = dict(experiment=experiment, runs=runs, comparisons=rows)
+    data = dict(header, runs=runs, comparisons=rows)
     tmp = out / "results.json.tmp"
     tmp.write_text(json.dumps(data, indent=1) + "\n")
     tmp.replace(out / "results.json")  # whole or not at all: an interrupt leaves the last complete one
@@ -743,12 +1073,13 @@ def run_all(pending: list[Job], slots: list[Slot], out: Path, save) -> bool:
                     if proc.poll() is not None:
                         del running[name]
                         job.rc = proc.returncode
-                        job.status, job.reason, job.metrics = read_run(console_path(out, job))
-                        if job.status == "finished" and job.rc != 0:
-                            job.reason = f"exit {job.rc} after its score"
+                        job.status, job.reason, job.metrics = read_run(console_path(out, job), job.rc)
+                        job.artifact_sha256 = artifact_sha256(job)
                         print(line_of(job, time.time() - t0), flush=True)
                         save()
-    except KeyboardInterrupt:  # the runs under way are stopped as the trainer stops on SIGTERM (it logs where)
+    except BaseException as exc:  # the runs under way are stopped as the trainer stops on SIGTERM (it logs where):
+        # on an interrupt (SIGINT, SIGTERM, SIGHUP), a closed stdout (BrokenPipeError: `ab.py ... | head -5`) or a
+        # fault of ab.py's own; never left running without ab.py (they run in sessions of their own)
         for job, proc, _ in running.values():
             with_signal(proc, signal.SIGTERM)
         for job, proc, _ in running.values():
@@ -758,12 +1089,21 @@ def run_all(pending: list[Job], slots: list[Slot], out: Path, save) -> bool:
                 with_signal(proc, signal.SIGKILL)
                 proc.wait()
             job.rc = proc.returncode
-            job.status, job.reason, job.metrics = read_run(console_path(out, job))
+            job.status, job.reason, job.metrics = read_run(console_path(out, job), job.rc)
+            job.artifact_sha256 = artifact_sha256(job)
             if job.status != "finished":
                 job.status, job.reason = "interrupted", job.reason or "stopped by ab.py"
         save()
-        return False
+        if isinstance(exc, KeyboardInterrupt):
+            return False
+        raise
     return True
+
+
+def artifact_sha256(job: Job) -> str:
+    """The sha256 of a finished run's artifact, as it is now ("" for an unfinished run, or none at ARTIFACT_PATH)."""
+    path = Path(job.env.get("ARTIFACT_PATH", ""))
+    return file_sha256(path) if job.status == "finished" and path.is_file() else ""
 
 
 def with_signal(proc: subprocess.Popen, sig: int) -> None:
@@ -778,7 +1118,7 @@ def line_of(job: Job, seconds: float | None = None) -> str:
     m = job.metrics
     took = f" in {seconds:.0f}s" if seconds is not None else ""
     if job.status != "finished":
-        return f"{job.status} {job.name}{took}: {job.reason} (console/{job.name}.txt)"
+        return f"{job.status} {job.name}{took}: {reason_text(job)} (console/{job.name}.txt)"
     scores = " ".join(f"{k}:{m[k]:.4f}" for k in KINDS if k in m)
     return f"finished {job.name}{took}: steps:{m.get('steps', '-')} {scores}"
 
@@ -809,6 +1149,9 @@ def parse_args(argv=None):
         "--val", action="append", default=[], metavar="[VARIANT=]PATH", help="--eval-only: another validation set"
     )
     parser.add_argument("--plan", action="store_true", help="resolve and compare configs, list the runs; run nothing")
+    parser.add_argument(
+        "--restart", action="store_true", help="discard the runs already in --out (another experiment's) and run all"
+    )
     return parser.parse_args(argv)
 
 
@@ -817,7 +1160,8 @@ class Raw(argparse.RawDescriptionHelpFormatter):
 
 
 def prepare(cli) -> tuple[list[Variant], list[Job], dict, list[str]]:
-    """Everything checked before any run: (variants, jobs, experiment, config lines); a UsageError otherwise."""
+    """Everything checked before any run: (variants, jobs, results.json's header, lines to print); a UsageError
+    otherwise."""
     variants = parse_variants(cli)
     cli.common_env = parse_assignments(cli.common, "--common")
     trained = []
@@ -839,13 +1183,30 @@ def prepare(cli) -> tuple[list[Variant], list[Job], dict, list[str]]:
     if unknown:
         raise UsageError(f"--val {unknown[0]}=...: {cli.eval_only} has no trained variant {unknown[0]}.")
     cli.val_for = lambda variant: vals.get(variant, vals.get("*"))  # None: the trained run's own DATA_PATH
+    cli.compile_cache = compile_cache(cli.out, cli.common_env)
     for v in variants:
         v.script = prepare_script(v, cli.out.resolve()) if v.script else None
     jobs = plan_jobs(cli, variants, seeds, trained)
     experiment = experiment_of(cli, variants)
-    check_out(cli.out, experiment)
-    lines = compare_configs(variants, jobs, resolve_configs(jobs))
-    return variants, jobs, experiment, lines
+    check_out(cli.out, experiment, cli.restart)
+    resolved = resolve_configs(jobs)
+    lines = compare_configs(variants, jobs, resolved)
+    check_val_vocabulary(cli, jobs, resolved)
+    identity = identity_of(jobs, resolved, trained)
+    lines += check_identity(cli.out, identity, cli.restart)
+    header = dict(experiment=experiment, identity=identity, compile_cache=cli.compile_cache)
+    if cli.eval_only:
+        header["trained_from"] = str(cli.eval_only.resolve())  # where it was then: the artifacts' sha256 say which
+    if cli.compile_cache:
+        where = cli.compile_cache.get("TORCHINDUCTOR_CACHE_DIR", "the cache folder you set")
+        lines.append(
+            f"compile cache: one for all runs, {where} ("
+            + " ".join(f"{k}={v}" for k, v in cli.compile_cache.items())
+            + ")"
+        )
+    else:
+        lines.append("compile cache: yours (TORCHINDUCTOR_CACHE_DIR, _FX_GRAPH_CACHE and _AUTOGRAD_CACHE set)")
+    return variants, jobs, header, lines
 
 
 def interrupt(signum, frame):
@@ -853,36 +1214,68 @@ def interrupt(signum, frame):
 
 
 def main(argv=None) -> int:
-    for signum in (signal.SIGINT, signal.SIGTERM):  # both stop the runs under way and keep the finished ones
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # each stops the runs under way, keeps the finished
         signal.signal(signum, interrupt)
     cli = parse_args(argv)
     try:
         slots, where = make_slots(cli)
-        variants, jobs, experiment, config_lines = prepare(cli)
+        prepared = prepare(cli)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: before any run started", file=sys.stderr)
         return 130
+    try:
+        return run_experiment(cli, argv, slots, where, *prepared)
+    except BrokenPipeError:  # stdout's reader has gone (`| head -5`): the runs under way were stopped, the rest kept
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error as Python flushes stdout
+        try:
+            print(
+                "interrupted: stdout was closed; the runs under way were stopped, run the same command again to resume",
+                file=sys.stderr,
+            )
+        except BrokenPipeError:
+            pass
+        return 128 + signal.SIGPIPE
+
+
+def run_experiment(cli, argv, slots, where, variants, jobs, header, config_lines) -> int:
+    """main() once everything is checked: what is done already, the runs, the report. Its exit status."""
     out = cli.out
     print(where)
     print("\n".join(config_lines))
     before = json.loads((out / "results.json").read_text())["runs"] if (out / "results.json").is_file() else []
+    if cli.restart and before:
+        print(f"restart: {'would discard' if cli.plan else 'discarding'} the {len(before)} runs recorded in {out}")
+        before = []
     interrupted = {r["name"] for r in before if r["status"] == "interrupted"}
-    for job in jobs:
-        job.status, job.reason, job.metrics = read_run(console_path(out, job))
+    recorded = {r["name"]: r for r in before}
+    for job in [] if cli.restart else jobs:  # --restart: every run is to run
+        job.rc = recorded.get(job.name, {}).get("rc")  # a run is finished only if it exited 0
+        job.status, job.reason, job.metrics = read_run(console_path(out, job), job.rc)
+        if job.status == "finished":
+            job.artifact_sha256 = recorded[job.name].get("artifact_sha256") or artifact_sha256(job)
     pending = [j for j in jobs if j.status != "finished"]
     for job in jobs:
         if job.status == "finished":
             print(f"done before: {line_of(job)}")
         elif job.status != "pending":
-            print(f"rerun {job.name}: it {'was interrupted' if job.name in interrupted else 'failed'}: {job.reason}")
+            print(
+                f"rerun {job.name}: it {'was interrupted' if job.name in interrupted else 'failed'}: {reason_text(job)}"
+            )
     print(f"runs: {len(jobs)}, to run: {len(pending)} in {len(waves(pending, len(slots)))} wave(s) of <= {len(slots)}")
+    if len(slots) < len(variants):
+        print(
+            f"note: {len(variants)} variants on {len(slots)} slot(s): a seed's variants cannot run at once, so a pair "
+            "does not share the machine's state (its step times compare less well); give a slot a variant for that"
+        )
     if cli.plan:
         for job in pending:
             print(f"plan {job.name}: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in job.env.items()))
         return 0
+    if cli.restart:
+        discard_runs(out)
     for sub in ("console", "logs", "artifacts"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     for path, source in PREPARED.items():
@@ -891,7 +1284,7 @@ def main(argv=None) -> int:
     cmd = "python3 scripts/ab.py " + shlex.join(sys.argv[1:] if argv is None else argv)
 
     def save():
-        write_results(out, experiment, jobs, comparisons(jobs, variants))
+        write_results(out, header, jobs, comparisons(jobs, variants))
 
     save()
     completed = run_all(pending, slots, out, save)
@@ -903,7 +1296,7 @@ def main(argv=None) -> int:
     print(plot(jobs, variants, out / "train_loss.png"))
     failed = [j for j in jobs if j.status != "finished"]
     for job in failed:
-        print(f"not finished: {job.name}: {job.reason}")
+        print(f"not finished: {job.name}: {reason_text(job)}")
     if not completed:
         print("interrupted: the finished runs are kept; run the same command again to run the others")
         return 130

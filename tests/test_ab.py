@@ -1,13 +1,16 @@
 """scripts/ab.py, run as a user would: end to end on CPU (2 slots, 2 variants, 2 seeds of the tiny configuration,
-interrupted and resumed, then an --eval-only A/B of the same artifacts); its GPU scheduling on a fake host (a fake
-nvidia-smi listing 4 GPUs, a fake trainer under torchrun that prints what it was given); each bad input's one-line
-error (exit 2, nothing run); its statistics against the t distribution written out.
+interrupted and resumed, then an --eval-only A/B of the same artifacts, TTT off against on, and --plan on a copy of
+them moved elsewhere); its GPU scheduling on a fake host (a fake nvidia-smi listing 4 GPUs, a fake trainer under
+torchrun that prints what it was given); runs of a fake trainer that ends in a second (killed after its round trip,
+edited between two commands, its stdout's reader gone); each bad input's one-line error (exit 2, nothing run); its
+parsing, statistics (against the t distribution written out), identity and plot data as functions.
 
-Run: python3 -m pytest -q tests/test_ab.py   (CPU only; about 90 s of CPU time: 1.5 to 3 minutes on 2 busy cores)
+Run: python3 -m pytest -q tests/test_ab.py   (CPU only; about 70 s of CPU time: 1.5 to 3 minutes on 2 busy cores)
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -131,7 +134,8 @@ def test_ab_pairs_the_seeds_and_reports_what_the_logs_say(trained):
     assert (row["variant"], row["baseline"], got["n"]) == ("lr04", "base", 2)
     assert got["mean"] == pytest.approx(mean, abs=1e-9) and got["sd"] == pytest.approx(sd, abs=1e-9)
     assert got["p"] == pytest.approx(p, rel=1e-6)
-    assert list(row["kinds"]) == ["pre_export", "roundtrip", "sliding_window"]
+    assert list(row["kinds"]) == ["pre_export", "roundtrip", "sliding_window", "score"]
+    assert row["kinds"]["score"] == got and row["score_lines"] == dict(base=["sliding_window"], lr04=["sliding_window"])
     better = "lr04" if mean < 0 else "base"
     verdict = f"- {better} better by {abs(mean):.4f} ± {sd:.4f} bpb on sliding windows, p={p:.3g}, 2 seeds"
     if p >= 0.05:
@@ -156,27 +160,36 @@ def test_ab_eval_only_rescores_the_same_artifacts_with_each_variants_settings(tr
     cwd = out.parent
     val = short_val(tiny_data, cwd / "other_val", 3000, train=False)  # --val: another validation set
     args = ["--slots", "2", "--eval-only", "out", "--out", "ttt", "--seeds", "1", "--val", str(val)]
-    args += ["--common", "EVAL_STRIDE=0 TTT_ENABLED=1 TTT_CHUNK_TOKENS=1024"]  # TTT that adapts, no sliding windows
-    run = ab_run(args + ["--variant", "ttt1", "TTT_EPOCHS=1", "--variant", "ttt2", "TTT_EPOCHS=2"], cwd)
+    args += ["--common", "EVAL_STRIDE=0 TTT_EPOCHS=1 TTT_CHUNK_TOKENS=1024"]  # TTT that adapts, no sliding windows
+    run = ab_run(args + ["--variant", "nottt", "--variant", "ttt", "TTT_ENABLED=1"], cwd)  # TTT off against on
     assert run.returncode == 0, run.stdout + run.stderr
     runs = {r["name"]: r for r in results(cwd / "ttt")["runs"]}
-    assert sorted(runs) == ["ttt1_on_base_seed1", "ttt1_on_lr04_seed1", "ttt2_on_base_seed1", "ttt2_on_lr04_seed1"]
+    assert sorted(runs) == ["nottt_on_base_seed1", "nottt_on_lr04_seed1", "ttt_on_base_seed1", "ttt_on_lr04_seed1"]
+    last = {}  # each run's score: its last final line (the round trip without TTT, TTT's with it)
     for name, r in runs.items():
         trained_run = name.split("_on_")[1]
         assert r["artifact"] == str((out / "artifacts" / f"{trained_run}.ptz").resolve())
         text = (cwd / "ttt" / "console" / f"{name}.txt").read_text()
         config = json.loads(re.search(r"^config:(\{.*\})$", text, re.M).group(1))
-        assert config["eval_only"] is True and config["ttt_epochs"] == int(name[3])
+        assert config["eval_only"] is True and config["ttt_enabled"] is name.startswith("ttt_")
         assert config["matrix_lr"] == (0.04 if "lr04" in name else 0.02)  # the trained run's settings reach it
         assert config["data_path"] == str(val)
         trained_text = (out / "console" / f"{trained_run}.txt").read_text()
         assert ARTIFACT_SHA.findall(text) == ARTIFACT_SHA.findall(trained_text)  # the very same weights...
         assert ROUNDTRIP_LINE.findall(text) != ROUNDTRIP_LINE.findall(trained_text)  # ...on other text
+        last[name] = float(re.findall(r"^final_\w+_exact val_loss:\S+ val_bpb:(\S+)$", text, re.M)[-1])
     rows = {row["scope"]: row for row in results(cwd / "ttt")["comparisons"]}
     assert sorted(rows) == ["all", "base", "lr04"]
-    assert rows["base"]["kinds"]["roundtrip"]["mean"] == 0.0 and rows["base"]["kinds"]["ttt"]["mean"] != 0.0
-    assert rows["all"]["kinds"]["ttt"]["n"] == 2
-    assert "bpb after TTT, 1 artifact: no test (needs 2 or more seeds) (on base)" in run.stdout  # no t-test claimed
+    # the variants end on different lines: the round trip is the same artifact's on both sides (0), the score is not
+    assert rows["base"]["kinds"]["roundtrip"]["mean"] == 0.0 and "ttt" not in rows["base"]["kinds"]
+    diffs = [last[f"ttt_on_{t}_seed1"] - last[f"nottt_on_{t}_seed1"] for t in ("base", "lr04")]
+    assert rows["base"]["kinds"]["score"]["mean"] == pytest.approx(diffs[0], abs=1e-12) and diffs[0] != 0.0
+    assert rows["all"]["kinds"]["score"]["each"] == pytest.approx(diffs, abs=1e-12)
+    assert rows["all"]["score_lines"] == dict(nottt=["roundtrip"], ttt=["ttt"])
+    what = "bpb as scored (nottt: round trip; ttt: TTT)"
+    assert f"- ttt - nottt = {diffs[0]:+.4f} {what}, 1 artifact: no test" in run.stdout  # no t-test claimed
+    (verdict,) = [line for line in run.stdout.splitlines() if line.startswith("- ") and line.endswith("(on all)")]
+    assert what in verdict and "2 artifacts" in verdict and "+0.0000" not in verdict, verdict
 
 
 def test_ab_refuses_another_experiments_folder_and_a_folder_it_did_not_make(trained, tmp_path):
@@ -189,6 +202,59 @@ def test_ab_refuses_another_experiments_folder_and_a_folder_it_did_not_make(trai
     (tmp_path / "mine" / "notes.txt").write_text("x")
     run = ab_run(["--out", "mine", "--variant", "a", "--variant", "b", "X=1"], tmp_path)
     assert run.returncode == 2 and run.stderr.startswith("error: --out mine is not empty and holds no ab.py results")
+
+
+def test_ab_eval_only_finds_the_artifacts_in_the_folder_wherever_it_moved_and_checks_them(trained, tmp_path):
+    import shutil
+
+    out, _, _, _ = trained
+    archive = tmp_path / "archive"
+    shutil.copytree(out, archive, ignore=shutil.ignore_patterns("work", "inductor_cache"))
+    data = results(archive)
+    for r in data["runs"]:  # as if moved from a folder that is gone, or that holds another experiment now
+        r["artifact"] = "/gone/" + r["artifact"]
+    (archive / "results.json").write_text(json.dumps(data))
+    args = ["--slots", "1", "--eval-only", "archive", "--out", "ev", "--seeds", "1", "--plan"]
+    args += ["--variant", "nottt", "--variant", "ttt", "TTT_ENABLED=1"]
+    run = ab_run(args, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    plans = re.findall(r"^plan (\S+): .*ARTIFACT_PATH=(\S+) ", run.stdout, re.M)
+    assert sorted(plans) == sorted(
+        (f"{v}_on_{t}_seed1", str(archive / "artifacts" / f"{t}_seed1.ptz"))
+        for v in ("nottt", "ttt")
+        for t in ("base", "lr04")
+    )
+    swapped = archive / "artifacts" / "base_seed1.ptz"  # another run's weights under its name: refused
+    swapped.write_bytes((archive / "artifacts" / "lr04_seed1.ptz").read_bytes())
+    run = ab_run(args, tmp_path)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stdout + run.stderr
+    assert run.stderr.startswith(
+        f"error: --eval-only archive: {Path('archive') / 'artifacts' / 'base_seed1.ptz'} is not the artifact run"
+    )
+    assert "put that run's artifact back, or re-train it in a new --out" in run.stderr
+
+
+def test_ab_val_of_another_vocabulary_is_refused_before_any_run(trained, tmp_path):
+    import numpy as np
+
+    out, _, _, _ = trained
+    (tmp_path / "sp1024").mkdir()  # another tokenizer's ids: 1023 is over the trained runs' VOCAB_SIZE=512
+    build_shards.write_data_shard(tmp_path / "sp1024" / "fineweb_val_000000.bin", np.array([BOS_ID, 5, 1023, 7]))
+    args = ["--slots", "2", "--eval-only", str(out), "--out", "ev", "--seeds", "1", "--val", "sp1024"]
+    run = ab_run(args + ["--variant", "nottt", "--variant", "ttt", "TTT_ENABLED=1"], tmp_path)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stdout + run.stderr
+    assert run.stderr.startswith(
+        "error: --val sp1024: fineweb_val_000000.bin holds token id 1023 >= VOCAB_SIZE=512, the vocabulary of base's runs"
+    )
+    assert not (tmp_path / "ev").exists()
+
+
+def test_ab_out_naming_a_file_is_one_error_line_whether_it_runs_or_plans(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    for plan in ([], ["--plan"]):
+        run = ab_run(["--slots", "1", "--out", "notes.txt", "--variant", "a", "--variant", "b", "X=1", *plan], tmp_path)
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert run.stderr == "error: --out notes.txt is a file: name a folder, new or one ab.py made.\n"
 
 
 def test_ab_a_trainer_refusal_while_running_ends_that_run_with_the_trainers_message(tiny_data, tmp_path):
@@ -282,7 +348,8 @@ class Hyperparameters:
         return cls(float(env.get("BPB", "1.0")), int(env["SEED"]))  # exact in binary: so are the differences
 if __name__ == "__main__" and os.environ.get("RANK", "0") == "0":
     args = Hyperparameters.from_env(os.environ)
-    keys = ("CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE", "MASTER_PORT", "WORLD_SIZE")
+    keys = ("CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE", "MASTER_PORT", "WORLD_SIZE", "TORCHINDUCTOR_CACHE_DIR",
+            "TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE")
     json.dump(sorted(os.environ), open("env.json", "w"))
     print("fake " + " ".join(f"{k.lower()}:{os.environ.get(k)}" for k in keys) + f" cwd:{os.getcwd()}", flush=True)
     print(f"final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:{args.bpb + 0.25 * args.seed:.8f}")
@@ -293,8 +360,14 @@ def test_ab_on_gpus_runs_each_seeds_pair_at_once_on_its_own_gpu_groups_under_tor
     (tmp_path / "fake.py").write_text(FAKE_TRAINER)
     args = ["--out", "out", "--gpus", "0,1,2,3", "--nproc", "2", "--seeds", "1", "2", "--variant", "a", "BPB=1.0"]
     args += ["--variant", "b", "BPB=0.5", "--script", "a=fake.py", "--script", "b=fake.py"]
+    fake_host["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"  # the user's: kept
     run = ab_run(args, tmp_path, env=fake_host)
     assert run.returncode == 0, run.stdout + run.stderr
+    cache = str(tmp_path / "out" / "inductor_cache")  # one compile cache for the experiment's runs
+    assert f"compile cache: one for all runs, {cache} (TORCHINDUCTOR_CACHE_DIR={cache}" in run.stdout
+    assert results(tmp_path / "out")["compile_cache"] == dict(
+        TORCHINDUCTOR_CACHE_DIR=cache, TORCHINDUCTOR_AUTOGRAD_CACHE="1"
+    )
     assert "gpus: 2 runs at a time, 2 GPU(s) each: [[0, 1], [2, 3]] (NVIDIA H100 80GB HBM3)" in run.stdout
     starts = re.findall(r"^start (\w+) \(gpus ([\d,]+)\)$", run.stdout, re.M)
     assert starts == [("a_seed1", "0,1"), ("b_seed1", "2,3"), ("a_seed2", "0,1"), ("b_seed2", "2,3")]
@@ -305,14 +378,182 @@ def test_ab_on_gpus_runs_each_seeds_pair_at_once_on_its_own_gpu_groups_under_tor
         fake = dict(t.split(":", 1) for t in re.search(r"^fake (.*)$", text, re.M).group(1).split(" "))
         assert fake["cuda_visible_devices"] == gpus and fake["nccl_nvls_enable"] == "0" and fake["world_size"] == "2"
         assert fake["cwd"] == str(tmp_path / "out" / "work" / name)  # not ours: a folder of its own for what it writes
+        assert fake["torchinductor_cache_dir"] == cache and fake["torchinductor_fx_graph_cache"] == "0"
+        assert fake["torchinductor_autograd_cache"] == "1"
         seen[name] = int(fake["master_port"])
     extra = set(json.loads((tmp_path / "out" / "work" / "a_seed1" / "env.json").read_text())) - set(fake_host)
     torchrun = {name for name in extra if name.startswith(TORCHRUN_PREFIXES)}  # what torchrun adds
     ours = {"BPB", "SEED", "RUN_ID", "LOG_DIR", "ARTIFACT_PATH", "CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE"}
+    ours |= {"TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_AUTOGRAD_CACHE"}
     assert extra - torchrun == ours  # the variant's, the run's and the GPU group's: nothing of ab.py's own
     assert seen["a_seed1"] != seen["b_seed1"] and seen["a_seed2"] != seen["b_seed2"]  # one rendezvous each
-    # b - a = -0.5 on both seeds: no spread, so the t-test is exact
-    assert "- b better by 0.5000 ± 0.0000 bpb after the round trip, p=0, 2 seeds" in run.stdout
+    # b - a = -0.5 on both seeds: no spread, so no t-test (p=0 would claim a certainty that two pairs cannot give)
+    assert (
+        "- b - a = -0.5000 ± 0.0000 bpb after the round trip, 2 seeds: no test (the 2 differences are all equal)"
+        in (run.stdout)
+    )
+
+
+# ---- runs of a fake trainer on the CPU: what ab.py does with how a run ends, and with what made it ----
+
+FAKE_RUNNER = """
+import dataclasses, os, signal, time
+LR = 0.02  # a default a test edits
+@dataclasses.dataclass
+class Hyperparameters:
+    bpb: float = 1.0
+    lr: float = LR
+    seed: int = 0
+    sleep: float = 0.0
+    kill: int = 0
+    @classmethod
+    def from_env(cls, env):
+        get = lambda name, default: type(default)(env.get(name, default))
+        return cls(get("BPB", 1.0), get("LR", LR), get("SEED", 0), get("SLEEP", 0.0), get("KILL", 0))
+if __name__ == "__main__":
+    args = Hyperparameters.from_env(os.environ)
+    open("pid", "w").write(str(os.getpid()))  # in out/work/RUN_ID/
+    time.sleep(args.sleep)
+    score = args.bpb + args.lr + args.seed / 8
+    print(f"final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:{score + 0.01:.8f}", flush=True)
+    if args.kill:  # killed while it scores on sliding windows
+        os.kill(os.getpid(), signal.SIGKILL)
+    print(f"final_int8_zlib_sliding_window_exact val_loss:2.0 val_bpb:{score:.8f}", flush=True)
+"""
+
+
+def fake_runs(tmp_path: Path, *variants: str) -> list[str]:
+    """ab.py's arguments for runs of FAKE_RUNNER (fake.py), two at a time on the CPU; variants as NAME VAR=VALUE."""
+    (tmp_path / "fake.py").write_text(FAKE_RUNNER)
+    args = ["--slots", "2", "--out", "out"]
+    for variant in variants:
+        name, *settings = variant.split()
+        args += ["--variant", name, *settings, "--script", f"{name}=fake.py"]
+    return args
+
+
+def test_ab_a_run_killed_after_its_round_trip_score_is_not_finished_and_reruns(tmp_path):
+    args = fake_runs(tmp_path, "a", "b KILL=1") + ["--seeds", "1"]
+    run = ab_run(args, tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert re.search(r"^failed b_seed1 in \d+s: exit -9 \(SIGKILL\): after its round trip score ", run.stdout, re.M)
+    runs = {r["name"]: (r["status"], r["rc"]) for r in results(tmp_path / "out")["runs"]}
+    assert runs == dict(a_seed1=("finished", 0), b_seed1=("failed", -9))
+    assert results(tmp_path / "out")["comparisons"] == []  # its round trip is not its score
+    again = ab_run(args, tmp_path)
+    assert "done before: finished a_seed1" in again.stdout and "start a_seed1" not in again.stdout
+    assert "rerun b_seed1: it failed: exit -9 (SIGKILL): after its round trip score" in again.stdout
+    assert "start b_seed1" in again.stdout, again.stdout
+
+
+def test_ab_says_when_a_seeds_variants_cannot_share_a_wave(tmp_path):
+    args = fake_runs(tmp_path, "a", "b BPB=0.5", "c BPB=0.25") + ["--seeds", "1", "--plan"]
+    run = ab_run(args, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "note: 3 variants on 2 slot(s): a seed's variants cannot run at once" in run.stdout
+    assert "runs: 3, to run: 3 in 2 wave(s) of <= 2" in run.stdout
+    run = ab_run([a if a != "2" else "3" for a in args], tmp_path)  # --slots 3: one wave, no note
+    assert "runs: 3, to run: 3 in 1 wave(s) of <= 3" in run.stdout and "note: " not in run.stdout
+    usage = " ".join(ab_run(["--help"], tmp_path).stdout.split())
+    assert "A seed's variants run at the same time (one wave) where there are as many slots (GPU groups) as" in usage
+    assert "one compile cache for all runs of the experiment (TORCHINDUCTOR_CACHE_DIR=OUT/inductor_cache," in usage
+
+
+def test_ab_stdout_closed_stops_the_runs_under_way(tmp_path):
+    """`ab.py ... | head -5`: once head has gone, ab.py's next line fails; the trainer still running is stopped."""
+    args = fake_runs(tmp_path, "a SLEEP=1", "b SLEEP=60") + ["--seeds", "1"]
+    proc = subprocess.Popen(
+        [sys.executable, str(AB), *args], cwd=tmp_path, env=environment(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    pid_file = tmp_path / "out" / "work" / "b_seed1" / "pid"
+    try:
+        for line in proc.stdout:
+            if line.startswith("start b_seed1"):
+                break
+        proc.stdout.close()  # as head does after its lines; a_seed1 ends a second later, and ab.py says so
+        assert proc.wait(timeout=60) == 141, proc.stderr.read()
+        assert "interrupted: stdout was closed; the runs under way were stopped" in proc.stderr.read()
+        pid = int(pid_file.read_text())
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # ended (and reaped by ab.py), not orphaned
+        assert {r["name"]: r["status"] for r in results(tmp_path / "out")["runs"]}["b_seed1"] == "interrupted"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if pid_file.is_file():
+            try:
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_ab_resume_refuses_runs_made_by_another_trainer_or_shell_and_restart_starts_over(tmp_path):
+    args = fake_runs(tmp_path, "a", "b BPB=0.5")
+    run = ab_run(args + ["--seeds", "1"], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    identity = results(tmp_path / "out")["identity"]
+    assert identity["made"]["a"]["config"] == dict(bpb=1.0, lr=0.02, sleep=0.0, kill=0)
+    assert identity["made"]["a"]["sha256"] == hashlib.sha256(FAKE_RUNNER.encode()).hexdigest()
+    more = args + ["--seeds", "1", "2"]
+    (tmp_path / "fake.py").write_text(FAKE_RUNNER.replace("LR = 0.02", "LR = 0.03"))  # the trainer's default edited
+    run = ab_run(more, tmp_path)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stdout + run.stderr
+    assert run.stderr.startswith("error: --out out holds runs made by other code or settings than this command's: ")
+    assert f"a's trainer {tmp_path / 'fake.py'} is not the one its runs ran (sha256 " in run.stderr
+    assert (
+        "a's config resolves otherwise: LR 0.02 -> 0.03" in run.stderr and "b's config resolves otherwise" in run.stderr
+    )
+    assert "give this command a new --out, or add --restart" in run.stderr
+    assert not (tmp_path / "out" / "console" / "a_seed2.txt").exists()  # nothing ran
+    (tmp_path / "fake.py").write_text(FAKE_RUNNER)
+    run = ab_run(more, tmp_path, env=environment(LR="0.03"))  # the same, set in the shell for the rerun
+    assert run.returncode == 2 and "the shell's LR: unset -> 0.03" in run.stderr, run.stderr
+    assert "a's config resolves otherwise: LR 0.02 -> 0.03" in run.stderr
+    run = ab_run(more, tmp_path)  # as it was: seed 2 added to seed 1's runs
+    assert run.returncode == 0 and "done before: finished a_seed1" in run.stdout, run.stdout + run.stderr
+    run = ab_run(more + ["--restart"], tmp_path, env=environment(LR="0.03"))  # started over: all four run again
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "restart: discarding the 4 runs recorded in out" in run.stdout and "start a_seed1" in run.stdout
+    assert results(tmp_path / "out")["identity"]["environment"] == dict(LR="0.03")
+    assert "val_bpb:1.15500000" in (tmp_path / "out" / "console" / "a_seed1.txt").read_text()  # 1 + 0.03 + 1/8
+
+
+def test_ab_identity_holds_the_shells_settings_that_change_a_run_and_no_flag_sets(tmp_path, monkeypatch):
+    (tmp_path / "t.py").write_text("x = 1\n")
+    jobs = [ab.Job("a", 1, "a_seed1", dict(BPB="0.5", SEED="1"), tmp_path / "t.py")]
+    resolved = {("a", ""): dict(config=dict(bpb=0.5, lr=0.03, seed=1), versions=dict(python="3", torch=None))}
+    for name, value in dict(
+        LR="0.03", BPB="9", TORCHINDUCTOR_MIX_ORDER_REDUCTION="1", TORCHINDUCTOR_CACHE_DIR="c"
+    ).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("UNRELATED_SETTING", "1")
+    identity = ab.identity_of(jobs, resolved, [])
+    assert identity["environment"] == dict(LR="0.03", TORCHINDUCTOR_MIX_ORDER_REDUCTION="1")  # BPB: the variant's
+    assert identity["made"]["a"] == dict(
+        script=str(tmp_path / "t.py"),
+        sha256=hashlib.sha256(b"x = 1\n").hexdigest(),
+        config=dict(bpb=0.5, lr=0.03),  # less what names a run
+        versions=dict(python="3", torch=None),
+    )
+
+
+def test_ab_identity_changes_name_each_thing_that_changed():
+    made = dict(script="t.py", sha256="a" * 64, config=dict(lr=0.02), versions=dict(python="3.11.7", torch="2.13.0"))
+    before = dict(made={"ttt on base": made}, environment={}, artifacts=dict(base_seed1="1" * 64))
+    assert ab.identity_changes(before, before) == []
+    more = dict(before, artifacts=dict(base_seed1="1" * 64, base_seed2="2" * 64))  # more --seeds: no change
+    assert ab.identity_changes(before, more) == []
+    now = dict(
+        made={"ttt on base": dict(made, versions=dict(python="3.11.7", torch="2.14.0"))},
+        environment=dict(TTT_LR="0.01"),
+        artifacts=dict(base_seed1="3" * 64),  # the trained experiment was run again: other weights
+    )
+    assert ab.identity_changes(before, now) == [
+        "ttt on base's torch 2.13.0 -> 2.14.0",
+        "the shell's TTT_LR: unset -> 0.01",
+        "trained run base_seed1's artifact is another (sha256 111111111111 -> 333333333333)",
+    ]
 
 
 # ---- pieces ----
@@ -320,11 +561,65 @@ def test_ab_on_gpus_runs_each_seeds_pair_at_once_on_its_own_gpu_groups_under_tor
 
 def test_ab_paired_test_agrees_with_the_t_distribution_written_out():
     diffs = [-0.010, -0.014, -0.009]
-    mean, sd, p = ab.paired_test(diffs)
+    mean, sd, p, why = ab.paired_test(diffs)
     t = mean / (sd / math.sqrt(3))
-    assert p == pytest.approx(1 - abs(t) / math.sqrt(2 + t * t), rel=1e-9)  # two-sided, 2 df: closed form
-    assert ab.paired_test([0.5]) == (0.5, None, None)
-    assert ab.paired_test([0.1, 0.1])[1:] == (0.0, 0.0) and ab.paired_test([0.0, 0.0])[2] == 1.0
+    assert p == pytest.approx(1 - abs(t) / math.sqrt(2 + t * t), rel=1e-9) and why == ""  # two-sided, 2 df
+    assert ab.paired_test([0.5]) == (0.5, None, None, "needs 2 or more pairs")
+    assert ab.paired_test([0.1, 0.1])[1:] == (0.0, None, "the 2 differences are all equal")  # no p=0 claimed
+    assert ab.paired_test([0.0, 0.0])[2] is None
+    assert ab.paired_test(diffs, resolution=0.01)[2:] == (None, "the spread is under the 2 decimals logged")
+
+
+def console(folder: Path, name: str, pre_export: str, roundtrip: str) -> Path:
+    """A console output as train_gpt.py writes it, with the scores given as text (their decimals as logged)."""
+    path = folder / "console" / f"{name}.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "step:1/2 train_loss:6.0000 train_time:100ms step_avg:100.00ms\n"
+        "step:2/2 train_loss:5.0000 train_time:200ms step_avg:100.00ms\n"
+        f"step:2/2 val_loss:5.5 val_bpb:{pre_export} weights:raw train_time:200ms step_avg:100.00ms\n"
+        f"artifact:{name}.ptz sha256:{'0' * 64} code_bytes:1\n"
+        f"final_int8_zlib_roundtrip_exact val_loss:5.50000000 val_bpb:{roundtrip}\n"
+    )
+    return path
+
+
+def test_ab_pair_table_keeps_what_differs_below_the_fourth_decimal_and_gives_no_p_without_spread(tmp_path):
+    variants = [ab.Variant("base", {}), ab.Variant("mine", {"X": "1"})]
+    # before export at 8 decimals (what the trainer will log): the differences -0.00220129 and -0.00220388 differ
+    # in the sixth decimal; the round trip's at 4 decimals: -0.0022 and -0.0023, a spread of rounding only
+    values = dict(
+        base_seed1=("1.23450000", "1.2345"),
+        mine_seed1=("1.23229871", "1.2323"),
+        base_seed2=("1.30000000", "1.3000"),
+        mine_seed2=("1.29779612", "1.2977"),
+    )
+    jobs = []
+    for name, (pre, roundtrip) in values.items():
+        job = ab.Job(name.split("_")[0], int(name[-1]), name, {}, Path("t.py"))
+        job.status, job.reason, job.metrics = ab.read_run(console(tmp_path, name, pre, roundtrip))
+        assert job.status == "finished" and job.metrics["decimals"] == dict(pre_export=8, roundtrip=4, score=4)
+        jobs.append(job)
+    assert jobs[1].metrics["pre_export"] == 1.23229871  # all the digits the log has
+    (row,) = ab.comparisons(jobs, variants)
+    pre = row["kinds"]["pre_export"]
+    diffs = [1.23229871 - 1.2345, 1.29779612 - 1.3]
+    mean, sd = sum(diffs) / 2, abs(diffs[0] - diffs[1]) / math.sqrt(2)
+    assert pre["each"] == pytest.approx(diffs, abs=1e-12) and pre["sd"] == pytest.approx(sd, rel=1e-6)
+    assert pre["p"] == pytest.approx(1 - 2 / math.pi * math.atan(abs(mean) / (sd / math.sqrt(2))), rel=1e-6)
+    assert row["kinds"]["score"]["p"] is None and row["kinds"]["roundtrip"]["p"] is None  # not p=0
+    table = ab.markdown(jobs, variants, [row], "cmd")
+    (line,) = [x for x in table.splitlines() if x.startswith("| mine - base | 2 | ")]
+    cells = [c.strip() for c in line.split("|")[1:-1]]
+    assert cells[2] == f"{mean:+.7f} ± {sd:.7f} (p={pre['p']:.3g})" and cells[2].startswith("-0.0022026 ± 0.0000018 ")
+    assert cells[3] == cells[4] == "-0.00225 ± 0.00007 (no p: the spread is under the 4 decimals logged)"
+    assert cells[5] == "-0.00220 -0.00230"  # each pair's score difference
+    mean, sd = row["kinds"]["score"]["mean"], row["kinds"]["score"]["sd"]
+    assert row["verdict"] == (
+        f"mine - base = {mean:+.4f} ± {sd:.4f} bpb after the round trip, 2 seeds: no test (the spread is under the 4 "
+        "decimals logged)"
+    )
+    assert ab.paired_test([-0.0022, -0.0022])[2:] == (None, "the 2 differences are all equal")
 
 
 def test_ab_waves_keep_a_seeds_variants_together():
@@ -335,6 +630,73 @@ def test_ab_waves_keep_a_seeds_variants_together():
     ]
     assert [len(w) for w in ab.waves(jobs, 3)] == [2, 2, 2]  # 3 slots: never one seed's pair split across waves
     assert [len(w) for w in ab.waves(jobs[:2], 1)] == [1, 1]  # 1 slot: they cannot run at once
+
+
+def test_ab_an_interrupted_run_shows_no_score_and_says_why_once(tmp_path):
+    path = tmp_path / "console" / "base_seed2.txt"
+    path.parent.mkdir()
+    path.write_text(
+        "step:0/6 val_loss:6.2 val_bpb:4.9000 weights:raw train_time:0ms step_avg:0.00ms\n"  # VAL_LOSS_EVERY's
+        "step:1/6 train_loss:6.1000 train_time:100ms step_avg:100.00ms\n"
+        "interrupted:SIGTERM step:1/6 train_time:150ms\n"
+        "interrupted: SIGTERM; the log's last line says where the run was\n"
+    )
+    job = ab.Job("base", 2, "base_seed2", {}, Path("t.py"), rc=143)
+    job.status, job.reason, job.metrics = ab.read_run(path, job.rc)
+    assert job.status == "failed" and "pre_export" not in job.metrics  # step 0's validation is not a score
+    assert job.metrics["val_loss"] == [[0, 0.0, 6.2]]  # (for the plot)
+    job.status = "interrupted"  # as ab.py marks the runs it stopped
+    pending = ab.Job("lr04", 2, "lr04_seed2", {}, Path("t.py"))  # not started before ab.py stopped
+    table = ab.markdown([job, pending], [ab.Variant("base", {}), ab.Variant("lr04", {})], [], "cmd")
+    assert "| interrupted: SIGTERM; the log's last line says where the run was |" in table
+    assert "interrupted: interrupted" not in table and ab.line_of(job).startswith("interrupted base_seed2: SIGTERM;")
+    assert ab.reason_text(pending) == "not started (ab.py stopped before its turn)"
+    assert ab.read_run(path, None)[0] == "failed"
+
+
+def two_paces() -> tuple[list, list]:
+    """Two runs of 100 steps, the second 1.5 times slower a step and a little better a step; validation at 0 and
+    at the end."""
+    variants = [ab.Variant("base", {}), ab.Variant("slow", {"X": "1"})]
+    jobs = []
+    for name, ms_a_step, floor in (("base", 100, 3.0), ("slow", 150, 2.9)):
+        job = ab.Job(name, 1, f"{name}_seed1", {}, Path("t.py"), status="finished")
+        loss = [floor + 7 * math.exp(-step / 5) for step in range(101)]
+        job.metrics["train_loss"] = [[step, step * ms_a_step, loss[step]] for step in range(1, 101)]
+        job.metrics["val_loss"] = [[0, 0.0, 10.0], [100, 100 * ms_a_step, floor + 0.05]]
+        jobs.append(job)
+    return jobs, variants
+
+
+def test_ab_plot_data_by_step_and_by_time_fitted_to_where_runs_differ():
+    jobs, variants = two_paces()
+    data = ab.plot_series(jobs, variants)
+    base, slow = data["series"]
+    assert base["seconds"][-1] == 10.0 and slow["seconds"][-1] == 15.0  # slower a step: further right in time
+    assert base["steps"][-1] == slow["steps"][-1] == 100  # the same by step
+    assert (
+        slow["val_steps"] == [0, 100]
+        and slow["val_seconds"] == [0.0, 15.0]
+        and slow["val_loss"] == pytest.approx([10.0, 2.95])
+    )
+    assert data["after_step"] == 20  # the first fifth of a 100-step run: its fall from 10 is not what differs
+    low, high = data["ylim"]
+    assert 2.8 < low < 2.9 and 3.05 < high < 3.2  # the losses after step 20 (3.105 at step 21), not the 10 at step 0
+    assert ab.plot_series([ab.Job("base", 1, "base_seed1", {}, Path("t.py"))], variants) is None  # nothing trained
+
+
+def test_ab_plot_draws_loss_by_step_and_by_time_with_validation_dots(tmp_path):
+    pytest.importorskip("matplotlib")  # optional (CI has none): then the data test above is the check
+    jobs, variants = two_paces()
+    data = ab.plot_series(jobs, variants)
+    fig = ab.figure(data)
+    by_step, by_time = fig.axes
+    assert (by_step.get_xlabel(), by_time.get_xlabel()) == ("step", "training time (s)")
+    assert by_step.get_ylim() == by_time.get_ylim() == pytest.approx(data["ylim"])
+    assert by_time.get_xlim()[1] >= 15.0 and by_step.get_xlim()[1] < 110
+    for ax in (by_step, by_time):  # two curves, each with its validation dots
+        assert [line.get_marker() for line in ax.get_lines()] == ["None", "o", "None", "o"]
+    assert "plot: " in ab.plot(jobs, variants, tmp_path / "p.png") and (tmp_path / "p.png").stat().st_size > 10_000
 
 
 FAKE_RECORD = """import os
@@ -373,7 +735,7 @@ def test_ab_runs_a_packed_record_with_fa3_replaced_each_run_in_a_folder_of_its_o
     for name, iterations in (("a_seed1", "10"), ("b_seed1", "20")):
         assert (tmp_path / "out" / "work" / name / "final_model.int6.ptz").read_text() == iterations
     assert (
-        "- b - a = -0.0500 bpb on sliding windows, 1 seed: no test (needs 2 or more seeds)" in run.stdout
+        "- b - a = -0.0500 bpb on sliding windows, 1 seed: no test (needs 2 or more pairs)" in run.stdout
     )  # no spread claimed
     row = results(tmp_path / "out")["comparisons"][0]
     assert row["kinds"]["sliding_window"]["mean"] == pytest.approx(1 / 20 - 1 / 10, abs=1e-8)
@@ -388,7 +750,9 @@ RECORD_LOG = (
 def test_ab_reads_every_score_of_a_records_log():
     status, reason, metrics = ab.read_run(RECORD_LOG)
     assert (status, reason) == ("finished", "")
-    del metrics["train_loss"]
+    assert metrics.pop("train_loss")[-1] == [4500, 582000.0, 2.7622]  # (step, training ms, loss): minutes logged
+    assert metrics.pop("val_loss") == [[0, 0.0, 9.009], [4000, 504000.0, 2.8722], [4550, 588047.0, 2.8119]]
+    assert metrics.pop("decimals") == dict(pre_export=8, roundtrip=8, sliding_window=8, ttt=8, score=8)
     assert metrics == dict(
         steps=4550,
         step_avg_ms=129.24,  # 588047 ms of training (its stopping_early line) over 4550 steps
@@ -398,4 +762,5 @@ def test_ab_reads_every_score_of_a_records_log():
         sliding_window=1.08286335,
         ttt=1.08079352,
         score=1.08079352,
+        score_kind="ttt",
     )
