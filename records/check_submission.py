@@ -1,8 +1,9 @@
 """Check a submission folder the way the challenge's maintainers do, in two tiers. The challenge's own rules
 (files, a score in every log, code that compiles, 16,000,000 bytes, 600 s of training and 600 s of evaluation,
-the submission.json fields the challenge asks for, and with --against the 0.005-nat win at p < 0.01) decide the
-verdict and the exit code. This project's stricter reproducibility checks (the script at the head of every log,
-the GPU named, our maker's fields, per-seed agreement of stated sizes and scores, GPTQ inside the 600 s) follow
+the submission.json fields the challenge asks for, its val_bpb and seeds as the logs give them, the logs of the
+folder's script and of one config wherever they show it, and with --against the 0.005-nat win at p < 0.01, a seed
+counted once) decide the verdict and the exit code. This project's stricter reproducibility checks (a script in every
+log, the GPU named, our maker's fields, per-seed agreement of stated sizes and scores, GPTQ inside the 600 s) follow
 as `ours:` notes, which fail only with --strict.
 
   python3 records/check_submission.py records/track_10min_16mb/2026-11-23_MyChange
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
 import math
 import re
@@ -50,6 +52,43 @@ class Verdict:
 
 
 @dataclass
+class Run:
+    """One run of the submission: its seed's logs (the same seed logged twice, or one log copied, is one run: a seed is
+    a run) and the log whose score counts, the one submission.json gives for that seed, else the first."""
+
+    seed: int | None
+    logs: list[R.RunLog]
+    log: R.RunLog
+
+
+def runs_of(logs: list[R.RunLog], submission: dict | None) -> list[Run]:
+    """The logs grouped into runs by seed (a log without a seed by its bytes)."""
+    groups: dict[object, list[R.RunLog]] = {}
+    for log in logs:
+        key = log.seed if log.seed is not None else hashlib.sha256(log.path.read_bytes()).hexdigest()
+        groups.setdefault(key, []).append(log)
+    runs = []
+    for group in groups.values():
+        scored = [log for log in group if log.val_bpb is not None] or group
+        written = R.written_bpb(submission, group[0].seed)
+        claimed = [
+            log for log in scored if written is not None and log.val_bpb is not None and R.agrees(log.val_bpb, written)
+        ]
+        runs.append(Run(group[0].seed, group, (claimed or scored)[0]))
+    return runs
+
+
+def merged_runs(runs: list[Run]) -> str:
+    """The runs that several logs stand for, said once: "train_a.log, train_b.log are one run (seed 1337)"."""
+    said = [
+        f"{', '.join(log.name for log in run.logs)} are one run (seed {run.seed}; {run.log.name}'s score counts)"
+        for run in runs
+        if len(run.logs) > 1
+    ]
+    return "; ".join(said)
+
+
+@dataclass
 class Submission:
     """A folder as the rules see it: its files, parsed once."""
 
@@ -66,6 +105,7 @@ class Submission:
     submission: dict | None
     submission_error: str | None
     submission_path: Path | None
+    runs: list[Run] = field(default_factory=list)
 
     @property
     def code_bytes(self) -> int | None:
@@ -126,6 +166,7 @@ def load(folder: Path) -> Submission:
     track, note = find_track(folder, submission)
     logs = R.complete_with_rescores([R.read_log(p) for p in R.log_paths(folder)])  # a run stopped while scoring
     logs = R.claim_scores(logs, submission)
+    logs = R.claim_reevaluations(logs, R.reevaluation_paths(folder), submission)
     return Submission(
         folder,
         track,
@@ -140,6 +181,7 @@ def load(folder: Path) -> Submission:
         submission,
         submission_error,
         R.submission_path(folder),
+        runs_of(logs, submission),
     )
 
 
@@ -220,33 +262,60 @@ def check_final_line(s: Submission) -> Verdict:
     return Verdict("final_line", not problems, "; ".join(problems or found))
 
 
-def check_script_matches_logs(s: Submission) -> Verdict:
-    if s.script is None:
-        return Verdict("script_matches_logs", False, "no train_gpt.py", OURS)
-    problems = []
-    for log in s.logs:
-        if log.script is None:
-            problems.append(
-                (log.name, "the log does not hold the script it ran (train_gpt.py logs its own source first)")
-            )
-            continue
-        logged = log.script.encode("utf-8")
-        if logged != s.script:
-            problems.append(
-                (
-                    log.name,
-                    f"the script in the log differs from train_gpt.py from line "
-                    f"{first_difference(logged, s.script)} ({len(logged):,} vs {len(s.script):,} bytes)",
-                )
-            )
-    if problems or not s.logs:
-        return Verdict("script_matches_logs", False, grouped(problems) or "no logs", OURS)
-    return Verdict(
-        "script_matches_logs",
-        True,
-        f"the script at the head of all {len(s.logs)} log(s) is train_gpt.py, byte for byte ({len(s.script):,} bytes)",
-        OURS,
+def logged_script(log: R.RunLog) -> str | None:
+    """The script a log holds: at its head (ours, the 2026-03 records), else in its "Source code:" section (some
+    2026-04 records); None where it holds none (most published records)."""
+    return log.script if log.script is not None else log.source_code
+
+
+def script_difference(s: Submission, logged: str) -> str | None:
+    """How a logged script differs from the folder's (None: it is the shipped script, or the code packed in it)."""
+    ran = logged.encode("utf-8")
+    if ran == s.script or (s.packed and s.code is not None and ran == s.code.encode("utf-8")):
+        return None
+    return (
+        f"the script in the log differs from {s.script_path.name} from line {first_difference(ran, s.script)} "
+        f"({len(ran):,} vs {len(s.script):,} bytes): the folder does not ship the script that ran"
     )
+
+
+def check_script_matches_logs(s: Submission) -> Verdict:
+    """The challenge: the folder's script "must successfully compile and run" and reproduce the logs. Where a log holds
+    the script it ran, that script is the folder's, byte for byte; where none does, this cannot be checked."""
+    rule = "script_matches_logs"
+    if s.script is None:
+        return Verdict(rule, True, "no train_gpt.py to compare (the files rule fails it)", checked=False)
+    held = {log.name: logged_script(log) for log in s.logs}
+    if not any(script is not None for script in held.values()):
+        return Verdict(
+            rule,
+            True,
+            f"cannot be checked: no log holds the script it ran (of {len(s.logs)} log(s)), so the logs cannot show "
+            f"that {s.script_path.name} is what ran",
+            checked=False,
+        )
+    problems = [
+        (name, why) for name, script in held.items() if script is not None and (why := script_difference(s, script))
+    ]
+    unheld = [name for name, script in held.items() if script is None]
+    note = f"; {', '.join(unheld)}: the log holds no script" if unheld else ""
+    if problems:
+        return Verdict(rule, False, grouped(problems) + note)
+    checked = len(held) - len(unheld)
+    return Verdict(
+        rule,
+        True,
+        f"the script {checked} log(s) hold is {s.script_path.name}, byte for byte ({len(s.script):,} bytes){note}",
+    )
+
+
+def check_script_in_logs(s: Submission) -> Verdict:
+    """Ours: every log holds the script it ran (train_gpt.py logs its own source first), so the check above is made."""
+    unheld = [log.name for log in s.logs if logged_script(log) is None]
+    if unheld or not s.logs:
+        said = f"{', '.join(unheld)}: the log does not hold the script it ran (train_gpt.py logs its own source first)"
+        return Verdict("script_in_logs", False, said if s.logs else "no logs", OURS)
+    return Verdict("script_in_logs", True, f"all {len(s.logs)} log(s) hold the script they ran", OURS)
 
 
 # The records ran Python 3.12 or later (their code nests quotes inside f-strings, which 3.11's grammar rejects:
@@ -486,14 +555,79 @@ def check_time_with_gptq(s: Submission) -> Verdict:
 
 def differing_settings(first: R.RunLog, log: R.RunLog) -> list[str]:
     """The settings in which two logs' configs differ, leaving out those that name the run (R.NOT_CONFIG):
-    what same_config fails on, and what make_submission.py refuses before it makes a folder."""
+    what exact_config notes, and what make_submission.py refuses before it makes a folder."""
     keys = (set(first.config) | set(log.config)) - R.NOT_CONFIG
     return sorted(k for k in keys if not R.same_setting(k, first.config.get(k), log.config.get(k)))
 
 
+def setting_names_the_run(first: R.RunLog, log: R.RunLog, key: str) -> bool:
+    """A setting two runs of one config may differ in: a path (where each machine keeps its data, each run its files:
+    the validation text is compared by significance) or each run's own seed (the ternary record's `s:7`)."""
+    a, b = first.config.get(key), log.config.get(key)
+    paths = any(isinstance(v, str) and "/" in v for v in (a, b))
+    return paths or (str(a) == str(first.seed) and str(b) == str(log.seed))
+
+
+def config_differences(first: R.RunLog, log: R.RunLog) -> tuple[list[str], list[str]]:
+    """(the settings both logs state with other values, the settings only one of them states), leaving out those that
+    name the run (R.NOT_CONFIG, paths, the seed itself)."""
+    keys = sorted((set(first.config) | set(log.config)) - R.NOT_CONFIG)
+    one_sided = [k for k in keys if (k in first.config) != (k in log.config)]
+    differ = [
+        k
+        for k in keys
+        if k not in one_sided
+        and not R.same_setting(k, first.config[k], log.config[k])
+        and not setting_names_the_run(first, log, k)
+    ]
+    return differ, one_sided
+
+
 def check_same_config(s: Submission) -> Verdict:
+    """The challenge: the seeds are runs of one submission, so "enough run logs to show" an improvement are logs of one
+    config. Every setting two logs both state has one value, apart from the seed, the run's names and paths. A setting
+    only some logs state (their scripts differed) is noted: the script rule judges scripts where the logs hold them."""
+    rule = "same_config"
+    logs = [log for log in s.logs if log.config]
+    if len(logs) < 2:
+        said = "one log states its config" if logs else "no log states its config"
+        return Verdict(rule, True, f"cannot be checked: {said}, nothing to compare", checked=False)
+    first, problems, one_sided, unlike = logs[0], [], {}, []
+    for log in logs[1:]:
+        if log.config_source != first.config_source:
+            unlike.append(log.name)
+            continue
+        differ, only = config_differences(first, log)
+        if differ:
+            shown = ", ".join(f"{k}={log.config[k]!r} (not {first.config[k]!r})" for k in differ[:6])
+            problems.append(
+                f"{log.name} (seed {log.seed}) ran another config than {first.name} (seed {first.seed}): {shown}"
+            )
+        for key in only:
+            one_sided.setdefault(key, []).append(log.name)
+    notes = []
+    if unlike:
+        notes.append(f"{', '.join(unlike)}: its config is logged in another format than {first.name}'s, not compared")
+    if one_sided:
+        notes.append(f"settings only some logs state (their scripts differed), not compared: {', '.join(one_sided)}")
+    note = "".join(f"; {n}" for n in notes)
+    if problems:
+        return Verdict(rule, False, "; ".join(problems) + note)
+    compared = len(logs) - len(unlike)
+    if compared < 2:
+        return Verdict(rule, True, f"cannot be checked: no two logs state their config alike{note}", checked=False)
+    return Verdict(
+        rule,
+        True,
+        f"{compared} logs ran one config: every setting they state alike apart from the seed, the run's names and "
+        f"paths, read from the {first.config_source}{note}",
+    )
+
+
+def check_exact_config(s: Submission) -> Verdict:
+    """Ours: every log's config is the same apart from the seed and R.NOT_CONFIG, paths included, each seed once."""
     if not s.logs:
-        return Verdict("same_config", False, "no logs", OURS)
+        return Verdict("exact_config", False, "no logs", OURS)
     problems = [f"{log.name}: no config in the log" for log in s.logs if not log.config]
     problems += [f"{log.name}: no seed in its config" for log in s.logs if log.config and log.seed is None]
     seeds = [log.seed for log in s.logs if log.seed is not None]
@@ -509,11 +643,11 @@ def check_same_config(s: Submission) -> Verdict:
             shown = ", ".join(f"{k}={log.config.get(k)!r} (not {first.config.get(k)!r})" for k in differ[:6])
             problems.append(f"{log.name} differs from {first.name} in {len(differ)} setting(s): {shown}")
     if problems:
-        return Verdict("same_config", False, "; ".join(problems), OURS)
+        return Verdict("exact_config", False, "; ".join(problems), OURS)
     if len(s.logs) == 1:
-        return Verdict("same_config", True, f"one log (seed {seeds[0]}): nothing to compare", OURS)
+        return Verdict("exact_config", True, f"one log (seed {seeds[0]}): nothing to compare", OURS)
     return Verdict(
-        "same_config",
+        "exact_config",
         True,
         f"{len(s.logs)} logs, seeds {', '.join(map(str, seeds))}: the same "
         f"{len(keys)} settings apart from the seed, read from the {first.config_source}",
@@ -665,119 +799,186 @@ def close(written, actual: float, units_in_last_place: float, places: int | None
     return abs(float(written) - actual) <= units_in_last_place * 10.0**-places + 1e-12
 
 
-def check_submission_matches_logs(s: Submission) -> Verdict:
-    j = s.submission
-    if not isinstance(j, dict):
-        return Verdict("submission_matches_logs", False, s.submission_error or "submission.json is not an object", OURS)
-    scored = [log for log in s.logs if log.val_bpb is not None]
-    if not scored:
-        return Verdict("submission_matches_logs", False, "no log has a score to compare with", OURS)
-    problems, agreed = [], []
+def is_number(value) -> bool:
+    return isinstance(value, NUMBER) and not isinstance(value, bool)
 
-    def compare(name, written, actual, ulp, what):
-        if written is None or isinstance(written, bool) or not isinstance(written, NUMBER):
+
+def rounds_from(written, values: list[float], places: int) -> tuple[bool, float]:
+    """(whether `written` is the mean of `values` rounded to `places` decimals, or the mean of the values each rounded
+    first, as the 2026-04-05 record made 1.08563 of a mean of 1.0856248; the mean)."""
+    mean = sum(values) / len(values)
+    mean_of_rounded = sum(round(v, places) for v in values) / len(values)
+    return close(written, mean, 0.5, places) or close(written, mean_of_rounded, 0.5, places), mean
+
+
+# The fewest decimals the challenge's val_bpb is compared to: the published records write 4 (2026-03-23: 1.1194) to 8.
+# Rounded to 4 the value moves by 0.00005 at most, far under the 0.002 bpb or so the 0.005-nat margin is worth.
+CHALLENGE_DECIMALS = 4
+
+
+def claimed_seeds(j: dict) -> tuple[int, str] | None:
+    """How many seeds submission.json says its scores come from, and where it says so (None: it does not say)."""
+    counts = [(len(j[k]), k) for k in ("seeds", "seed_results") if isinstance(j.get(k), (list, dict))]
+    counts += [(j["n_seeds"], "n_seeds")] if isinstance(j.get("n_seeds"), int) else []
+    return max(counts, default=None)
+
+
+def check_submission_scores(s: Submission) -> Verdict:
+    """The challenge: submission.json's val_bpb is the logs' (the leaderboard shows it), and the runs it claims are in
+    the folder ("enough run logs to show" the improvement). val_bpb agrees when it is the mean of the runs' scores, or
+    one run's score (the 2026-03 records wrote their best or first seed's), to its written decimals (at least 4)."""
+    rule, j = "submission_scores", s.submission
+    if not isinstance(j, dict) or not is_number(j.get("val_bpb")):
+        return Verdict(rule, True, "no val_bpb to compare (submission_fields judges the json)", checked=False)
+    runs = [run for run in s.runs if run.log.val_bpb is not None]
+    if not runs:
+        return Verdict(rule, True, "no log has a score to compare with (final_line judges the logs)", checked=False)
+    problems, written = [], j["val_bpb"]
+    seeds = ", ".join(str(run.seed) for run in runs)
+    claimed = claimed_seeds(j)
+    if claimed and claimed[0] > len(runs):
+        problems.append(
+            f"{s.submission_path.name} claims {claimed[0]} seeds (its {claimed[1]}), the folder's logs hold "
+            f"{len(runs)} run(s) (seeds {seeds})"
+        )
+    places = max(R.decimals(written), CHALLENGE_DECIMALS)
+    is_mean, mean = rounds_from(written, [run.log.val_bpb for run in runs], places)
+    one_run = [log for log in s.logs if log.val_bpb is not None and close(written, log.val_bpb, 0.5, places)]
+    if is_mean:
+        said = f"val_bpb {written} is the mean of the {len(runs)} run(s) (seeds {seeds}): {mean:.8f}"
+    elif one_run:
+        said = f"val_bpb {written} is {one_run[0].name}'s score (the mean of the {len(runs)} run(s) is {mean:.8f})"
+    else:
+        shown = ", ".join(f"{run.log.name} {run.log.val_bpb}" for run in runs)
+        said = (
+            f"val_bpb {written} but the logs say otherwise: the mean of the {len(runs)} run(s) is {mean:.8f} ({shown})"
+        )
+        problems.append(said)
+    merged = f"; {merged_runs(s.runs)}" if merged_runs(s.runs) else ""
+    return Verdict(rule, not problems, ("; ".join(problems) if problems else said) + merged)
+
+
+@dataclass
+class Tally:
+    """What submission.json's values agree and disagree with in the logs, value by value."""
+
+    agreed: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def equal(self, name: str, written, actual, said: str) -> None:
+        if written == actual:
+            self.agreed.append(name)
+        else:
+            self.problems.append(f"{name} {written} but {said}")
+
+    def within(self, name: str, written, actual: float, ulp: float, what: str) -> None:
+        if not is_number(written):
             return
         if close(written, actual, ulp):
-            agreed.append(name)
+            self.agreed.append(name)
         else:
-            problems.append(f"{name} {written} but {what} {actual:.8f}")
+            self.problems.append(f"{name} {written} but {what} {actual:.8f}")
 
-    def compare_score(name, written, values: list[float], what):
-        """A score has at least SCORE_DECIMALS decimals and is the logs' value rounded to them: for one value, to
-        half a unit of its last place; for a mean, the mean of the values or of the values rounded to that many
-        decimals (how the 2026-04-05 record made 1.08563 of a mean of 1.0856248), rounded."""
-        if written is None or isinstance(written, bool) or not isinstance(written, NUMBER):
+    def score(self, name: str, written, values: list[float], what: str) -> None:
+        """A score has at least SCORE_DECIMALS decimals and is the logs' value (or their mean) rounded to them."""
+        if not is_number(written):
             return
         places = max(R.decimals(written), SCORE_DECIMALS)
-        actual = sum(values) / len(values)
-        mean_of_rounded = sum(round(v, places) for v in values) / len(values)
-        if close(written, actual, 0.5, places) or close(written, mean_of_rounded, 0.5, places):
-            agreed.append(name)
+        agrees, actual = rounds_from(written, values, places)
+        if agrees:
+            self.agreed.append(name)
             return
-        rule = (
-            f"at least {SCORE_DECIMALS} decimals"
-            if R.decimals(written) < SCORE_DECIMALS
-            else f"{places} decimals as written"
-        )
-        problems.append(
+        few = R.decimals(written) < SCORE_DECIMALS
+        rule = f"at least {SCORE_DECIMALS} decimals" if few else f"{places} decimals as written"
+        self.problems.append(
             f"{name} {written} but {what} {actual:.8f}: expected {actual:.{places}f} ({rule}, rounded from the logs)"
         )
 
+
+def tally_scores(tally: Tally, j: dict, runs: list[R.RunLog]) -> None:
+    """The means and the standard deviation over the runs (one log a seed)."""
     for key in ("val_loss", "val_bpb"):
-        compare_score(
-            key, j.get(key), [getattr(log, key) for log in scored], f"the mean of the {len(scored)} log(s) is"
-        )
-    if len(scored) >= 2:
-        compare(
-            "val_bpb_std",
-            j.get("val_bpb_std"),
-            R.mean_std([log.val_bpb for log in scored])[1],
-            1.0,
-            "the logs' sample standard deviation is",
-        )
+        tally.score(key, j.get(key), [getattr(log, key) for log in runs], f"the mean of the {len(runs)} run(s) is")
+    if len(runs) >= 2:
+        std = R.mean_std([log.val_bpb for log in runs])[1]
+        tally.within("val_bpb_std", j.get("val_bpb_std"), std, 1.0, "the logs' sample standard deviation is")
     elif j.get("val_bpb_std") is not None:
-        problems.append(f"val_bpb_std {j['val_bpb_std']} but one log has no standard deviation (write null)")
+        tally.problems.append(f"val_bpb_std {j['val_bpb_std']} but one log has no standard deviation (write null)")
+
+
+def tally_seeds(tally: Tally, j: dict, s: Submission, scored: list[R.RunLog]) -> None:
+    """The seeds, and each seed's values in seed_results against its logs."""
     logged_seeds = sorted(log.seed for log in scored if log.seed is not None)
     if isinstance(j.get("seeds"), list):
-        if sorted(j["seeds"]) == logged_seeds:
-            agreed.append("seeds")
-        else:
-            problems.append(f"seeds {j['seeds']} but the logs ran {logged_seeds}")
+        tally.equal("seeds", sorted(j["seeds"]), logged_seeds, f"the logs ran {logged_seeds}")
     results = j.get("seed_results") if isinstance(j.get("seed_results"), dict) else {}
     if results and sorted(results) != sorted(str(x) for x in logged_seeds):
-        problems.append(f"seed_results has seeds {sorted(results)}, the logs {logged_seeds}")
+        tally.problems.append(f"seed_results has seeds {sorted(results)}, the logs {logged_seeds}")
     for log in scored:
         result = results.get(str(log.seed))
         if not isinstance(result, dict):
             continue
         for key in ("val_loss", "val_bpb"):
-            compare_score(f"seed_results[{log.seed}].{key}", result.get(key), [getattr(log, key)], f"{log.name} says")
+            tally.score(f"seed_results[{log.seed}].{key}", result.get(key), [getattr(log, key)], f"{log.name} says")
         for key, actual in (("artifact_bytes", s.total_bytes(log)), ("steps", log.steps)):
             if key in result and actual is not None:
-                (
-                    agreed.append(f"seed_results[{log.seed}].{key}")
-                    if result[key] == actual
-                    else problems.append(f"seed_results[{log.seed}].{key} {result[key]} but {log.name} gives {actual}")
-                )
+                tally.equal(f"seed_results[{log.seed}].{key}", result[key], actual, f"{log.name} gives {actual}")
+
+
+def tally_bytes(tally: Tally, j: dict, s: Submission, scored: list[R.RunLog]) -> None:
+    """bytes_code against the folder; bytes_total against the largest (or, as 2026-04-05 wrote, the mean) total."""
     if isinstance(j.get("bytes_code"), int) and s.code_bytes is not None:
-        (
-            agreed.append("bytes_code")
-            if j["bytes_code"] == s.code_bytes
-            else problems.append(f"bytes_code {j['bytes_code']} but the folder's code is {s.code_bytes} bytes")
-        )
+        tally.equal("bytes_code", j["bytes_code"], s.code_bytes, f"the folder's code is {s.code_bytes} bytes")
     totals = [t for t in (s.total_bytes(log) for log in scored) if t is not None]
-    if isinstance(j.get("bytes_total"), int) and totals:
-        largest, mean = max(totals), round(sum(totals) / len(totals))
-        if j["bytes_total"] in (largest, mean):
-            which = "the largest" if j["bytes_total"] == largest else "the mean"
-            agreed.append(f"bytes_total ({which} of the logs')")
-        else:
-            problems.append(
-                f"bytes_total {j['bytes_total']} but the logs' code + model totals are {totals} "
-                f"(largest {largest}, mean {mean})"
-            )
+    if not (isinstance(j.get("bytes_total"), int) and totals):
+        return
+    largest, mean = max(totals), round(sum(totals) / len(totals))
+    if j["bytes_total"] in (largest, mean):
+        tally.agreed.append(
+            f"bytes_total ({'the largest' if j['bytes_total'] == largest else 'the mean'} of the logs')"
+        )
+    else:
+        tally.problems.append(
+            f"bytes_total {j['bytes_total']} but the logs' code + model totals are {totals} (largest {largest}, mean {mean})"
+        )
+
+
+def tally_machine(tally: Tally, j: dict, scored: list[R.RunLog]) -> None:
+    """hardware (world size x GPU model) and pytorch_version against what the logs ran on."""
     worlds = {log.world_size for log in scored}
     models = {m for log in scored for g in log.gpus for m in re.findall(r"\b[A-Z]+\d{2,4}\b", g)}
     if isinstance(j.get("hardware"), str) and worlds and models:
         hw = j["hardware"]
         if all(hw.startswith(f"{w}x") for w in worlds) and all(m in hw for m in models):
-            agreed.append("hardware")
+            tally.agreed.append("hardware")
         else:
-            problems.append(f"hardware {hw!r} but the logs ran world_size {sorted(worlds)} on {sorted(models)}")
+            tally.problems.append(f"hardware {hw!r} but the logs ran world_size {sorted(worlds)} on {sorted(models)}")
     versions = {log.torch_version for log in scored if log.torch_version}
     if isinstance(j.get("pytorch_version"), str) and versions:
-        (
-            agreed.append("pytorch_version")
-            if versions == {j["pytorch_version"]}
-            else problems.append(f"pytorch_version {j['pytorch_version']!r} but the logs ran {sorted(versions)}")
-        )
-    if problems:
-        return Verdict("submission_matches_logs", False, "; ".join(problems), OURS)
-    per_seed = [a for a in agreed if a.startswith("seed_results[")]
-    shown = [a for a in agreed if a not in per_seed] + ([f"{len(per_seed)} seed_results values"] if per_seed else [])
-    return Verdict(
-        "submission_matches_logs", True, f"{len(agreed)} values agree with the logs: " + ", ".join(shown), OURS
+        said = f"the logs ran {sorted(versions)}"
+        tally.equal("pytorch_version", {j["pytorch_version"]}, versions, said)
+
+
+def check_submission_matches_logs(s: Submission) -> Verdict:
+    """Ours: every number in submission.json agrees with the logs to its written precision (scores: 5 decimals)."""
+    rule, j = "submission_matches_logs", s.submission
+    if not isinstance(j, dict):
+        return Verdict(rule, False, s.submission_error or "submission.json is not an object", OURS)
+    scored = [log for log in s.logs if log.val_bpb is not None]
+    if not scored:
+        return Verdict(rule, False, "no log has a score to compare with", OURS)
+    tally = Tally()
+    tally_scores(tally, j, [run.log for run in s.runs if run.log.val_bpb is not None])
+    tally_seeds(tally, j, s, scored)
+    tally_bytes(tally, j, s, scored)
+    tally_machine(tally, j, scored)
+    if tally.problems:
+        return Verdict(rule, False, "; ".join(tally.problems), OURS)
+    per_seed = [a for a in tally.agreed if a.startswith("seed_results[")]
+    shown = [a for a in tally.agreed if a not in per_seed] + (
+        [f"{len(per_seed)} seed_results values"] if per_seed else []
     )
+    return Verdict(rule, True, f"{len(tally.agreed)} values agree with the logs: " + ", ".join(shown), OURS)
 
 
 @dataclass
@@ -801,14 +1002,14 @@ def reference_scores(folder: Path) -> Scores:
     j, _ = R.read_submission(folder)
     j = j if isinstance(j, dict) else {}
     logs = R.complete_with_rescores([R.read_log(p) for p in R.log_paths(folder)]) if folder.is_dir() else []
-    logs = R.claim_scores(logs, j)
+    logs = R.claim_reevaluations(R.claim_scores(logs, j), R.reevaluation_paths(folder), j)
     results = j.get("seed_results") if isinstance(j.get("seed_results"), dict) else {}
     entries = [r for r in results.values() if isinstance(r, dict)]
     name = R.submission_path(folder).name if R.submission_path(folder) else "submission.json"
     if entries and all(numbers([r.get("val_loss"), r.get("val_bpb")]) for r in entries):
         loss, bpb = [float(r["val_loss"]) for r in entries], [float(r["val_bpb"]) for r in entries]
         return Scores(loss, bpb, f"per-seed values of its {name}", logs)
-    scored = [log for log in logs if log.val_loss is not None]
+    scored = [run.log for run in runs_of(logs, j) if run.log.val_loss is not None]  # one score a run
     if scored:
         return Scores(
             [log.val_loss for log in scored], [log.val_bpb for log in scored], "score lines of its logs", logs
@@ -967,7 +1168,7 @@ def check_significance(s: Submission, against: Path | None) -> tuple[Verdict, R.
         ref = reference_scores(against)
     except ValueError as exc:
         return Verdict("significance", False, str(exc)), None
-    scored = [log for log in s.logs if log.val_loss is not None]
+    scored = [run.log for run in s.runs if run.log.val_loss is not None]  # a seed is a run: one score each
     ours_loss, ours_bpb = [log.val_loss for log in scored], [log.val_bpb for log in scored]
     ours_text, ref_text = ScoredText.of(scored, ours_loss, ours_bpb), ScoredText.of(ref.logs, ref.loss, ref.bpb)
     bpb_note = f"val_bpb {R.mean_std(ours_bpb)[0] if scored else math.nan:.5f} vs {R.mean_std(ref.bpb)[0]:.5f}"
@@ -1019,8 +1220,9 @@ def check_significance(s: Submission, against: Path | None) -> tuple[Verdict, R.
         statistic = f"{r.method} of improvement > {r.margin:.5f}: t={r.t:.3f} df={r.df:.2f} one-sided p={r.p:.4g}"
     else:  # every run on both sides gave the same value: nothing to test, the improvement is exact
         statistic = f"no t-test: every run here and in {against.name} scored the same {compared} (no spread), so the improvement is exact"
+    merged = f" ({merged_runs(s.runs)})" if merged_runs(s.runs) else ""
     evidence = (
-        f"{compared} {r.mean:.5f} ± {r.std:.5f} ({r.n} seeds) vs {against.name} {ref_shown} ({r.ref_n} run(s), "
+        f"{compared} {r.mean:.5f} ± {r.std:.5f} ({r.n} seeds{merged}) vs {against.name} {ref_shown} ({r.ref_n} run(s), "
         f"from the {ref.source}): improvement {r.improvement:.5f} {unit}; {statistic}: {verdict} {R.MARGIN_NATS} nats "
         f"at p < {R.P_MAX}; {bpb_note}; {convention}; {scope}: {same_text}"
     )
@@ -1036,13 +1238,16 @@ CHALLENGE_RULES = [
     check_eval_time,
     check_world_size,
     check_challenge_fields,
+    check_submission_scores,
+    check_script_matches_logs,
+    check_same_config,
 ]
 OUR_RULES = [
-    check_script_matches_logs,
+    check_script_in_logs,
     check_readable_copy,
     check_sizes_agree,
     check_time_with_gptq,
-    check_same_config,
+    check_exact_config,
     check_hardware,
     check_submission_fields,
     check_submission_matches_logs,

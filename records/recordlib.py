@@ -139,6 +139,7 @@ class RunLog:
     scores: list[tuple[str, float, float]] = field(default_factory=list)  # every score line: (label, loss, bpb)
     clock: list[tuple[int, float]] = field(default_factory=list)  # (step, train_time ms) as logged, before the artifact
     claimed_note: str | None = None  # set by claim_scores where the score is not the log's last score line
+    source_code: str | None = None  # the 2026-04 records' "Source code:" section: the script, where the head has none
     val_bpb_curve: list[Point] = field(default_factory=list)
 
     @property
@@ -200,6 +201,19 @@ def split_head(text: str) -> tuple[str | None, str]:
     return None, text
 
 
+SOURCE_SECTION = "\nSource code:\n" + SEPARATOR + "\n"
+
+
+def logged_source(text: str) -> str | None:
+    """The script a 2026-04 record's log holds after its Hyperparameters block ("Source code:", a separator, the
+    source, a separator, then the versions line, as split_head requires of ours); None where it holds none."""
+    start = text.find(SOURCE_SECTION)
+    if start < 0:
+        return None
+    source, _ = split_head(text[start + len(SOURCE_SECTION) :])
+    return source
+
+
 def read_config(lines: list[str]) -> tuple[dict, str]:
     for line in lines:
         if line.startswith("config:{"):
@@ -228,6 +242,7 @@ def read_log(path: str | Path) -> RunLog:
     lines = LINE_CLOCK.sub("", body).splitlines()
     config, source = read_config(lines)
     log = RunLog(path, script, config, source)
+    log.source_code = logged_source(body) if script is None else None
     artifact_at = max((i for i, line in enumerate(lines) if ARTIFACT.search(line)), default=None)
     eval_ms, stated_eval_ms = [], None
     for i, line in enumerate(lines):
@@ -314,6 +329,65 @@ def claim_scores(logs: list[RunLog], submission: dict | None) -> list[RunLog]:
         label, loss, bpb = matching[-1]
         note = f"the score submission.json gives ({written}); its last score line is {log.score_label} val_bpb:{log.val_bpb}"
         claimed.append(replace(log, score_label=label, val_loss=loss, val_bpb=bpb, claimed_note=note))
+    return claimed
+
+
+def written_bpb(submission: dict | None, seed: int | None):
+    """The val_bpb submission.json's seed_results gives this seed, as written (a Decimal or int); None where none."""
+    j = submission if isinstance(submission, dict) else {}
+    results = j.get("seed_results") if isinstance(j.get("seed_results"), dict) else {}
+    entry = results.get(str(seed)) if seed is not None else None
+    written = entry.get("val_bpb") if isinstance(entry, dict) else None
+    return written if isinstance(written, (int, Decimal)) and not isinstance(written, bool) else None
+
+
+def agrees(value: float, written) -> bool:
+    """A logged score is a written one rounded to its decimals (within half a unit of its last place)."""
+    return abs(value - float(written)) <= 0.5 * 10.0 ** -decimals(written) + 1e-12
+
+
+def reevaluation_paths(folder: Path) -> list[Path]:
+    """Logs in the folder's subfolders other than logs/: the 2026-04-23 record's ttt_pr1767/seed_N.log scored each seed's
+    artifact again with a later TTT, and its submission.json gives those scores. They are not runs of their own."""
+    if not folder.is_dir():
+        return []
+    subfolders = [p for p in sorted(folder.iterdir()) if p.is_dir() and p.name != "logs"]
+    return [p for sub in subfolders for p in sorted(sub.glob("*.log")) if p.is_file()]
+
+
+def claim_reevaluations(logs: list[RunLog], reevaluations: list[Path], submission: dict | None) -> list[RunLog]:
+    """A run whose submission.json score (seed_results' val_bpb) none of its score lines gives, where a re-evaluation
+    of the same seed (a log in a subfolder that trained nothing) gives it: the run takes that score, saying so."""
+    rescored = [read_log(p) for p in reevaluations]
+    rescored = [r for r in rescored if r.steps is None and r.seed is not None and r.scores]
+    claimed = []
+    for log in logs:
+        written = written_bpb(submission, log.seed)
+        if written is None or any(agrees(bpb, written) for _, _, bpb in log.scores):
+            claimed.append(log)
+            continue
+        found = [(r, score) for r in rescored if r.seed == log.seed for score in r.scores if agrees(score[2], written)]
+        if not found:
+            claimed.append(log)
+            continue
+        rescore, (label, loss, bpb) = found[-1]
+        where = f"{rescore.path.parent.name}/{rescore.name}"
+        note = (
+            f"the score submission.json gives ({written}), from {where}, which scored this seed's artifact again "
+            f"without training; this log's last score line is {log.score_label} val_bpb:{log.val_bpb}"
+        )
+        eval_ms = rescore.eval_ms if rescore.eval_ms is not None else log.eval_ms
+        claimed.append(
+            replace(
+                log,
+                score_label=label,
+                val_loss=loss,
+                val_bpb=bpb,
+                eval_ms=eval_ms,
+                claimed_note=note,
+                rescored_by=rescore.path,
+            )
+        )
     return claimed
 
 

@@ -13,6 +13,7 @@ are test data next to the repository (ROOT.parent / "shared"); their tests skip 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -381,12 +382,13 @@ def test_a_made_folder_passes_every_rule_once_its_readme_is_written(made, capsys
     assert failing(made["unfilled"]) == {"files"}
     assert "README.md still holds the maker's TODO" in evidence(made["unfilled"], "files")
     assert failing(made["non_record"]) == set()
-    for strict in ([], ["--strict"]):  # both tiers: the challenge's 9 rules and our 8
+    for strict in ([], ["--strict"]):  # both tiers: the challenge's 12 rules and our 8
         assert check_submission.main([str(made["non_record"])] + strict) == 0
         out = capsys.readouterr().out.splitlines()
-        assert len(out) == 1 + 9 + 8 + 1 and out[-1] == "verdict: pass: 9 of 9 challenge rules pass; ours: all 8 pass"
-        assert all(re.match(r"[a-z_]+ +pass +\S", line) for line in out[1:10])
-        assert all(re.match(r"ours: [a-z_]+ +pass +\S", line) for line in out[10:-1])
+        assert len(out) == 1 + 12 + 8 + 1
+        assert out[-1] == "verdict: pass: 12 of 12 challenge rules pass; ours: all 8 pass"
+        assert all(re.match(r"[a-z_]+ +pass +\S", line) for line in out[1:13])
+        assert all(re.match(r"ours: [a-z_]+ +pass +\S", line) for line in out[13:-1])
 
 
 def test_on_the_record_track_a_cpu_run_fails_world_size_and_significance_is_not_checked(made, capsys):
@@ -574,30 +576,43 @@ def test_evaluation_over_its_limit_fails_eval_time(made, tmp_path):
 
 
 def test_a_seed_with_another_config_fails_same_config(runs, tmp_path):
+    """Issue 50, finding 4: a seed whose log shows another config (matrix_lr) was an `ours:` note, and the folder passed.
+    The challenge's runs are of one submission: its same_config fails; ours (exact_config, paths too) fails as well."""
     folder = make(
         [runs["seed1337"], runs["seed1338"], runs["other_config"]],
         tmp_path / "other_config",
         allow_config_differences=True,
     )
-    assert failing(folder) == CPU_FAILS | {"same_config"}
+    assert challenge_failing(folder) == {"world_size", "same_config"}
+    assert failing(folder) == CPU_FAILS | {"same_config", "exact_config"}
+    assert (
+        "train_seed1340.log (seed 1340) ran another config than train_seed1337.log (seed 1337): matrix_lr=0.03 (not 0.02)"
+        in evidence(folder, "same_config")
+    )
     assert "train_seed1340.log differs from train_seed1337.log in 1 setting(s): matrix_lr=0.03 (not 0.02)" in evidence(
-        folder, "same_config"
+        folder, "exact_config"
     )
 
 
-def test_a_seed_run_twice_fails_same_config(made, tmp_path):
+def test_a_seed_run_twice_is_one_run_and_fails_exact_config(made, tmp_path):
+    """A seed logged twice is one run for the challenge (its scores, its seed count); ours notes the second log."""
     folder = broken(made, tmp_path, "twice")
     shutil.copyfile(folder / "train_seed1337.log", folder / "train_seed1337_again.log")
     # submission.json lists each seed once: it disagrees with the logs too
-    assert failing(folder) == CPU_FAILS | {"same_config", "submission_matches_logs"}
-    assert "seed 1337 ran 2 times" in evidence(folder, "same_config")
+    assert failing(folder) == CPU_FAILS | {"exact_config", "submission_matches_logs"}
+    assert "seed 1337 ran 2 times" in evidence(folder, "exact_config")
+    assert "train_seed1337.log, train_seed1337_again.log are one run (seed 1337" in evidence(
+        folder, "submission_scores"
+    )
 
 
 def test_a_script_edited_after_the_run_fails_script_matches_logs(made, tmp_path):
     folder = broken(made, tmp_path, "edited")
     with open(folder / "train_gpt.py", "a", encoding="utf-8") as f:
         f.write("# one more line after the runs\n")
-    # The code is 31 bytes longer than the logs counted, so the sizes and submission.json disagree too.
+    # The code is 31 bytes longer than the logs counted, so the sizes and submission.json disagree too. Issue 50,
+    # finding 4: the logs hold the script that ran, so the challenge's rule fails (it was an ours: note).
+    assert challenge_failing(folder) == {"world_size", "script_matches_logs"}
     assert failing(folder) == CPU_FAILS | {"script_matches_logs", "sizes_agree", "submission_matches_logs"}
     assert re.search(
         r"train_seed1337\.log, train_seed1338\.log, train_seed1339\.log: the script in the log "
@@ -639,8 +654,9 @@ def test_a_module_the_script_imports_from_the_folder_counts_as_code(tmp_path):
 def test_a_missing_final_line_fails_final_line(made, tmp_path):
     folder = broken(made, tmp_path, "unfinished")
     edit_log(folder / "train_seed1338.log", r"^final_\w+_exact .*\n?", "")
-    # submission.json's means include that seed's score, which the log no longer gives
-    assert failing(folder) == CPU_FAILS | {"final_line", "submission_matches_logs"}
+    # submission.json's means include that seed's score, which the log no longer gives: the challenge's val_bpb is not
+    # the two runs' mean
+    assert failing(folder) == CPU_FAILS | {"final_line", "submission_matches_logs", "submission_scores"}
     assert "train_seed1338.log: no final score line" in evidence(folder, "final_line")
 
 
@@ -658,7 +674,8 @@ def test_submission_json_that_disagrees_with_the_logs_fails(made, tmp_path):
     submission["seed_results"]["1338"]["steps"] = 7
     del submission["hardware"]
     (folder / "submission.json").write_text(json.dumps(submission))
-    assert failing(folder) == CPU_FAILS | {"our_fields", "submission_matches_logs"}
+    # 0.001 off at 8 decimals is neither the runs' mean nor a run's score: the challenge's rule fails it too
+    assert failing(folder) == CPU_FAILS | {"our_fields", "submission_matches_logs", "submission_scores"}
     mismatch = evidence(folder, "submission_matches_logs")
     assert "val_bpb " in mismatch and "seed_results[1338].steps 7 but train_seed1338.log gives 6" in mismatch
     assert evidence(folder, "our_fields") == "missing hardware"
@@ -678,13 +695,13 @@ def test_a_score_written_with_fewer_than_5_decimals_or_rounded_wrong_fails(runs,
     mean = sum(bpb.values()) / len(bpb)
     # One decimal is within one unit of its last place of any mean (the old tolerance of a mean).
     short = with_submission(made, tmp_path, "short", lambda j: j.update(val_bpb=float(f"{mean:.1f}")))
-    assert failing(short) == {"submission_matches_logs"}
+    assert failing(short) == {"submission_matches_logs", "submission_scores"}  # the challenge compares 4 decimals
     assert (
-        f"val_bpb {mean:.1f} but the mean of the 3 log(s) is {mean:.8f}: expected {mean:.5f} (at least 5 "
+        f"val_bpb {mean:.1f} but the mean of the 3 run(s) is {mean:.8f}: expected {mean:.5f} (at least 5 "
         "decimals, rounded from the logs)"
     ) in evidence(short, "submission_matches_logs")
     whole = with_submission(made, tmp_path, "whole", lambda j: j.update(val_bpb=round(mean)))
-    assert failing(whole) == {"submission_matches_logs"}
+    assert failing(whole) == {"submission_matches_logs", "submission_scores"}
     # Half a unit of one decimal covers any seed's score too (the old tolerance of a per-seed value).
     seed = with_submission(
         made, tmp_path, "seed", lambda j: j["seed_results"]["1338"].update(val_bpb=float(f"{bpb[1338]:.1f}"))
@@ -766,7 +783,9 @@ def test_the_maker_refuses_seeds_of_different_configs_unless_told_to_allow_them(
     assert "give --allow-config-differences to make the folder anyway" in err
     assert list(tmp_path.iterdir()) == []
     assert make_submission.main(maker_cli(logs, tmp_path / "folder", "--allow-config-differences")) == 0
-    assert re.search(r"^ours: same_config +note +train_seed1340\.log differs", capsys.readouterr().out, re.M)
+    out = capsys.readouterr().out
+    assert re.search(r"^same_config +FAIL +train_seed1340\.log \(seed 1340\) ran another config", out, re.M)
+    assert re.search(r"^ours: exact_config +note +train_seed1340\.log differs", out, re.M)
 
 
 @pytest.mark.parametrize("fault", [OSError("No space left on device"), KeyboardInterrupt()], ids=["error", "ctrl-c"])
@@ -832,20 +851,26 @@ def test_the_published_logs_are_read_in_all_three_formats():
 
 @needs_published
 def test_the_published_example_folders_pass_the_challenge_and_note_ours():
-    """Issue 43: every published record failed the old single-tier checker on rules the challenge does not have."""
+    """Issue 43: every published record failed the old single-tier checker on rules the challenge does not have. Issue
+    50: where the logs hold the script that ran, the challenge's script_matches_logs judges it (2026-03-19's train.log
+    ran the baseline's script, which the folder does not ship); where they do not, it cannot be checked."""
     assert challenge_failing(BASELINE) == set()
-    assert failing(BASELINE) == {"script_matches_logs", "hardware", "our_fields"}
+    assert failing(BASELINE) == {"script_in_logs", "hardware", "our_fields"}
+    assert evidence(BASELINE, "script_matches_logs").startswith("cannot be checked: no log holds the script it ran")
     assert "train.log: 600.038 s (past 600 s by 0.038 s" in evidence(BASELINE, "train_time")
-    assert "train.log: the log does not hold the script it ran" in evidence(BASELINE, "script_matches_logs")
-    assert challenge_failing(SEQ4096) == set()
+    assert "train.log: the log does not hold the script it ran" in evidence(BASELINE, "script_in_logs")
+    assert challenge_failing(SEQ4096) == {"script_matches_logs"}
     assert failing(SEQ4096) == {"script_matches_logs", "sizes_agree", "our_fields", "submission_matches_logs"}
+    assert "train.log: the script in the log differs from train_gpt.py from line 33 (47,642 vs 47,759 bytes)" in (
+        evidence(SEQ4096, "script_matches_logs")
+    )
     assert "train.log: its size line counts 47,642 code bytes, the folder's code is 47,759 (+117)" in evidence(
         SEQ4096, "sizes_agree"
     )
-    assert "val_bpb 1.20143417 but the mean of the 3 log(s) is 1.20136009" in evidence(
+    assert "val_bpb 1.20143417 but the mean of the 3 run(s) is 1.20136009" in evidence(
         SEQ4096, "submission_matches_logs"
     )
-    assert challenge_failing(LOOP45) == set() and failing(LOOP45) == {"script_matches_logs", "readable_copy"}
+    assert challenge_failing(LOOP45) == set() and failing(LOOP45) == {"script_in_logs", "readable_copy"}
     assert "the largest 15,988,983 <= 16,000,000" in evidence(LOOP45, "size")
     assert "train_seed1.log: 588.138 s + GPTQ 11.300 s = 599.438 s" in evidence(LOOP45, "time_with_gptq")
     assert "train_gpt_human.py (58,367 bytes) is not the code packed" in evidence(LOOP45, "readable_copy")
@@ -879,8 +904,8 @@ def test_the_checker_cli_on_a_published_folder(capsys):
     assert check_submission.main([str(LOOP45)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == (
-        "verdict: pass: 8 of 9 challenge rules pass (significance not checked); ours: 2 of 8 noted "
-        "(script_matches_logs, readable_copy), failing only with --strict"
+        "verdict: pass: 10 of 12 challenge rules pass (script_matches_logs, significance not checked); ours: 2 of 8 "
+        "noted (script_in_logs, readable_copy), failing only with --strict"
     )
     assert out[1].startswith(
         "files                         pass        README.md, submission.json, train_gpt.py and 5 log"
@@ -888,7 +913,9 @@ def test_the_checker_cli_on_a_published_folder(capsys):
     assert any(re.match(r"ours: readable_copy +note +train_gpt_human\.py \(58,367 bytes\)", line) for line in out)
     assert check_submission.main([str(LOOP45), "--strict"]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[-1].startswith("verdict: FAIL: 8 of 9 challenge rules pass (significance not checked); --strict: 2 of 8")
+    assert out[-1].startswith(
+        "verdict: FAIL: 10 of 12 challenge rules pass (script_matches_logs, significance not checked); --strict: 2 of 8"
+    )
 
 
 # The published records, as test data: tests/data/records_corpus holds every dated folder of openai/parameter-golf's
@@ -899,7 +926,17 @@ def test_the_checker_cli_on_a_published_folder(capsys):
 # each genuinely fails (records/README.md gives the figures):
 CORPUS = ROOT / "tests" / "data" / "records_corpus"
 UNMET = {
-    "2026-03-17_LoRA_TTT": {"train_time", "world_size"},  # train_v1.txt: 2400.107 s on world_size 2
+    # train_v1.txt: 2400.107 s on world_size 2 (another config), and every log ran a script with one more line
+    "2026-03-17_LoRA_TTT": {"train_time", "world_size", "same_config", "script_matches_logs"},
+    "2026-03-18_LowerLR": {"script_matches_logs"},  # its log ran a script with QAT and SwiGLU code it does not ship
+    # a log of seed 1337 (1.16661) ran an older script; the json claims 3 seeds' mean, 1.15015
+    "2026-03-19_MLP3x_QAT_Int6_SlidingWindow": {"script_matches_logs", "submission_scores"},
+    "2026-03-19_MixedQuant_Int6Int8_SlidingWindow": {"script_matches_logs"},  # other defaults and quantization code
+    "2026-03-19_TrainingOptSeq4096": {"script_matches_logs"},  # train.log ran the baseline's script
+    "2026-04-04_SP4096_DepthRecurrence_ParallelResid_MuonEqR": {"same_config"},  # seed 42 alone ran TTT_ENABLED=1
+    "2026-04-10_VarLenAttn": {"script_matches_logs"},  # train0.txt and train1.txt ran a 120,780-byte script
+    # the original seeds (their scores are the json's) ran an older script, the reruns GPTQ_RESERVE_SECONDS=8
+    "2026-04-29_SmearGateBOSFix_3Seed_1.06141": {"same_config", "script_matches_logs"},
     "2026-03-19_SlidingWindow_FP16Emb_10L_MuonWD_OvertoneInit": {"submission_fields"},  # no github_id, no val_bpb
     "2026-03-19_int6_STE QAT_ MLP_bigram _U_Net": {"files", "packed_script", "size", "submission_fields"},  # a log only
     "2026-03-19_smeargate_orthoinit_muonwd": {"submission_fields"},  # no author, no github_id
@@ -933,7 +970,35 @@ def corpus(tmp_path_factory) -> Path:
             kept = path.read_bytes() + filler
             path.write_bytes(kept + b"#" * (info["bytes"] - len(kept) - 1) + b"\n")
             assert path.stat().st_size == info["bytes"]
+    for folder in root.iterdir():
+        if folder.is_dir():
+            restore_logged_scripts(folder, json.loads((root / "cut_scripts.json").read_text()).get(folder.name, {}))
     return root
+
+
+# A log's script, left out of the corpus, is a comment naming its size and sha256 (at the log's head, or in the 2026-04
+# records' "Source code:" section). Where it is the folder's script, the fixture puts the folder's (padded) script back.
+LEFT_OUT = re.compile(
+    r"^# \(the (?:script at the head of this log|source code logged here) is left out of the test corpus: "
+    r"[\d,]+ bytes, sha256 ([0-9a-f]{64})\)$",
+    re.M,
+)
+
+
+def restore_logged_scripts(folder: Path, cut: dict) -> None:
+    script = check_submission.find_script(folder)
+    if script is None:
+        return
+    digest = cut[script.name]["sha256"] if script.name in cut else hashlib.sha256(script.read_bytes()).hexdigest()
+    shipped = script.read_text(encoding="utf-8")
+    for log in R.log_paths(folder):
+        text = log.read_text(encoding="utf-8")
+        match = LEFT_OUT.search(text)
+        if match is None or match[1] != digest:
+            continue
+        at_head = match.start() == 0  # the head's script is followed by its own newline, the section's is not
+        end = match.end() + 1 if at_head else match.end()
+        log.write_text(text[: match.start()] + shipped + text[end:], encoding="utf-8")
 
 
 def test_the_corpus_holds_every_published_folder_and_stays_small(corpus):
@@ -1128,7 +1193,7 @@ def test_configs_are_compared_as_resolved_values(runs, tmp_path, capsys):
     other = respelt(runs["seed1338"], tmp_path / "seed1338.txt", data_path=relative, recipe="p180", data_dir="x")
     assert check_submission.differing_settings(first, R.read_log(other)) == []
     assert make_submission.main(maker_cli([runs["seed1337"], other], tmp_path / "folder")) == 0
-    assert re.search(r"^ours: same_config +pass +2 logs", capsys.readouterr().out, re.M)
+    assert re.search(r"^same_config +pass +2 logs ran one config", capsys.readouterr().out, re.M)
     moved = respelt(runs["seed1338"], tmp_path / "moved.txt", data_path=f"{data.parent}_other/{data.name}")
     assert check_submission.differing_settings(first, R.read_log(moved)) == ["data_path"]  # other data: differs
     assert R.same_path("data/x/", "./data/x") and R.same_path("/home/u/repo/data/x", "data/x")
@@ -1216,3 +1281,94 @@ def test_records_readme_packing_figures_are_those_of_train_gpt_py():
     source = SCRIPT.read_text(encoding="utf-8")
     assert size == pytest.approx(len(source.encode()), rel=0.05)
     assert packed == pytest.approx(len(R.pack_script(source).encode()), rel=0.05)
+
+
+# =================================================================================================
+# Issue 50: the consistency the challenge's rules require where the folder holds the evidence
+# =================================================================================================
+
+SP8192_0409 = "2026-04-09_SP8192_3LayerRecur_ParResid_QK525_LegalTTT"
+
+
+def corpus_copy(corpus: Path, name: str, tmp_path: Path) -> Path:
+    return shutil.copytree(corpus / name, tmp_path / name)
+
+
+def test_a_val_bpb_the_logs_do_not_give_fails_the_challenge(corpus, made, tmp_path):
+    """Finding 1: submission.json's val_bpb against its logs was an ours: note, so a copy of the 2026-04-09 record with
+    1.081 written 1.05, and our own folder with 1.0 where the logs say 3.07, passed with exit code 0."""
+    folder = corpus_copy(corpus, SP8192_0409, tmp_path)
+    assert challenge_failing(folder) == set()
+    assert evidence(folder, "submission_scores") == (
+        "val_bpb 1.08100 is the mean of the 3 run(s) (seeds 42, 314, 999): 1.08100288"
+    )
+    submission = json.loads((folder / "submission.json").read_text())
+    (folder / "submission.json").write_text(json.dumps(submission | {"val_bpb": 1.05}))
+    assert challenge_failing(folder) == {"submission_scores"}
+    assert evidence(folder, "submission_scores").startswith(
+        "val_bpb 1.05 but the logs say otherwise: the mean of the 3 run(s) is 1.08100288 (train_seed42.log 1.0807"
+    )
+    assert check_submission.main([str(folder)]) == 1
+    ours = with_submission(made, tmp_path, "one", lambda j: j.update(val_bpb=1.0))
+    assert challenge_failing(ours) == {"submission_scores"}
+
+
+def test_a_deleted_log_whose_seed_the_json_still_claims_fails(corpus, tmp_path):
+    """Finding 2: one of the record's three logs deleted, the json still claiming three seeds and their mean: pass."""
+    folder = corpus_copy(corpus, SP8192_0409, tmp_path)
+    (folder / "train_seed999.log").unlink()
+    assert challenge_failing(folder) == {"submission_scores"}
+    said = evidence(folder, "submission_scores")
+    assert said.startswith(
+        "submission.json claims 3 seeds (its seeds), the folder's logs hold 2 run(s) (seeds 42, 314)"
+    )
+    assert "val_bpb 1.08100 but the logs say otherwise: the mean of the 2 run(s) is" in said
+
+
+def test_copies_of_a_log_and_reruns_of_a_seed_are_one_run(corpus, tmp_path):
+    """Finding 3: byte-identical copies of logs counted as seeds (the 2026-04-18 record with each log copied twice cleared
+    against the record before it with "9 seeds", where its 3 logs do not), and the 2026-04-29 record's reruns of the
+    same seed entered as "6 seeds". A seed is a run: the same seed twice, or the same log twice, is one."""
+    before = corpus / "2026-04-16_SmearGate_AttentionOutputGate_ScoreFirstTTT"
+    real = evidence(corpus / "2026-04-18_PR1626_CaseOps_Taper", "significance", before)
+    folder = corpus_copy(corpus, "2026-04-18_PR1626_CaseOps_Taper", tmp_path)
+    for log in list(folder.glob("train_seed*.log")):
+        for copy in (1, 2):
+            shutil.copyfile(log, log.with_name(f"{log.stem}_copy{copy}.log"))
+    assert len(R.log_paths(folder)) == 9
+    said = evidence(folder, "significance", before)
+    assert "significance" in challenge_failing(folder, before) and "does not clear" in said
+    assert re.search(r"\(3 seeds \(train_seed0\.log, train_seed0_copy1\.log, train_seed0_copy2\.log are one run", said)
+    assert re.search(r"one-sided p=(\S+):", said)[1] == re.search(r"one-sided p=(\S+):", real)[1] == "0.02605"
+    reruns = corpus / "2026-04-29_SmearGateBOSFix_3Seed_1.06141"
+    said = evidence(reruns, "significance", corpus / "2026-04-27_SmearGateBOSFix_PR1787Base_LQERAsym_PhasedTTT")
+    assert "(3 seeds (train_seed42_pr1851_original.log, train_seed42_rerun_gptq8s.log are one run (seed 42; " in said
+    # its scores are the original runs', which its submission.json gives
+    assert evidence(reruns, "submission_scores").startswith("val_bpb 1.06145 is the mean of the 3 run(s)")
+
+
+def test_a_score_the_json_takes_from_a_rescore_of_the_seeds_artifact_counts(corpus):
+    """The 2026-04-23 record's submission.json gives the scores of ttt_pr1767/seed_N.log, TTT run again on each seed's
+    artifact (no training); its train logs score 1.06378 on average. The run takes the score the json gives, saying so."""
+    folder = corpus / "2026-04-23_SP8192_CaseOps_SparseGate_QuantGate_Loop45_PhasedTTT_PolarNS_MinLR_FusedCE"
+    assert challenge_failing(folder) == set()
+    assert evidence(folder, "submission_scores").startswith("val_bpb 1.06335 is the mean of the 3 run(s)")
+    assert "(the score submission.json gives (1.06308), from ttt_pr1767/seed_0.log, which scored this seed's" in (
+        evidence(folder, "final_line")
+    )
+
+
+def test_consistency_the_logs_cannot_show_is_said_and_passes(corpus):
+    """Where the logs hold no script (most published records) the script rule cannot be made: it says so and passes;
+    where one log holds its config, there is nothing to compare. The checks stay where the evidence is."""
+    verdicts = {
+        v.rule: v for v in check_submission.check(corpus / "2026-04-05_SP8192_GPTQ-Embeddings_SDClip_Loop45x2")[0]
+    }
+    assert verdicts["script_matches_logs"].status() == "not checked" and verdicts["script_matches_logs"].ok
+    assert verdicts["same_config"].status() == "pass"
+    one = {v.rule: v for v in check_submission.check(corpus / "2026-03-17_NaiveBaseline")[0]}
+    assert one["same_config"].status() == "not checked" and one["same_config"].ok
+    # seed 42 of the 2026-04-09 record states two TTT settings the other seeds' logs do not have: noted, not compared
+    assert "settings only some logs state (their scripts differed), not compared: ttt_hash_buckets, ttt_hash_embed" in (
+        evidence(corpus / SP8192_0409, "same_config")
+    )
