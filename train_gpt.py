@@ -672,7 +672,7 @@ def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
     return (y - (y * vn).sum(-1, keepdim=True) * vn).flatten(1, 2)  # (B, H, T, hd)
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, args: Hyperparameters, xsa: bool, attn_impl: str):
+    def __init__(self, args: Hyperparameters, xsa: bool, attn_impl: str = "dense"):
         super().__init__()
         dim, heads, kv_heads = args.model_dim, args.num_heads, args.num_kv_heads
         self.head_dim = dim // heads
@@ -686,7 +686,7 @@ class CausalSelfAttention(nn.Module):
         rope = rotary_cos_sin(max(args.train_seq_len, args.val_seq_len), self.rope_dims, args.rope_base, "cpu")
         self.register_buffer("rope", torch.stack(rope), persistent=False)  # cos and sin; not saved
 
-    def forward(self, x: Tensor, segments) -> Tensor:  # x (B, T, C) -> q (B, H, T, hd), k, v (B, Hkv, T, hd) -> x
+    def forward(self, x: Tensor, segments=None) -> Tensor:  # x (B, T, C) -> q (B, H, T, hd), k, v (B, Hkv, T, hd)
         q, k, v = (m(x).unflatten(-1, (-1, self.head_dim)).transpose(1, 2) for m in (self.c_q, self.c_k, self.c_v))
         cos, sin = self.rope[..., : x.size(1), :].unbind(0)  # (1, 1, T, rope_dims/2) each
         q = apply_rotary(rms_norm(q), cos, sin) * self.q_gain.to(q.dtype)[None, :, None, None]
@@ -740,11 +740,11 @@ class Block(nn.Module):
         parallel = 0 <= args.parallel_residual_start <= layer
         self.residual = self.parallel_residual if parallel else self.sequential_residual
 
-    def sequential_residual(self, x: Tensor, segments) -> Tensor:
+    def sequential_residual(self, x: Tensor, segments=None) -> Tensor:
         x = x + self.attn_scale.to(x.dtype) * self.attn(self.norm(x), segments)
         return x + self.mlp_scale.to(x.dtype) * self.mlp(self.norm(x))
 
-    def parallel_residual(self, x: Tensor, segments) -> Tensor:
+    def parallel_residual(self, x: Tensor, segments=None) -> Tensor:
         h = self.norm(x)
         return x + self.attn_scale.to(x.dtype) * self.attn(h, segments) + self.mlp_scale.to(x.dtype) * self.mlp(h)
 

@@ -37,8 +37,9 @@ ROUNDTRIP_LINE = re.compile(r"^final_int8_zlib_roundtrip_exact val_loss:\S+ val_
 
 
 def environment(**extra) -> dict[str, str]:
-    """The test's environment less any of the trainer's variables, one thread a process."""
-    env = {k: v for k, v in os.environ.items() if k not in OUR_NAMES}
+    """The test's environment less any of the trainer's variables and of inductor's (torch sets TORCHINDUCTOR_CACHE_DIR
+    in the process once an earlier test of this worker compiled), one thread a process."""
+    env = {k: v for k, v in os.environ.items() if k not in OUR_NAMES and not k.startswith("TORCHINDUCTOR_")}
     return dict(env, OMP_NUM_THREADS="1", **extra)
 
 
