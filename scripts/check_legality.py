@@ -1,10 +1,17 @@
 """Is train_gpt.py's evaluation legal? It runs the checked script's own main() under EVAL_ONLY on an artifact of a
 tiny random model that the script itself wrote, on a validation split made with a tiny SentencePiece tokenizer (or a
-prefix of the one in your DATA_PATH), with 1 and 2 processes, in two geometries (three with the user's), watches every distribution that scores a token on the
-three scoring paths (the round trip, sliding windows, sliding windows with score-first test-time training), reads the
-run's log, and checks them against the conditions of the challenge's issue #1017. One line per loss path, geometry,
-scoring path and condition; exit 1 if any fails, exit 2 (an `error:` line) for a command line or environment that
-train_gpt.py would refuse.
+prefix of the one in your DATA_PATH), with 1 and 2 processes, in two geometries (three with the user's), watches
+every distribution that scores a token on the three scoring paths (the round trip, sliding windows, sliding windows
+with score-first test-time training), reads the run's log, and checks them against the conditions of the challenge's
+issue #1017. One line per loss path, geometry, scoring path and condition. Exit codes, one answer each (the last line
+says which):
+  0  legal: every condition holds;
+  1  NOT LEGAL: a condition fails (its lines FAIL);
+  2  error: a command line or environment that train_gpt.py would refuse, or data it refuses (on stderr);
+  3  cannot verify: none fails, but the check could not observe one (lines UNVERIFIED; condition 4);
+  4  cannot check: a script the check cannot run here, so no verdict: one that does not load on this Python (a
+     record written for 3.12, a module not installed) or is no copy of this project's train_gpt.py (the challenge's
+     baseline); the line says why and what it would need.
 
   python3 scripts/check_legality.py                        # the model and TTT settings of the environment, CPU
   RECIPE=record TTT_LR=0.01 python3 scripts/check_legality.py
@@ -88,11 +95,14 @@ script. The conditions:
      distributions that score, and the check judges them.
   5. TTT adapts: TTT changed some distribution (else 1 passed for nothing: TTT_LR=0, TTT_EPOCHS=0, one chunk).
      --allow-no-adaptation lets it pass, saying so.
-A traceback of the checked script fails the conditions it blocks and shows its last line; the check never ends in
-a traceback of its own on a broken copy. The verdict, the last line: "NOT LEGAL: ..." (exit 1) where a condition
-fails (lines FAIL); else "cannot verify: ..." (exit 3) where the check could not observe one (lines UNVERIFIED:
-condition 4, above; the interpreted Triton geometry, which runs no hurting TTT, follows the torch loss's verdict on
-that path); else "legal: ..." (exit 0).
+The check runs the script's own main() with hooks in its functions, so it checks copies of this project's
+train_gpt.py: a script that does not load here (a syntax this Python does not parse, a module not installed, an
+error at import) or lacks what it hooks (dist_context, preflight, score_artifact with an observe, ...) is "cannot
+check: ..." (exit 4), never a verdict. A traceback of a checked copy's main() fails the conditions it blocks and
+shows its last line; the check never ends in a traceback of its own on a broken copy. The verdict, the last line:
+"NOT LEGAL: ..." (exit 1) where a condition fails (lines FAIL); else "cannot verify: ..." (exit 3) where the check
+could not observe one (lines UNVERIFIED: condition 4, above; the interpreted Triton geometry, which runs no hurting
+TTT, follows the torch loss's verdict on that path); else "legal: ..." (exit 0).
 
 On CUDA (--device cuda) the scoring runs as a training run's does: the environment's LOSS_IMPL (auto: Triton), bf16
 autocast (torch.compile stays off: each of the check's many short runs would compile again). Hidden states are then
@@ -115,8 +125,10 @@ import dataclasses
 import faulthandler
 import hashlib
 import importlib.util
+import inspect
 import math
 import os
+import platform
 import random
 import re
 import shutil
@@ -195,6 +207,22 @@ BF16_LOGP_TOLERANCE = 2.0**-5
 REPORT_RTOL_FP32 = 1e-6  # fp32 per-token losses summed in fp64 in another order; the line prints 8 decimals
 MARKS = {True: "ok  ", False: "FAIL", None: "UNVERIFIED"}  # a condition's line: holds, fails, cannot be seen
 EXIT_CANNOT_VERIFY = 3  # no condition failed, but one the check could not observe: neither legal (0) nor not (1)
+EXIT_CANNOT_CHECK = 4  # a script the check cannot run here (CannotCheck): no verdict at all
+# What the check calls or hooks in the checked script (a copy of train_gpt.py); score_artifact must take an observe.
+INTERFACE = (
+    "Hyperparameters.from_env",
+    "ConfigError",
+    "dist_context",
+    "init_distributed",
+    "preflight",
+    "score_artifact",
+    "main",
+    "GPT",
+    "quantize_state_dict",
+    "parameter_roles",
+    "artifact_header",
+    "save_artifact",
+)
 MIXTURE_GRID = 1000  # mixture weights: a grid of (0, 1), then bisection where the mixture's loss crosses the report
 MIXTURE_TOLERANCE = 10  # times REPORT_RTOL_FP32: the weight, solved from one rounded report, carries its error
 LINE = re.compile(r"final_\w+?_(roundtrip|sliding_window|ttt)_exact val_loss:(\S+) val_bpb:(\S+)")
@@ -230,6 +258,11 @@ class CheckError(Exception):
     """A command line or environment the check cannot run with: printed as `error: ...`, exit 2."""
 
 
+class CannotCheck(Exception):
+    """A script the check cannot run here (it does not load, or it is no copy of train_gpt.py): printed as `cannot
+    check: ...`, exit 4, never a verdict."""
+
+
 def load_script(path: Path):
     """train_gpt.py (or a patched copy) as a module named checked_train_gpt. One per process: the file registers a
     torch custom op, which cannot be registered twice, so each copy is checked in worker processes of its own."""
@@ -238,6 +271,42 @@ def load_script(path: Path):
     sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
     spec.loader.exec_module(module)
     return module
+
+
+def unloadable(script: Path, exc: BaseException) -> str:
+    """Why the script does not load here, and what it would need: CannotCheck's message."""
+    python = f"Python {platform.python_version()}"
+    if isinstance(exc, SyntaxError):  # a packed script's exec'd source names itself <string>
+        where = f"line {exc.lineno} of {Path(exc.filename or script).name}"
+        if exc.filename == "<string>":  # a packed record: the source it unpacks and exec()s
+            where = f"line {exc.lineno} of the source it unpacks"
+        return (
+            f"{script} does not compile on {python} (SyntaxError: {exc.msg} at {where}): written for a newer Python "
+            "(3.12 parses f-strings that reuse their quotes), it needs that one: run the check with it (python3.12 "
+            f"scripts/check_legality.py --script {script}, with torch and the script's imports there); else fix "
+            "that line"
+        )
+    if isinstance(exc, ImportError):
+        return (
+            f"{script} imports {exc.name or 'a module'}, which is not installed here ({short_error(exc)}): install "
+            "it, or run the check where it is"
+        )
+    return f"{script} raises when it is loaded ({short_error(exc)}): the check runs its main(), so it must load"
+
+
+def missing_interface(T) -> list[str]:
+    """What of INTERFACE the loaded script lacks: the check runs a copy of train_gpt.py, hooked in these."""
+    missing = []
+    for name in INTERFACE:
+        found = T
+        for part in name.split("."):
+            found = getattr(found, part, None)
+        if found is None:
+            missing.append(name)
+    score = getattr(T, "score_artifact", None)
+    if callable(score) and "observe" not in inspect.signature(score).parameters:
+        missing.append("score_artifact's observe")
+    return missing
 
 
 # ==== The data: a tiny tokenizer, a validation split per geometry, and its bytes counted from decoded text =========
@@ -813,11 +882,20 @@ def worker(out: Path, script: Path, device: str, broken: bool, geometries: list[
     faulthandler.dump_traceback_later(WORKER_TIMEOUT_S - 60, exit=True)  # a rank waiting for another: say where
     rank = int(os.environ.get("RANK", "0"))
     target = Path(f"{out}.rank{rank}")
-    saved = dict(error=None, config_error=None, geometries={}, device=device)
+    saved = dict(config_error=None, cannot_check=None, geometries={}, device=device)
     try:
         T = load_script(script)
-    except BaseException as exc:
-        saved["error"] = "the checked script could not be loaded: " + short_error(exc)
+        missing = missing_interface(T)
+    except BaseException as exc:  # SyntaxError, ImportError, whatever its top level raises
+        saved["cannot_check"] = unloadable(script, exc)
+        torch.save(saved, target)
+        return
+    if missing:
+        saved["cannot_check"] = (
+            f"{script} is no copy of this project's train_gpt.py: it has no {', '.join(missing)}, which the check "
+            "calls to run its main() and watch what scores each token. Port its evaluation onto a copy of "
+            "train_gpt.py (score_windows hands observe the distributions that score) and check that copy"
+        )
         torch.save(saved, target)
         return
     if broken:
@@ -921,7 +999,8 @@ def run_workers(
     """The worker in `processes` processes (gloo on the CPU, NCCL on CUDA); what every rank observed, merged per
     geometry with the split's tokens and bytes. loss "triton" on a CPU: the Triton kernel under TRITON_INTERPRET=1.
     The split: a prefix of DATA_PATH's when the environment sets it (not for the interpreted geometry: the kernel's
-    interpreter would take minutes a run over a real vocabulary), else one made here."""
+    interpreter would take minutes a run over a real vocabulary), else one made here. Raises CannotCheck for a script
+    the worker cannot run, CheckError for settings or data that the script refuses."""
     chosen = geometries if isinstance(geometries, dict) else resolve_geometries(environ, device, geometries)
     data = None if set(chosen) <= set(INTERPRETED) else user_data(environ)
     with tempfile.TemporaryDirectory() as tmp:
@@ -946,6 +1025,8 @@ def run_workers(
         for rank in range(processes):
             path = Path(f"{out}.rank{rank}")
             saved.append(torch.load(path, weights_only=False) if path.is_file() else None)
+    if saved[0] is not None and saved[0]["cannot_check"]:
+        raise CannotCheck(saved[0]["cannot_check"])
     if saved[0] is not None and saved[0]["config_error"]:
         raise CheckError(saved[0]["config_error"])
     return merge(saved, splits, device, failure)
@@ -989,12 +1070,11 @@ def merge_records(records: list[dict]) -> dict:
 def merge(saved: list[dict | None], splits: dict[str, Split], device: str, failure: str | None) -> dict:
     """{geometry: result}; a result holds `error` where the worker or the script failed for the whole geometry."""
     merged = {}
-    first = saved[0] or {}
     missing = [r for r, s in enumerate(saved) if s is None]
     for name, split in splits.items():
         result = dict(device=device, tokens=split.tokens, bytes=split.bytes, total_bytes=split.total_bytes)
         ranks = [s["geometries"].get(name) for s in saved if s is not None]
-        error = first.get("error") or next((r["error"] for r in ranks if r and "error" in r), None)
+        error = next((r["error"] for r in ranks if r and "error" in r), None)
         if missing or any(r is None for r in ranks) or error:
             result["error"] = error or f"the worker failed ({failure or 'no result from ranks ' + str(missing)})"
             merged[name] = result
@@ -1433,6 +1513,9 @@ def main() -> int:
     except CheckError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except CannotCheck as exc:  # no verdict: the line says why and what it would need
+        print(f"cannot check: {exc}")
+        return EXIT_CANNOT_CHECK
     print("\n".join(lines))
     return 1 if failed else EXIT_CANNOT_VERIFY if lines[-1].startswith("cannot verify") else 0
 

@@ -26,6 +26,7 @@ import random
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -989,6 +990,18 @@ def run_cli(*arguments: str, **settings) -> subprocess.CompletedProcess:
     return subprocess.run(command, env=clean_env(**settings), capture_output=True, text=True, timeout=300)
 
 
+def run_main_here(monkeypatch, capsys, *arguments: str, **settings) -> tuple[int, str, str]:
+    """check_legality's main() in this process under clean_env(settings): (exit code, stdout, stderr)."""
+    for name in set(os.environ) - set(clean_env()):
+        monkeypatch.delenv(name)
+    for name, value in clean_env(**settings).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sys, "argv", ["check_legality.py", *arguments])
+    code = check_legality.main()
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 @pytest.mark.parametrize(
     "arguments,settings,message",
     [
@@ -1008,14 +1021,88 @@ def test_a_bad_command_line_or_environment_is_an_error_line_not_a_traceback(
     """Issue 34 row 14: exit 2 with one `error:` line, as train_gpt.py refuses what it cannot run; a misspelt
     variable is refused by train_gpt's own check, not ignored. The command line's main() in this process (the Triton
     mutation and the CUDA error run the script itself): a traceback would fail the test."""
-    for name in set(os.environ) - set(clean_env()):
-        monkeypatch.delenv(name)
-    for name, value in clean_env(**settings).items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setattr(sys, "argv", ["check_legality.py", *arguments])
-    assert check_legality.main() == 2
-    captured = capsys.readouterr()
-    assert captured.err.startswith("error: ") and message in captured.err and not captured.out, captured
+    code, out, err = run_main_here(monkeypatch, capsys, *arguments, **settings)
+    assert code == 2 and err.startswith("error: ") and message in err and not out, (out, err)
+
+
+def test_the_help_lists_one_exit_code_for_each_answer(monkeypatch, capsys):
+    """Issue 50 row 5: legal, NOT LEGAL, error, cannot verify and cannot check each have their exit code, in --help."""
+    monkeypatch.setattr(sys, "argv", ["check_legality.py", "--help"])
+    with pytest.raises(SystemExit) as exit_:
+        check_legality.main()
+    assert exit_.value.code == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    for code, answer in enumerate(("legal", "NOT LEGAL", "error", "cannot verify", "cannot check")):
+        assert f"{code} {answer}:" in shown, (code, answer, shown[:2000])
+    assert check_legality.EXIT_CANNOT_CHECK == 4 and check_legality.EXIT_CANNOT_VERIFY == 3
+
+
+RECORDS = ROOT.parent / "shared" / "records_examples"
+PACKED_RECORD = RECORDS / "2026-04-09_SP8192_3LayerRecur_ParResid_QK525_LegalTTT" / "train_gpt.py"
+NAIVE_BASELINE = RECORDS / "2026-03-17_NaiveBaseline" / "train_gpt.py"
+# A script that is no copy of train_gpt.py: the shape of the challenge's baseline (a GPT, a main, its own settings).
+NOT_A_COPY = """import torch
+
+class Hyperparameters:
+    train_seq_len = 1024
+
+class GPT(torch.nn.Module):
+    pass
+
+def main():
+    pass
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize("published", [PACKED_RECORD, NAIVE_BASELINE], ids=["record_2026_04_09", "baseline_2026_03_17"])
+def test_a_script_the_check_cannot_run_is_cannot_check_not_a_verdict(published, tmp_path, monkeypatch, capsys):
+    """Issue 50 row 5: the packed 2026-04-09 record (its f-strings need Python 3.12) and the challenge's 2026-03-17
+    baseline (no copy of our trainer) were "NOT LEGAL: 65 condition(s) failed", every line blocked. Each is `cannot
+    check: <why, what it would need>`, exit 4, one line and no verdict, after one worker. Without ../shared, a
+    stand-in made here: our trainer with an f-string that reuses its quotes, a script shaped like the baseline."""
+    record = published == PACKED_RECORD
+    if record and sys.version_info >= (3, 12):
+        pytest.skip("an f-string that reuses its quotes compiles on Python 3.12")
+    script = published
+    if not published.is_file() and record:
+        edit = ('if __name__ == "__main__":', 'NEWER = f"{"3.12"}"\nif __name__ == "__main__":')
+        script = patched_copy([edit], tmp_path, "newer_python")
+    elif not published.is_file():
+        script = tmp_path / "train_gpt.py"
+        script.write_text(NOT_A_COPY, encoding="utf-8")
+    code, out, err = run_main_here(monkeypatch, capsys, "--script", str(script), "--processes", "1")
+    assert code == check_legality.EXIT_CANNOT_CHECK == 4 and out.startswith(f"cannot check: {script} "), out + err
+    assert out.count("\n") == 1 and "LEGAL" not in out and "blocked" not in out and not err, out + err
+    if record:
+        assert " (SyntaxError: f-string: expecting '}' at line " in out, out
+        assert "it needs that one: run the check with it (python3.12 scripts/check_legality.py --script" in out, out
+    else:
+        assert "is no copy of this project's train_gpt.py: it has no Hyperparameters.from_env, ConfigError, " in out
+        assert "dist_context, init_distributed, preflight, score_artifact, quantize_state_dict" in out, out
+        assert "Port its evaluation onto a copy of train_gpt.py" in out, out
+
+
+def test_cannot_check_says_why_for_a_missing_module_an_error_at_import_and_a_missing_observe(tmp_path):
+    """Issue 50 row 5, the other reasons a script cannot be run (the worker gives the same messages), in this
+    process: a module not installed (the 2026-04-09 record on Python 3.12: flash_attn_interface), an error at its top
+    level, a copy that lacks a function the check hooks or whose score_artifact takes no observe."""
+    script = tmp_path / "train_gpt.py"
+    module = ModuleNotFoundError("No module named 'flash_attn_interface'", name="flash_attn_interface")
+    missing = check_legality.unloadable(script, module)
+    assert missing.startswith(f"{script} imports flash_attn_interface, which is not installed here (") and (
+        missing.endswith("install it, or run the check where it is")
+    ), missing
+    raised = check_legality.unloadable(script, NameError("name 'x' is not defined"))
+    assert raised.startswith(f"{script} raises when it is loaded (NameError: name 'x' is not defined): ")
+    assert raised.endswith("the check runs its main(), so it must load"), raised
+    assert check_legality.missing_interface(train_gpt) == []
+    copy = types.SimpleNamespace(**{name: getattr(train_gpt, name) for name in dir(train_gpt)})
+    copy.score_artifact = lambda run, model, header, weights: None
+    del copy.dist_context
+    assert check_legality.missing_interface(copy) == ["dist_context", "score_artifact's observe"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the error of a machine without CUDA")
