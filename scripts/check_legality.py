@@ -46,6 +46,11 @@ whole vocabulary, taken where the score is computed (the loss of every id as the
 a temperature is checked as it scores. The bytes of every target are counted here, from the tokenizer's decoded text
 of the split (the UTF-8 bytes each token adds to its document's decoded text), never by a function of the checked
 script. The conditions:
+  0. accepts the data (one line a geometry): the script starts on the check's split. A pre-flight that refuses it
+     where the project's train_gpt.py, run on the same split with the same settings, accepts it (byte tables that
+     miscount the tokenizer's pieces, a changed check of the validation shards) fails here, named, and that geometry
+     is checked no further. A refusal the project's train_gpt.py shares is the settings' or the data's, not the
+     script's: `error:` (exit 2).
   1. causal (score before update): the distribution over the whole vocabulary that scores the token at position t
      depends only on the tokens before t. For each probe p the tokens from p on are changed, the whole run is made
      again, and every distribution of a target at or before p must stay the same, bit for bit (CPU arithmetic is
@@ -714,7 +719,8 @@ def short_error(exc: BaseException) -> str:
 def run_main(T, environ: dict[str, str], watcher: Watcher, tokens: torch.Tensor | None, log_path: Path, first=False):
     """The checked script's main() as `python3 train_gpt.py` runs it under `environ`, every scoring path watched;
     tokens: the validation split's tokens replace what preflight read (a changed run). (error or None, log lines).
-    first: the original run, whose ConfigError (a configuration the script refuses) is raised, not a verdict."""
+    first: the original run, whose ConfigError (a configuration the script refuses) is raised: the check then asks
+    whether the project's train_gpt.py refuses it too (condition 0)."""
     saved_env = dict(os.environ)
     preflight, score_artifact, destroy = T.preflight, T.score_artifact, dist.destroy_process_group
 
@@ -811,10 +817,19 @@ def likely_tokens(record: dict, total: int) -> torch.Tensor:
 
 
 def worker_geometry(
-    T, ctx, folder: Path, name: str, environ: dict[str, str], geometry: Geometry, device: str, vocab: int
+    T,
+    ctx,
+    folder: Path,
+    name: str,
+    environ: dict[str, str],
+    geometry: Geometry,
+    device: str,
+    vocab: int,
+    only: bool = False,
 ):
     """One geometry: the artifact (written by the checked script), then main() on the original split, on each
-    probe's changed one and with a hurting TTT. What this rank observed, and rank 0's log lines."""
+    probe's changed one and with a hurting TTT. What this rank observed, and rank 0's log lines. only: the artifact
+    and the pre-flight alone (of the project's train_gpt.py: does it accept the data?); {} where it does."""
     data, path = folder / name, folder / f"artifact_{name}.ptz"
     settings = dict(DATA_PATH=str(data), TOKENIZER_PATH=str(folder / "tokenizer.model"), ARTIFACT_PATH=str(path))
     base = (
@@ -835,6 +850,9 @@ def worker_geometry(
         T.save_artifact(obj, T.artifact_header(args, "raw", model.looping), str(path))
     if dist.is_initialized():
         dist.barrier()
+    if only:
+        T.preflight(T.Hyperparameters.from_env(base | {"RUN_ID": f"{name}_preflight"}), ctx)
+        return {}
 
     def run(tag: str, upto=None, changed=None, reference=None, **overrides):
         run_id = f"{name}_{tag}"  # unique in this worker's folder: a log is never overwritten
@@ -877,8 +895,18 @@ def gather(record: dict) -> list[dict]:
     return every
 
 
-def worker(out: Path, script: Path, device: str, broken: bool, geometries: list[str], folder: Path, vocab: int) -> None:
-    """Each geometry in this process; each rank saves what it observed (out.rankN) and any error of the script."""
+def worker(
+    out: Path,
+    script: Path,
+    device: str,
+    broken: bool,
+    geometries: list[str],
+    folder: Path,
+    vocab: int,
+    only: bool = False,
+) -> None:
+    """Each geometry in this process; each rank saves what it observed (out.rankN) and any error of the script.
+    only: the pre-flight alone, where the project's train_gpt.py is asked whether it accepts the data (refusals)."""
     faulthandler.dump_traceback_later(WORKER_TIMEOUT_S - 60, exit=True)  # a rank waiting for another: say where
     rank = int(os.environ.get("RANK", "0"))
     target = Path(f"{out}.rank{rank}")
@@ -918,10 +946,9 @@ def worker(out: Path, script: Path, device: str, broken: bool, geometries: list[
             saved["config_error"] = str(exc)
             break
         try:
-            saved["geometries"][name] = worker_geometry(T, ctx, folder, name, environ, geometry, device, vocab)
-        except T.ConfigError as exc:  # its pre-flight refused the run: the user's to fix, as above
-            saved["config_error"] = f"{script.name} refuses the run on the check's copy of the data: {exc}"
-            break
+            saved["geometries"][name] = worker_geometry(T, ctx, folder, name, environ, geometry, device, vocab, only)
+        except T.ConfigError as exc:  # it refused the run: the check compares the project's train_gpt.py (refusals)
+            saved["geometries"][name] = dict(refused=str(exc))
         except BaseException as exc:  # the script's failure outside a run, or the check's own: on stderr in full
             traceback.print_exc()
             saved["geometries"][name] = dict(error="the check could not run the script: " + short_error(exc))
@@ -1000,36 +1027,92 @@ def run_workers(
     geometry with the split's tokens and bytes. loss "triton" on a CPU: the Triton kernel under TRITON_INTERPRET=1.
     The split: a prefix of DATA_PATH's when the environment sets it (not for the interpreted geometry: the kernel's
     interpreter would take minutes a run over a real vocabulary), else one made here. Raises CannotCheck for a script
-    the worker cannot run, CheckError for settings or data that the script refuses."""
+    the worker cannot run, CheckError for settings or data that it and the project's train_gpt.py both refuse; a
+    geometry whose data only the script refuses holds `refused` (condition 0)."""
     chosen = geometries if isinstance(geometries, dict) else resolve_geometries(environ, device, geometries)
     data = None if set(chosen) <= set(INTERPRETED) else user_data(environ)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         splits = make_data(folder, chosen, data)
-        out = folder / "observed.pt"
-        command = [sys.executable, __file__, "--worker", str(out), "--script", str(script), "--device", device]
-        command += ["--geometries", ",".join(chosen), "--folder", str(folder)] + ["--broken"] * broken
-        command += ["--vocab", str(data.vocab if data else VOCAB)]
-        if processes > 1:
-            command[1:1] = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
-        env = {k: v for k, v in environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-        env |= dict(OMP_NUM_THREADS="1")
-        if device == "cpu":
-            env |= dict(LOSS_IMPL=loss) | (dict(TRITON_INTERPRET="1") if loss == "triton" else {})
-        try:
-            result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
-            failure = None if result.returncode == 0 else f"exit {result.returncode}: {last_line(result.stderr)}"
-        except subprocess.TimeoutExpired:
-            failure = f"the worker ran past {WORKER_TIMEOUT_S} s (a rank waiting for another?)"
-        saved = []
-        for rank in range(processes):
-            path = Path(f"{out}.rank{rank}")
-            saved.append(torch.load(path, weights_only=False) if path.is_file() else None)
-    if saved[0] is not None and saved[0]["cannot_check"]:
-        raise CannotCheck(saved[0]["cannot_check"])
-    if saved[0] is not None and saved[0]["config_error"]:
-        raise CheckError(saved[0]["config_error"])
-    return merge(saved, splits, device, failure)
+        vocab = data.vocab if data else VOCAB
+        saved, failure = launch(processes, environ, script, device, broken, list(chosen), folder, vocab, loss)
+        first = saved[0] or {}
+        if first.get("cannot_check"):
+            raise CannotCheck(first["cannot_check"])
+        if first.get("config_error"):
+            raise CheckError(first["config_error"])
+        refused = {name: r["refused"] for name, r in first["geometries"].items() if "refused" in r} if first else {}
+        ours = {}  # the project's train_gpt.py on the refused geometries: {name: its refusal, or None: it accepts}
+        if refused and Path(script).read_bytes() == (ROOT / "train_gpt.py").read_bytes():
+            ours = refused
+        elif refused:
+            reference, why = launch(processes, environ, ROOT / "train_gpt.py", device, False, list(refused), folder,
+                                    vocab, loss, only=True)  # fmt: skip
+            ours = project_refusals(script, refused, reference[0], why)
+    for name, message in refused.items():
+        if ours[name] is not None:  # the settings' or the data's: no verdict on the script
+            also = "" if ours[name] == message else f" (the project's train_gpt.py refuses it too: {ours[name]})"
+            raise CheckError(f"{script.name} refuses the run on the check's copy of the data: {message}{also}")
+    merged = merge(saved, splits, device, failure)
+    for name, message in refused.items():
+        merged[name]["refused"] = (
+            f"{script.name} refuses the run on the check's copy of the data, which the project's train_gpt.py accepts "
+            f"with the same settings: {message}"
+        )
+    return merged
+
+
+def project_refusals(script: Path, refused: dict[str, str], saved: dict | None, failure: str | None) -> dict:
+    """{geometry: the project's train_gpt.py's refusal of the data the script refused, or None where it accepts it},
+    from its pre-flight worker's rank 0; CheckError where that worker gave no answer."""
+    answers = {} if saved is None else saved["geometries"]
+    ours = {}
+    for name, message in refused.items():
+        answer = answers.get(name)
+        if saved is not None and saved["config_error"]:
+            ours[name] = saved["config_error"]
+        elif answer == {} or (answer and "refused" in answer):
+            ours[name] = answer.get("refused")
+        else:
+            why = failure or (answer or {}).get("error") or "no answer"
+            raise CheckError(f"{script.name} refuses the run on the check's copy of the data ({name}): {message} "
+                             f"(the project's train_gpt.py could not be run on it to compare: {why})")  # fmt: skip
+    return ours
+
+
+def launch(
+    processes: int,
+    environ: dict[str, str],
+    script: Path,
+    device: str,
+    broken: bool,
+    names: list[str],
+    folder: Path,
+    vocab: int,
+    loss: str,
+    only: bool = False,
+) -> tuple[list[dict | None], str | None]:
+    """The worker on the data in folder: what each rank saved (None: nothing), and how it failed (None: exit 0)."""
+    out = folder / ("preflight.pt" if only else "observed.pt")
+    command = [sys.executable, __file__, "--worker", str(out), "--script", str(script), "--device", device]
+    command += ["--geometries", ",".join(names), "--folder", str(folder)] + ["--broken"] * broken
+    command += ["--vocab", str(vocab)] + ["--preflight-only"] * only
+    if processes > 1:
+        command[1:1] = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+    env = {k: v for k, v in environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env |= dict(OMP_NUM_THREADS="1")
+    if device == "cpu":
+        env |= dict(LOSS_IMPL=loss) | (dict(TRITON_INTERPRET="1") if loss == "triton" else {})
+    try:
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
+        failure = None if result.returncode == 0 else f"exit {result.returncode}: {last_line(result.stderr)}"
+    except subprocess.TimeoutExpired:
+        failure = f"the worker ran past {WORKER_TIMEOUT_S} s (a rank waiting for another?)"
+    saved = []
+    for rank in range(processes):
+        path = Path(f"{out}.rank{rank}")
+        saved.append(torch.load(path, weights_only=False) if path.is_file() else None)
+    return saved, failure
 
 
 def last_line(text: str) -> str:
@@ -1075,6 +1158,9 @@ def merge(saved: list[dict | None], splits: dict[str, Split], device: str, failu
         result = dict(device=device, tokens=split.tokens, bytes=split.bytes, total_bytes=split.total_bytes)
         ranks = [s["geometries"].get(name) for s in saved if s is not None]
         error = next((r["error"] for r in ranks if r and "error" in r), None)
+        if not missing and ranks and all(r is not None and "refused" in r for r in ranks):
+            merged[name] = result  # run_workers says why (condition 0)
+            continue
         if missing or any(r is None for r in ranks) or error:
             result["error"] = error or f"the worker failed ({failure or 'no result from ranks ' + str(missing)})"
             merged[name] = result
@@ -1295,7 +1381,7 @@ def report_verdict(result: dict, path: str, tolerance: float) -> tuple[bool | No
 
 
 def blocked(result: dict, path: str) -> dict[str, tuple[bool, str]]:
-    why = result["error"]
+    why = result.get("error") or result["refused"]
     names = ["causal_score_before_update", "single_pass", "normalized", "reported_is_observed"]
     return {name: (False, f"blocked: {why}") for name in names + (["ttt_adapts"] if path == "ttt" else [])}
 
@@ -1306,7 +1392,7 @@ def conditions(
     """{condition: (holds, evidence)} of one path in one geometry, from the worker's observations; holds is None where
     the check cannot verify it. unobservable: the paths whose scoring rule the torch loss's check could not observe
     (the interpreted Triton geometry, which has no run with a hurting TTT to tell, says so for them too)."""
-    if result.get("error"):
+    if result.get("error") or result.get("refused"):
         return blocked(result, path)
     cuda = result["device"] == "cuda"
     tolerance = BF16_LOGP_TOLERANCE if cuda else 0.0
@@ -1447,6 +1533,11 @@ def check(
             count, environ, script, device, broken, chosen if loss != "triton" else INTERPRETED, loss
         )
         for name, result in observed.items():
+            if result.get("refused"):  # condition 0: nothing more is checked on this geometry
+                where = f"geometry:{name} processes:{count} loss:{loss}"
+                lines.append(f"{MARKS[False]} accepts_the_data {where}: {result['refused']}")
+                failed += 1
+                continue
             for path in PATHS:
                 found = conditions(result, path, allow_no_adaptation, frozenset(unobservable))
                 for condition, (holds, evidence) in found.items():
@@ -1495,10 +1586,11 @@ def main() -> int:
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--vocab", type=int, default=VOCAB, help=argparse.SUPPRESS)
+    parser.add_argument("--preflight-only", action="store_true", help=argparse.SUPPRESS)
     cli = parser.parse_args()
     geometries = cli.geometries.split(",") if cli.geometries is not None else None
     if cli.worker:
-        worker(cli.worker, cli.script, cli.device, cli.broken, geometries, cli.folder, cli.vocab)
+        worker(cli.worker, cli.script, cli.device, cli.broken, geometries, cli.folder, cli.vocab, cli.preflight_only)
         return 0
     try:
         lines, failed = check(

@@ -1105,6 +1105,60 @@ def test_cannot_check_says_why_for_a_missing_module_an_error_at_import_and_a_mis
     assert check_legality.missing_interface(copy) == ["dist_context", "score_artifact's observe"]
 
 
+# Issue 50 row 6: copies of our trainer whose scoring code refuses the check's data at start-up, data the project's
+# train_gpt.py accepts with the same settings: each byte table above miscounts the tokenizer's pieces, so
+# check_tokenizer_bytes refuses it; the pre-flight's round trip of the validation documents takes in their BOS.
+REFUSING = {
+    "leading_space_byte_for_every_token": (
+        [('torch.tensor([p[:1] == "▁" for p in pieces])', "torch.tensor([True for p in pieces])")],
+        "its pieces miscount the bytes for bits per byte",
+    ),
+    "space_byte_counted_twice": (
+        [('.encode("utf-8")) + sp.is_byte(i)', '.encode("utf-8")) + (p[:1] == "▁") + sp.is_byte(i)')],
+        "its pieces miscount the bytes for bits per byte",
+    ),
+    "validation_round_trip_with_its_bos": (
+        [("ids = [tokens[bos[i] + 1 : bos[i + 1]]", "ids = [tokens[bos[i] : bos[i + 1]]")],
+        "did not make the shards in",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(REFUSING))
+def test_a_copy_that_refuses_data_the_project_accepts_fails_a_named_condition(name, tmp_path):
+    """Issue 50 row 6: such a copy ended the check with `error: train_gpt.py refuses the run on the check's copy of the
+    data` (exit 2), as if the user's settings were wrong. The project's train_gpt.py, run on that data with the same
+    settings, accepts it: the copy fails accepts_the_data, named, with its refusal (NOT LEGAL, exit 1)."""
+    edits, refusal = REFUSING[name]
+    script = patched_copy(edits, tmp_path, name)
+    lines, failed = check_legality.check(clean_env(TTT_LR=0.05), script, geometries=["aligned"], losses=[(1, "torch")])
+    assert failed == 1 and lines[-1] == "NOT LEGAL: 1 condition(s) failed", "\n".join(lines)
+    assert (
+        lines[-2].startswith(
+            "FAIL accepts_the_data geometry:aligned processes:1 loss:torch: train_gpt.py refuses the run on the "
+            "check's copy of the data, which the project's train_gpt.py accepts with the same settings: "
+        )
+        and refusal in lines[-2]
+    ), "\n".join(lines)
+
+
+def test_a_refusal_the_project_shares_stays_an_error(caseops_data, tmp_path):
+    """Issue 50 row 6, the other side (issue 44 row 4): where the project's train_gpt.py refuses the same data with
+    the same settings too (CaseOps shards without their byte sidecars), the settings or the data are wrong, not the
+    copy: `error:`, with both refusals, never a verdict."""
+    for shard in (caseops_data["folder"] / "data").glob("fineweb_val_0*.bin"):
+        (tmp_path / "data").mkdir(exist_ok=True)
+        shutil.copy(shard, tmp_path / "data")
+    edits, refusal = REFUSING["validation_round_trip_with_its_bos"]
+    script = patched_copy(edits, tmp_path, "validation_round_trip_with_its_bos")
+    env = clean_env(TTT_LR=0.05, **dict(caseops_data["env"], DATA_PATH=str(tmp_path / "data")))
+    with pytest.raises(check_legality.CheckError) as error:
+        check_legality.check(env, script, geometries=["aligned"], losses=[(1, "torch")])
+    message = str(error.value)
+    assert message.startswith("train_gpt.py refuses the run on the check's copy of the data: ") and refusal in message
+    assert "(the project's train_gpt.py refuses it too: " in message and "(CaseOps) needs byte sidecars" in message
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the error of a machine without CUDA")
 def test_device_cuda_without_cuda_is_an_error_not_a_cpu_verdict():
     """Issue 34 row 3: no GPU verdict from a CPU run."""
