@@ -106,8 +106,10 @@ error at import) or lacks what it hooks (dist_context, preflight, score_artifact
 check: ..." (exit 4), never a verdict. A traceback of a checked copy's main() fails the conditions it blocks and
 shows its last line; the check never ends in a traceback of its own on a broken copy. The verdict, the last line:
 "NOT LEGAL: ..." (exit 1) where a condition fails (lines FAIL); else "cannot verify: ..." (exit 3) where the check
-could not observe one (lines UNVERIFIED: condition 4, above; the interpreted Triton geometry, which runs no hurting
-TTT, follows the torch loss's verdict on that path); else "legal: ..." (exit 0).
+could not observe one (lines UNVERIFIED: condition 4, above); else "legal: ..." (exit 0). The interpreted Triton
+geometry runs no hurting TTT, so it cannot tell a mixture on its own: where its report is no watched pass, it
+accepts the loss of a mixture the torch loss's geometries recognised (the same w and paths, computed from its own
+watched distributions), says "cannot verify" where they could not see the rule, and fails anything else.
 
 On CUDA (--device cuda) the scoring runs as a training run's does: the environment's LOSS_IMPL (auto: Triton), bf16
 autocast (torch.compile stays off: each of the check's many short runs would compile again). Hidden states are then
@@ -1302,12 +1304,14 @@ def mixture_weights(a: torch.Tensor, b: torch.Tensor, loss: float) -> list[float
     return found
 
 
-def mixture_explanation(result: dict, path: str, losses: list[float], tolerance: float) -> str | None:
+def mixture_explanation(
+    result: dict, path: str, losses: list[float], tolerance: float
+) -> tuple[str, tuple[float, str]] | None:
     """Where the path's reported val_loss is not its watched distributions': is it, in the original run and the run
     with a hurting TTT, the loss of one mixture w * p(path) + (1 - w) * p(other path) with the same w in (0, 1), each
     distribution one the observer was handed (the adapted model's and a frozen copy's, which scores as the sliding
     windows do)? The runs' distributions of the path must differ, so that the second run pins w on its own: a weight
-    fitted to the split's score would differ between them. The evidence, or None."""
+    fitted to the split's score would differ between them. (The evidence, (w, the other path)), or None."""
     tokens, runs = result["tokens"], [result["original"][0], result["hurting"][0]]
     positions = [sorted(by_position(observed.get(path))) for observed in runs]
     for other in [p for p in PATHS if p != path]:
@@ -1325,14 +1329,16 @@ def mixture_explanation(result: dict, path: str, losses: list[float], tolerance:
                 return (
                     f": in both runs the loss of {w:.4f} * p({path}) + {1 - w:.4f} * p({other}), one weight whichever "
                     f"the TTT (not fitted to the split's score), of two distributions each watched and checked on its "
-                    f"own path (with a hurting TTT: {second:.8f})"
+                    f"own path (with a hurting TTT: {second:.8f})",
+                    (w, other),
                 )
     return None
 
 
-def report_verdict(result: dict, path: str, tolerance: float) -> tuple[bool | None, str]:
+def report_verdict(result: dict, path: str, tolerance: float) -> tuple[bool | None, str, tuple[float, str] | None]:
     """reported_is_observed from the original run and the run with a hurting TTT: True, False, or None where the
-    check cannot verify it (the docstring's condition 4)."""
+    check cannot verify it (the docstring's condition 4); its evidence; and (w, the other path) where the report is
+    the loss of that mixture, else None."""
     tokens, target_bytes = result["tokens"], result["bytes"]
     told, seen, others, parts = [], [], [], []  # per run: reported (loss, bpb), observed (loss, bpb), {path: loss}
     hurting = f"with a hurting TTT ({' '.join(f'{k}={v}' for k, v in HURTING_TTT.items())}): "
@@ -1344,9 +1350,9 @@ def report_verdict(result: dict, path: str, tolerance: float) -> tuple[bool | No
         if len(found) != 1:
             shown = f" ({', '.join(f'{loss:.8f} {bpb:.8f}' for loss, bpb in found)})" if found else ""
             parts.append(f"{label}{len(found)} final_..._{path}_exact lines in the log{shown}{raised}")
-            return False, "; ".join(parts)
+            return False, "; ".join(parts), None
         if not rows:
-            return False, "; ".join(parts + [f"{label}the {path} path was not observed{raised}"])
+            return False, "; ".join(parts + [f"{label}the {path} path was not observed{raised}"]), None
         loss, bpb = observed_score(rows, tokens, target_bytes)
         parts.append(f"{label}reported {found[0][0]:.8f} {found[0][1]:.8f}, observed {loss:.8f} {bpb:.8f}{raised}")
         told.append(found[0])
@@ -1354,30 +1360,61 @@ def report_verdict(result: dict, path: str, tolerance: float) -> tuple[bool | No
         others.append({p: observed_score(by_position(observed.get(p)), tokens, target_bytes)[0] for p in PATHS})
     evidence = "; ".join(parts)
     if any(not close(r[1], r[0] * o[1] / o[0], tolerance) for r, o in zip(told, seen) if 0 < o[0] < math.inf):
-        return False, evidence + ": the reported val_bpb is not its val_loss over the bytes counted here"
+        return False, evidence + ": the reported val_bpb is not its val_loss over the bytes counted here", None
     matches = [close(r[0], o[0], tolerance) for r, o in zip(told, seen)]
     if all(matches):
-        return True, evidence
+        return True, evidence, None
     if any(matches):
-        return (
-            False,
-            evidence + ": the watched pass is reported in one run, another score in the other (a best of two?)",
-        )
+        why = ": the watched pass is reported in one run, another score in the other (a best of two?)"
+        return False, evidence + why, None
     for (loss, _), scores in zip(told, others):
         other = next((p for p in PATHS if p != path and close(loss, scores[p], tolerance)), None)
         if other is not None:
-            return False, evidence + f": the {path} line reports the {other} path's score"
+            return False, evidence + f": the {path} line reports the {other} path's score", None
     if close(told[0][0], told[1][0], tolerance) and not close(seen[0][0], seen[1][0], tolerance):
-        return False, evidence + ": the reported score stays where the watched distributions move: it is not theirs"
+        why = ": the reported score stays where the watched distributions move: it is not theirs"
+        return False, evidence + why, None
     mixture_tolerance = max(tolerance, MIXTURE_TOLERANCE * REPORT_RTOL_FP32)  # on CUDA, bf16's
     mixture = mixture_explanation(result, path, [loss for loss, _ in told], mixture_tolerance)
     if mixture is not None:
-        return True, evidence + mixture
-    return None, (
-        f"cannot verify: {evidence}: the script scores this path with distributions it does not hand the observer "
-        "(a cache, a copy's output, a mixture) and no mixture of two watched ones explains both runs, so the check "
-        "cannot see whether they are causal; hand score_windows' observe the distributions that score"
+        return True, evidence + mixture[0], mixture[1]
+    return (
+        None,
+        (
+            f"cannot verify: {evidence}: the script scores this path with distributions it does not hand the observer "
+            "(a cache, a copy's output, a mixture) and no mixture of two watched ones explains both runs, so the check "
+            "cannot see whether they are causal; hand score_windows' observe the distributions that score"
+        ),
+        None,
     )
+
+
+def recognised_report(result: dict, path: str, found: set, evidence: str, tolerance: float) -> tuple[bool | None, str]:
+    """reported_is_observed on the interpreted geometry where the report is no watched pass. It runs no hurting TTT,
+    so it cannot tell a mixture on its own: it follows what the torch loss's geometries found for the path (found,
+    conditions' rules). The loss of a mixture they recognised, w * p(path) + (1 - w) * p(other) of its own watched
+    distributions with their w, holds; else a rule they could not see (None in found) cannot be verified; else the
+    report is misreported and fails."""
+    tokens, target_bytes = result["tokens"], result["bytes"]
+    observed, lines, _ = result["original"]
+    told = reported(lines).get(path, [])
+    where = sorted(by_position(observed.get(path)))
+    seen_loss, seen_bpb = observed_score(by_position(observed.get(path)), tokens, target_bytes)
+    mixture_tolerance = max(tolerance, MIXTURE_TOLERANCE * REPORT_RTOL_FP32)  # w carries a rounded report's error
+    for w, other in sorted(rule for rule in found if rule is not None) if len(told) == 1 and where else []:
+        a, b = target_logp(observed, path, where, tokens), target_logp(observed, other, where, tokens)
+        if a is None or b is None or not 0 < seen_loss < math.inf:
+            continue
+        mixed = float(mixture_loss(a, b, torch.tensor([w], dtype=torch.float64))[0])
+        loss, bpb = told[0]
+        if close(loss, mixed, mixture_tolerance) and close(bpb, loss * seen_bpb / seen_loss, tolerance):
+            return True, (
+                f"{evidence}: the loss of {w:.4f} * p({path}) + {1 - w:.4f} * p({other}) of its watched distributions "
+                f"({mixed:.8f}), the mixture the torch loss's geometries recognised"
+            )
+    if None in found:
+        return None, f"cannot verify: {evidence}, which could not see the rule that scores this path"
+    return False, evidence
 
 
 def blocked(result: dict, path: str) -> dict[str, tuple[bool, str]]:
@@ -1387,11 +1424,12 @@ def blocked(result: dict, path: str) -> dict[str, tuple[bool, str]]:
 
 
 def conditions(
-    result: dict, path: str, allow_no_adaptation: bool = False, unobservable: frozenset = frozenset()
+    result: dict, path: str, allow_no_adaptation: bool = False, rules: dict[str, set] | None = None
 ) -> dict[str, tuple[bool | None, str]]:
     """{condition: (holds, evidence)} of one path in one geometry, from the worker's observations; holds is None where
-    the check cannot verify it. unobservable: the paths whose scoring rule the torch loss's check could not observe
-    (the interpreted Triton geometry, which has no run with a hurting TTT to tell, says so for them too)."""
+    the check cannot verify it. rules: {path: what the torch loss's geometries found its report to be where it is no
+    watched pass: (w, the other path) for a mixture they recognised, None where they could not see the rule}; a
+    torch geometry adds to it, the interpreted Triton geometry (no run with a hurting TTT to tell) follows it."""
     if result.get("error") or result.get("refused"):
         return blocked(result, path)
     cuda = result["device"] == "cuda"
@@ -1423,8 +1461,9 @@ def conditions(
     honest, evidence = report_matches(lines, observed, path, tokens, target_bytes, report_tolerance)
     if result.get("probes") is None:  # the interpreted Triton loss: the conditions a kernel can break
         evidence += "; causality, adaptation and the hurting TTT are checked with the torch loss"
-        if not honest and path in unobservable:
-            honest, evidence = None, f"cannot verify: {evidence}, which could not see the rule that scores this path"
+        if not honest:
+            found = (rules or {}).get(path, set())
+            honest, evidence = recognised_report(result, path, found, evidence, report_tolerance)
         return {"single_pass": single, "normalized": normalized, "reported_is_observed": (honest, evidence)}
     differences = causal_differences(result, path)
     leaks = [d for d in differences if d[3] > tolerance]
@@ -1453,11 +1492,14 @@ def conditions(
             else f"tokens changed from {probe} ({kind}) moved the distribution of target {position} by {diff:.3g}"
         )
     causal = (bool(differences) and not leaks and not early, causal_evidence)
+    honest, evidence, mixture = report_verdict(result, path, report_tolerance)
+    if rules is not None and (honest is None or mixture is not None):  # what the interpreted geometry follows
+        rules.setdefault(path, set()).add(mixture)
     found = {
         "causal_score_before_update": causal,
         "single_pass": single,
         "normalized": normalized,
-        "reported_is_observed": report_verdict(result, path, report_tolerance),
+        "reported_is_observed": (honest, evidence),
     }
     if path == "ttt":
         sliding = by_position(observed.get("sliding_window"))
@@ -1527,28 +1569,37 @@ def check(
         lines.append(f"geometry interpreted (the Triton loss under TRITON_INTERPRET=1): window {g.window}, stride "
                      f"{g.stride}, chunks of {g.chunk}, {g.tokens} tokens of a split made here, no probes")  # fmt: skip
     failed = unverified = 0
-    unobservable = set()  # paths whose scoring rule the torch loss's check could not observe
-    for count, loss in runs:
+    rules = {}  # what the torch loss's geometries found of each path's report: the interpreted one follows it
+    for count, loss in sorted(runs, key=lambda run: run[1] == "triton"):  # the torch loss first
         observed = run_workers(
             count, environ, script, device, broken, chosen if loss != "triton" else INTERPRETED, loss
         )
-        for name, result in observed.items():
-            if result.get("refused"):  # condition 0: nothing more is checked on this geometry
-                where = f"geometry:{name} processes:{count} loss:{loss}"
-                lines.append(f"{MARKS[False]} accepts_the_data {where}: {result['refused']}")
-                failed += 1
-                continue
-            for path in PATHS:
-                found = conditions(result, path, allow_no_adaptation, frozenset(unobservable))
-                for condition, (holds, evidence) in found.items():
-                    if condition == "reported_is_observed" and holds is None:
-                        unobservable.add(path)
-                    failed += holds is False
-                    unverified += holds is None
-                    mark = MARKS[holds]
-                    lines.append(f"{mark} {condition} {path} geometry:{name} processes:{count} loss:{loss}: {evidence}")
+        found, failures, unverifiable = judge(count, loss, observed, allow_no_adaptation, rules)
+        lines += found
+        failed += failures
+        unverified += unverifiable
     lines.append(verdict(failed, unverified))
     return lines, failed
+
+
+def judge(
+    count: int, loss: str, observed: dict, allow_no_adaptation: bool = False, rules: dict | None = None
+) -> tuple[list[str], int, int]:
+    """The lines of one worker run's results ({geometry: result}, from `count` processes with `loss`), how many
+    conditions failed and how many cannot be verified. rules: conditions', shared by every run of a check."""
+    lines, failed, unverified = [], 0, 0
+    for name, result in observed.items():
+        where = f"geometry:{name} processes:{count} loss:{loss}"
+        if result.get("refused"):  # condition 0: nothing more is checked on this geometry
+            lines.append(f"{MARKS[False]} accepts_the_data {where}: {result['refused']}")
+            failed += 1
+            continue
+        for path in PATHS:
+            for condition, (holds, evidence) in conditions(result, path, allow_no_adaptation, rules).items():
+                failed += holds is False
+                unverified += holds is None
+                lines.append(f"{MARKS[holds]} {condition} {path} {where}: {evidence}")
+    return lines, failed, unverified
 
 
 def verdict(failed: int, unverified: int) -> str:

@@ -20,6 +20,7 @@ MUTATIONS below, the one place that knows train_gpt.py's source text.
 """
 
 import dataclasses
+import importlib.util
 import math
 import os
 import random
@@ -759,15 +760,66 @@ def test_a_report_that_is_no_watched_distributions_is_judged_by_both_runs(observ
     assert holds is False and "the reported val_bpb is not its val_loss over the bytes counted here" in evidence
 
 
-def test_a_legal_mixture_the_observer_is_not_handed_is_legal(tmp_path):
+@pytest.fixture(scope="module")
+def hidden_mixture(tmp_path_factory) -> dict:
+    """One check of the mixture whose observer is handed the adapted model's distributions (HIDDEN_MIXTURE), as the
+    command line runs it with one process: the torch loss on aligned, then the Triton loss in its interpreter. Its
+    lines, and each worker run's results ({geometry: result}) as check() judged them."""
+    script = patched_copy(HIDDEN_MIXTURE, tmp_path_factory.mktemp("hidden_mixture"), "hidden_mixture")
+    runs, run_workers = [], check_legality.run_workers
+
+    def recorded(*args, **kwargs):
+        runs.append(run_workers(*args, **kwargs))
+        return runs[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(check_legality, "run_workers", recorded)
+        lines, _ = check_legality.check(clean_env(TTT_LR=0.05), script, processes=(1,), geometries=["aligned"])
+    return dict(lines=lines, runs=runs)
+
+
+def test_a_legal_mixture_the_observer_is_not_handed_is_legal(hidden_mixture):
     """Issue 44's false alarm: TTT scores each target by 0.5 p(adapted) + 0.5 p(frozen copy), both before any update
     on it, and hands the observer the adapted model's distributions. The frozen copy scores as the sliding windows
     do, so the check finds the report to be that mixture of two watched distributions, with one weight in the run
-    with a hurting TTT too: legal, no condition it cannot verify."""
-    lines = check_copy(HIDDEN_MIXTURE, tmp_path, "aligned", name="hidden_mixture")
-    assert not failed_lines(lines), "\n".join(lines)
-    line = next(line for line in lines if line.startswith("ok   reported_is_observed ttt"))
+    with a hurting TTT too: legal, no condition it cannot verify. Issue 50 row 6: on the Triton loss's interpreted
+    geometry too, which has no run with a hurting TTT to tell a mixture: it accepts the one the torch loss recognised
+    (it failed there: reported 4.37688, observed 4.37994, NOT LEGAL for a legal script)."""
+    lines = hidden_mixture["lines"]
+    assert not failed_lines(lines) and lines[-1] == "legal: 0 condition(s) failed", "\n".join(lines)
+    line = next(line for line in lines if line.startswith("ok   reported_is_observed ttt geometry:aligned"))
     assert "in both runs the loss of 0.5000 * p(ttt) + 0.5000 * p(sliding_window)" in line, line
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("the interpreted geometry runs the Triton kernel: triton is not installed")
+    line = next(line for line in lines if line.startswith("ok   reported_is_observed ttt geometry:interpreted"))
+    assert "the loss of 0.5000 * p(ttt) + 0.5000 * p(sliding_window) of its watched distributions" in line, line
+    assert "the mixture the torch loss's geometries recognised" in line, line
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="the interpreted geometry needs triton")
+def test_the_interpreted_geometry_fails_a_misreported_mixture_and_what_no_torch_geometry_recognised(hidden_mixture):
+    """Issue 50 row 6: the interpreted geometry follows what the torch geometries recognised, never more. The same
+    interpreted run with its ttt line reporting another mixture weight (0.3), or judged without the torch loss's
+    findings, fails reported_is_observed; the torch lines stay as they were."""
+    torch_run, interpreted = hidden_mixture["runs"]
+    rules = {}
+    torch_lines, failed, _ = check_legality.judge(1, "torch", torch_run, rules=rules)
+    assert failed == 0 and {path for path, found in rules.items() if found} == {"ttt"}, "\n".join(torch_lines)
+    ((w, other),) = rules["ttt"]
+    assert w == pytest.approx(0.5, abs=1e-4) and other == "sliding_window"
+    result = interpreted["interpreted"]
+    record, lines, error = result["original"]
+    rows = check_legality.by_position(record["ttt"])
+    parts = [check_legality.target_logp(record, path, sorted(rows), result["tokens"]) for path in ("ttt", other)]
+    loss = float(check_legality.mixture_loss(*parts, torch.tensor([0.3], dtype=torch.float64))[0])
+    seen, bpb = check_legality.observed_score(rows, result["tokens"], result["bytes"])
+    misreported = dict(result, original=(record, reported_lines(lines, "ttt", loss, loss * bpb / seen), error))
+    for observed, found in ((dict(interpreted=misreported), rules), (interpreted, {})):
+        judged, failed, unverified = check_legality.judge(1, "triton", observed, rules=found)
+        failing = [line for line in judged if line.startswith("FAIL")]
+        assert failed == 1 and not unverified, "\n".join(judged)
+        assert failing[0].startswith("FAIL reported_is_observed ttt geometry:interpreted"), failing
+    assert check_legality.judge(1, "triton", interpreted, rules=rules)[1:] == (0, 0)
 
 
 def test_a_legal_rule_the_check_cannot_observe_is_cannot_verify_not_illegal(tmp_path):
