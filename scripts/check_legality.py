@@ -7,7 +7,7 @@ issue #1017. One line per loss path, geometry, scoring path and condition. Exit 
 says which):
   0  legal: every condition holds;
   1  NOT LEGAL: a condition fails (its lines FAIL);
-  2  error: a command line or environment that train_gpt.py would refuse, or data it refuses (on stderr);
+  2  error: a command line, environment or data that train_gpt.py would refuse (on stderr);
   3  cannot verify: none fails, but the check could not observe one (lines UNVERIFIED; condition 4);
   4  cannot check: a script the check cannot run here, so no verdict: one that does not load on this Python (a
      record written for 3.12, a module not installed) or is no copy of this project's train_gpt.py (the challenge's

@@ -4,7 +4,10 @@ geometries with 1 and 2 processes, and copies of train_gpt.py broken the way gol
 byte accounting, the validation split, the reported line), each of which the check must fail, naming the condition
 it violates and no other, never with a traceback of its own; and legal variants (a mixture, the user's geometry)
 that it must pass. Issue 44: settings picked from coarse grids on the whole split (not legal), a mixture whose
-observer sees one part (legal), a cache the observer does not see (`cannot verify`, exit 3).
+observer sees one part (legal), a cache the observer does not see (`cannot verify`, exit 3). Issue 50: a script the
+check cannot run (the packed 2026-04-09 record on Python 3.11, the challenge's baseline) is `cannot check`, exit 4;
+copies whose byte tables or pre-flight refuse data the project's train_gpt.py accepts fail accepts_the_data; the
+interpreted Triton geometry accepts the mixture the torch geometries recognised, and no misreported score.
 
 Run: python3 -m pytest -q tests/test_legality.py
 CPU only: tiny models, gloo for 2 processes. Each check of a copy is one worker process (~3 s to start: torch, and
@@ -13,7 +16,9 @@ Triton ones run the kernel in its interpreter (~8 s). The file took 3m06-3m35 wa
 shared, where 318d9c2's took 2m24-3m10 back to back (load 1-4): the CaseOps data's check and the sweep on copies
 updated by hand added ~16 s (MEASUREMENTS.md, the test suite). Issue 44's six tests and the two generated futures
 that every check now probes added ~40 s of CPU: back to back on 2 cores shared with other sessions (load 2-6),
-b76f645's file 5m16 wall (237 s CPU), this one 5m43 (279 s CPU).
+b76f645's file 5m16 wall (237 s CPU), this one 5m43 (279 s CPU). Issue 50's tests (two scripts it cannot run, a
+second worker for each of four refusing copies, the interpreted run of the hidden mixture) added ~27 s of CPU: back
+to back on 2 cores (load 1-5), e1c5813's file 3m16 wall (196 s CPU), this one 3m36 (223 s CPU).
 
 When train_gpt.py changes, a mutation whose snippet no longer occurs exactly once fails loudly: re-anchor it in
 MUTATIONS below, the one place that knows train_gpt.py's source text.
