@@ -1,10 +1,17 @@
 """Is train_gpt.py's evaluation legal? It runs the checked script's own main() under EVAL_ONLY on an artifact of a
 tiny random model that the script itself wrote, on a validation split made with a tiny SentencePiece tokenizer (or a
-prefix of the one in your DATA_PATH), with 1 and 2 processes, in two geometries (three with the user's), watches every distribution that scores a token on the
-three scoring paths (the round trip, sliding windows, sliding windows with score-first test-time training), reads the
-run's log, and checks them against the conditions of the challenge's issue #1017. One line per loss path, geometry,
-scoring path and condition; exit 1 if any fails, exit 2 (an `error:` line) for a command line or environment that
-train_gpt.py would refuse.
+prefix of the one in your DATA_PATH), with 1 and 2 processes, in two geometries (three with the user's), watches
+every distribution that scores a token on the three scoring paths (the round trip, sliding windows, sliding windows
+with score-first test-time training), reads the run's log, and checks them against the conditions of the challenge's
+issue #1017. One line per loss path, geometry, scoring path and condition. Exit codes, one answer each (the last line
+says which):
+  0  legal: every condition holds;
+  1  NOT LEGAL: a condition fails (its lines FAIL);
+  2  error: a command line, environment or data that train_gpt.py would refuse (on stderr);
+  3  cannot verify: none fails, but the check could not observe one (lines UNVERIFIED; condition 4);
+  4  cannot check: a script the check cannot run here, so no verdict: one that does not load on this Python (a
+     record written for 3.12, a module not installed) or is no copy of this project's train_gpt.py (the challenge's
+     baseline); the line says why and what it would need.
 
   python3 scripts/check_legality.py                        # the model and TTT settings of the environment, CPU
   RECIPE=record TTT_LR=0.01 python3 scripts/check_legality.py
@@ -39,6 +46,11 @@ whole vocabulary, taken where the score is computed (the loss of every id as the
 a temperature is checked as it scores. The bytes of every target are counted here, from the tokenizer's decoded text
 of the split (the UTF-8 bytes each token adds to its document's decoded text), never by a function of the checked
 script. The conditions:
+  0. accepts the data (one line a geometry): the script starts on the check's split. A pre-flight that refuses it
+     where the project's train_gpt.py, run on the same split with the same settings, accepts it (byte tables that
+     miscount the tokenizer's pieces, a changed check of the validation shards) fails here, named, and that geometry
+     is checked no further. A refusal the project's train_gpt.py shares is the settings' or the data's, not the
+     script's: `error:` (exit 2).
   1. causal (score before update): the distribution over the whole vocabulary that scores the token at position t
      depends only on the tokens before t. For each probe p the tokens from p on are changed, the whole run is made
      again, and every distribution of a target at or before p must stay the same, bit for bit (CPU arithmetic is
@@ -88,11 +100,16 @@ script. The conditions:
      distributions that score, and the check judges them.
   5. TTT adapts: TTT changed some distribution (else 1 passed for nothing: TTT_LR=0, TTT_EPOCHS=0, one chunk).
      --allow-no-adaptation lets it pass, saying so.
-A traceback of the checked script fails the conditions it blocks and shows its last line; the check never ends in
-a traceback of its own on a broken copy. The verdict, the last line: "NOT LEGAL: ..." (exit 1) where a condition
-fails (lines FAIL); else "cannot verify: ..." (exit 3) where the check could not observe one (lines UNVERIFIED:
-condition 4, above; the interpreted Triton geometry, which runs no hurting TTT, follows the torch loss's verdict on
-that path); else "legal: ..." (exit 0).
+The check runs the script's own main() with hooks in its functions, so it checks copies of this project's
+train_gpt.py: a script that does not load here (a syntax this Python does not parse, a module not installed, an
+error at import) or lacks what it hooks (dist_context, preflight, score_artifact with an observe, ...) is "cannot
+check: ..." (exit 4), never a verdict. A traceback of a checked copy's main() fails the conditions it blocks and
+shows its last line; the check never ends in a traceback of its own on a broken copy. The verdict, the last line:
+"NOT LEGAL: ..." (exit 1) where a condition fails (lines FAIL); else "cannot verify: ..." (exit 3) where the check
+could not observe one (lines UNVERIFIED: condition 4, above); else "legal: ..." (exit 0). The interpreted Triton
+geometry runs no hurting TTT, so it cannot tell a mixture on its own: where its report is no watched pass, it
+accepts the loss of a mixture the torch loss's geometries recognised (the same w and paths, computed from its own
+watched distributions), says "cannot verify" where they could not see the rule, and fails anything else.
 
 On CUDA (--device cuda) the scoring runs as a training run's does: the environment's LOSS_IMPL (auto: Triton), bf16
 autocast (torch.compile stays off: each of the check's many short runs would compile again). Hidden states are then
@@ -115,8 +132,10 @@ import dataclasses
 import faulthandler
 import hashlib
 import importlib.util
+import inspect
 import math
 import os
+import platform
 import random
 import re
 import shutil
@@ -195,6 +214,22 @@ BF16_LOGP_TOLERANCE = 2.0**-5
 REPORT_RTOL_FP32 = 1e-6  # fp32 per-token losses summed in fp64 in another order; the line prints 8 decimals
 MARKS = {True: "ok  ", False: "FAIL", None: "UNVERIFIED"}  # a condition's line: holds, fails, cannot be seen
 EXIT_CANNOT_VERIFY = 3  # no condition failed, but one the check could not observe: neither legal (0) nor not (1)
+EXIT_CANNOT_CHECK = 4  # a script the check cannot run here (CannotCheck): no verdict at all
+# What the check calls or hooks in the checked script (a copy of train_gpt.py); score_artifact must take an observe.
+INTERFACE = (
+    "Hyperparameters.from_env",
+    "ConfigError",
+    "dist_context",
+    "init_distributed",
+    "preflight",
+    "score_artifact",
+    "main",
+    "GPT",
+    "quantize_state_dict",
+    "parameter_roles",
+    "artifact_header",
+    "save_artifact",
+)
 MIXTURE_GRID = 1000  # mixture weights: a grid of (0, 1), then bisection where the mixture's loss crosses the report
 MIXTURE_TOLERANCE = 10  # times REPORT_RTOL_FP32: the weight, solved from one rounded report, carries its error
 LINE = re.compile(r"final_\w+?_(roundtrip|sliding_window|ttt)_exact val_loss:(\S+) val_bpb:(\S+)")
@@ -230,6 +265,11 @@ class CheckError(Exception):
     """A command line or environment the check cannot run with: printed as `error: ...`, exit 2."""
 
 
+class CannotCheck(Exception):
+    """A script the check cannot run here (it does not load, or it is no copy of train_gpt.py): printed as `cannot
+    check: ...`, exit 4, never a verdict."""
+
+
 def load_script(path: Path):
     """train_gpt.py (or a patched copy) as a module named checked_train_gpt. One per process: the file registers a
     torch custom op, which cannot be registered twice, so each copy is checked in worker processes of its own."""
@@ -238,6 +278,42 @@ def load_script(path: Path):
     sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
     spec.loader.exec_module(module)
     return module
+
+
+def unloadable(script: Path, exc: BaseException) -> str:
+    """Why the script does not load here, and what it would need: CannotCheck's message."""
+    python = f"Python {platform.python_version()}"
+    if isinstance(exc, SyntaxError):  # a packed script's exec'd source names itself <string>
+        where = f"line {exc.lineno} of {Path(exc.filename or script).name}"
+        if exc.filename == "<string>":  # a packed record: the source it unpacks and exec()s
+            where = f"line {exc.lineno} of the source it unpacks"
+        return (
+            f"{script} does not compile on {python} (SyntaxError: {exc.msg} at {where}): written for a newer Python "
+            "(3.12 parses f-strings that reuse their quotes), it needs that one: run the check with it (python3.12 "
+            f"scripts/check_legality.py --script {script}, with torch and the script's imports there); else fix "
+            "that line"
+        )
+    if isinstance(exc, ImportError):
+        return (
+            f"{script} imports {exc.name or 'a module'}, which is not installed here ({short_error(exc)}): install "
+            "it, or run the check where it is"
+        )
+    return f"{script} raises when it is loaded ({short_error(exc)}): the check runs its main(), so it must load"
+
+
+def missing_interface(T) -> list[str]:
+    """What of INTERFACE the loaded script lacks: the check runs a copy of train_gpt.py, hooked in these."""
+    missing = []
+    for name in INTERFACE:
+        found = T
+        for part in name.split("."):
+            found = getattr(found, part, None)
+        if found is None:
+            missing.append(name)
+    score = getattr(T, "score_artifact", None)
+    if callable(score) and "observe" not in inspect.signature(score).parameters:
+        missing.append("score_artifact's observe")
+    return missing
 
 
 # ==== The data: a tiny tokenizer, a validation split per geometry, and its bytes counted from decoded text =========
@@ -645,7 +721,8 @@ def short_error(exc: BaseException) -> str:
 def run_main(T, environ: dict[str, str], watcher: Watcher, tokens: torch.Tensor | None, log_path: Path, first=False):
     """The checked script's main() as `python3 train_gpt.py` runs it under `environ`, every scoring path watched;
     tokens: the validation split's tokens replace what preflight read (a changed run). (error or None, log lines).
-    first: the original run, whose ConfigError (a configuration the script refuses) is raised, not a verdict."""
+    first: the original run, whose ConfigError (a configuration the script refuses) is raised: the check then asks
+    whether the project's train_gpt.py refuses it too (condition 0)."""
     saved_env = dict(os.environ)
     preflight, score_artifact, destroy = T.preflight, T.score_artifact, dist.destroy_process_group
 
@@ -742,10 +819,19 @@ def likely_tokens(record: dict, total: int) -> torch.Tensor:
 
 
 def worker_geometry(
-    T, ctx, folder: Path, name: str, environ: dict[str, str], geometry: Geometry, device: str, vocab: int
+    T,
+    ctx,
+    folder: Path,
+    name: str,
+    environ: dict[str, str],
+    geometry: Geometry,
+    device: str,
+    vocab: int,
+    only: bool = False,
 ):
     """One geometry: the artifact (written by the checked script), then main() on the original split, on each
-    probe's changed one and with a hurting TTT. What this rank observed, and rank 0's log lines."""
+    probe's changed one and with a hurting TTT. What this rank observed, and rank 0's log lines. only: the artifact
+    and the pre-flight alone (of the project's train_gpt.py: does it accept the data?); {} where it does."""
     data, path = folder / name, folder / f"artifact_{name}.ptz"
     settings = dict(DATA_PATH=str(data), TOKENIZER_PATH=str(folder / "tokenizer.model"), ARTIFACT_PATH=str(path))
     base = (
@@ -766,6 +852,9 @@ def worker_geometry(
         T.save_artifact(obj, T.artifact_header(args, "raw", model.looping), str(path))
     if dist.is_initialized():
         dist.barrier()
+    if only:
+        T.preflight(T.Hyperparameters.from_env(base | {"RUN_ID": f"{name}_preflight"}), ctx)
+        return {}
 
     def run(tag: str, upto=None, changed=None, reference=None, **overrides):
         run_id = f"{name}_{tag}"  # unique in this worker's folder: a log is never overwritten
@@ -808,16 +897,35 @@ def gather(record: dict) -> list[dict]:
     return every
 
 
-def worker(out: Path, script: Path, device: str, broken: bool, geometries: list[str], folder: Path, vocab: int) -> None:
-    """Each geometry in this process; each rank saves what it observed (out.rankN) and any error of the script."""
+def worker(
+    out: Path,
+    script: Path,
+    device: str,
+    broken: bool,
+    geometries: list[str],
+    folder: Path,
+    vocab: int,
+    only: bool = False,
+) -> None:
+    """Each geometry in this process; each rank saves what it observed (out.rankN) and any error of the script.
+    only: the pre-flight alone, where the project's train_gpt.py is asked whether it accepts the data (refusals)."""
     faulthandler.dump_traceback_later(WORKER_TIMEOUT_S - 60, exit=True)  # a rank waiting for another: say where
     rank = int(os.environ.get("RANK", "0"))
     target = Path(f"{out}.rank{rank}")
-    saved = dict(error=None, config_error=None, geometries={}, device=device)
+    saved = dict(config_error=None, cannot_check=None, geometries={}, device=device)
     try:
         T = load_script(script)
-    except BaseException as exc:
-        saved["error"] = "the checked script could not be loaded: " + short_error(exc)
+        missing = missing_interface(T)
+    except BaseException as exc:  # SyntaxError, ImportError, whatever its top level raises
+        saved["cannot_check"] = unloadable(script, exc)
+        torch.save(saved, target)
+        return
+    if missing:
+        saved["cannot_check"] = (
+            f"{script} is no copy of this project's train_gpt.py: it has no {', '.join(missing)}, which the check "
+            "calls to run its main() and watch what scores each token. Port its evaluation onto a copy of "
+            "train_gpt.py (score_windows hands observe the distributions that score) and check that copy"
+        )
         torch.save(saved, target)
         return
     if broken:
@@ -840,10 +948,9 @@ def worker(out: Path, script: Path, device: str, broken: bool, geometries: list[
             saved["config_error"] = str(exc)
             break
         try:
-            saved["geometries"][name] = worker_geometry(T, ctx, folder, name, environ, geometry, device, vocab)
-        except T.ConfigError as exc:  # its pre-flight refused the run: the user's to fix, as above
-            saved["config_error"] = f"{script.name} refuses the run on the check's copy of the data: {exc}"
-            break
+            saved["geometries"][name] = worker_geometry(T, ctx, folder, name, environ, geometry, device, vocab, only)
+        except T.ConfigError as exc:  # it refused the run: the check compares the project's train_gpt.py (refusals)
+            saved["geometries"][name] = dict(refused=str(exc))
         except BaseException as exc:  # the script's failure outside a run, or the check's own: on stderr in full
             traceback.print_exc()
             saved["geometries"][name] = dict(error="the check could not run the script: " + short_error(exc))
@@ -921,34 +1028,93 @@ def run_workers(
     """The worker in `processes` processes (gloo on the CPU, NCCL on CUDA); what every rank observed, merged per
     geometry with the split's tokens and bytes. loss "triton" on a CPU: the Triton kernel under TRITON_INTERPRET=1.
     The split: a prefix of DATA_PATH's when the environment sets it (not for the interpreted geometry: the kernel's
-    interpreter would take minutes a run over a real vocabulary), else one made here."""
+    interpreter would take minutes a run over a real vocabulary), else one made here. Raises CannotCheck for a script
+    the worker cannot run, CheckError for settings or data that it and the project's train_gpt.py both refuse; a
+    geometry whose data only the script refuses holds `refused` (condition 0)."""
     chosen = geometries if isinstance(geometries, dict) else resolve_geometries(environ, device, geometries)
     data = None if set(chosen) <= set(INTERPRETED) else user_data(environ)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         splits = make_data(folder, chosen, data)
-        out = folder / "observed.pt"
-        command = [sys.executable, __file__, "--worker", str(out), "--script", str(script), "--device", device]
-        command += ["--geometries", ",".join(chosen), "--folder", str(folder)] + ["--broken"] * broken
-        command += ["--vocab", str(data.vocab if data else VOCAB)]
-        if processes > 1:
-            command[1:1] = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
-        env = {k: v for k, v in environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-        env |= dict(OMP_NUM_THREADS="1")
-        if device == "cpu":
-            env |= dict(LOSS_IMPL=loss) | (dict(TRITON_INTERPRET="1") if loss == "triton" else {})
-        try:
-            result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
-            failure = None if result.returncode == 0 else f"exit {result.returncode}: {last_line(result.stderr)}"
-        except subprocess.TimeoutExpired:
-            failure = f"the worker ran past {WORKER_TIMEOUT_S} s (a rank waiting for another?)"
-        saved = []
-        for rank in range(processes):
-            path = Path(f"{out}.rank{rank}")
-            saved.append(torch.load(path, weights_only=False) if path.is_file() else None)
-    if saved[0] is not None and saved[0]["config_error"]:
-        raise CheckError(saved[0]["config_error"])
-    return merge(saved, splits, device, failure)
+        vocab = data.vocab if data else VOCAB
+        saved, failure = launch(processes, environ, script, device, broken, list(chosen), folder, vocab, loss)
+        first = saved[0] or {}
+        if first.get("cannot_check"):
+            raise CannotCheck(first["cannot_check"])
+        if first.get("config_error"):
+            raise CheckError(first["config_error"])
+        refused = {name: r["refused"] for name, r in first["geometries"].items() if "refused" in r} if first else {}
+        ours = {}  # the project's train_gpt.py on the refused geometries: {name: its refusal, or None: it accepts}
+        if refused and Path(script).read_bytes() == (ROOT / "train_gpt.py").read_bytes():
+            ours = refused
+        elif refused:
+            reference, why = launch(processes, environ, ROOT / "train_gpt.py", device, False, list(refused), folder,
+                                    vocab, loss, only=True)  # fmt: skip
+            ours = project_refusals(script, refused, reference[0], why)
+    for name, message in refused.items():
+        if ours[name] is not None:  # the settings' or the data's: no verdict on the script
+            also = "" if ours[name] == message else f" (the project's train_gpt.py refuses it too: {ours[name]})"
+            raise CheckError(f"{script.name} refuses the run on the check's copy of the data: {message}{also}")
+    merged = merge(saved, splits, device, failure)
+    for name, message in refused.items():
+        merged[name]["refused"] = (
+            f"{script.name} refuses the run on the check's copy of the data, which the project's train_gpt.py accepts "
+            f"with the same settings: {message}"
+        )
+    return merged
+
+
+def project_refusals(script: Path, refused: dict[str, str], saved: dict | None, failure: str | None) -> dict:
+    """{geometry: the project's train_gpt.py's refusal of the data the script refused, or None where it accepts it},
+    from its pre-flight worker's rank 0; CheckError where that worker gave no answer."""
+    answers = {} if saved is None else saved["geometries"]
+    ours = {}
+    for name, message in refused.items():
+        answer = answers.get(name)
+        if saved is not None and saved["config_error"]:
+            ours[name] = saved["config_error"]
+        elif answer == {} or (answer and "refused" in answer):
+            ours[name] = answer.get("refused")
+        else:
+            why = failure or (answer or {}).get("error") or "no answer"
+            raise CheckError(f"{script.name} refuses the run on the check's copy of the data ({name}): {message} "
+                             f"(the project's train_gpt.py could not be run on it to compare: {why})")  # fmt: skip
+    return ours
+
+
+def launch(
+    processes: int,
+    environ: dict[str, str],
+    script: Path,
+    device: str,
+    broken: bool,
+    names: list[str],
+    folder: Path,
+    vocab: int,
+    loss: str,
+    only: bool = False,
+) -> tuple[list[dict | None], str | None]:
+    """The worker on the data in folder: what each rank saved (None: nothing), and how it failed (None: exit 0)."""
+    out = folder / ("preflight.pt" if only else "observed.pt")
+    command = [sys.executable, __file__, "--worker", str(out), "--script", str(script), "--device", device]
+    command += ["--geometries", ",".join(names), "--folder", str(folder)] + ["--broken"] * broken
+    command += ["--vocab", str(vocab)] + ["--preflight-only"] * only
+    if processes > 1:
+        command[1:1] = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+    env = {k: v for k, v in environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env |= dict(OMP_NUM_THREADS="1")
+    if device == "cpu":
+        env |= dict(LOSS_IMPL=loss) | (dict(TRITON_INTERPRET="1") if loss == "triton" else {})
+    try:
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
+        failure = None if result.returncode == 0 else f"exit {result.returncode}: {last_line(result.stderr)}"
+    except subprocess.TimeoutExpired:
+        failure = f"the worker ran past {WORKER_TIMEOUT_S} s (a rank waiting for another?)"
+    saved = []
+    for rank in range(processes):
+        path = Path(f"{out}.rank{rank}")
+        saved.append(torch.load(path, weights_only=False) if path.is_file() else None)
+    return saved, failure
 
 
 def last_line(text: str) -> str:
@@ -989,12 +1155,14 @@ def merge_records(records: list[dict]) -> dict:
 def merge(saved: list[dict | None], splits: dict[str, Split], device: str, failure: str | None) -> dict:
     """{geometry: result}; a result holds `error` where the worker or the script failed for the whole geometry."""
     merged = {}
-    first = saved[0] or {}
     missing = [r for r, s in enumerate(saved) if s is None]
     for name, split in splits.items():
         result = dict(device=device, tokens=split.tokens, bytes=split.bytes, total_bytes=split.total_bytes)
         ranks = [s["geometries"].get(name) for s in saved if s is not None]
-        error = first.get("error") or next((r["error"] for r in ranks if r and "error" in r), None)
+        error = next((r["error"] for r in ranks if r and "error" in r), None)
+        if not missing and ranks and all(r is not None and "refused" in r for r in ranks):
+            merged[name] = result  # run_workers says why (condition 0)
+            continue
         if missing or any(r is None for r in ranks) or error:
             result["error"] = error or f"the worker failed ({failure or 'no result from ranks ' + str(missing)})"
             merged[name] = result
@@ -1136,12 +1304,14 @@ def mixture_weights(a: torch.Tensor, b: torch.Tensor, loss: float) -> list[float
     return found
 
 
-def mixture_explanation(result: dict, path: str, losses: list[float], tolerance: float) -> str | None:
+def mixture_explanation(
+    result: dict, path: str, losses: list[float], tolerance: float
+) -> tuple[str, tuple[float, str]] | None:
     """Where the path's reported val_loss is not its watched distributions': is it, in the original run and the run
     with a hurting TTT, the loss of one mixture w * p(path) + (1 - w) * p(other path) with the same w in (0, 1), each
     distribution one the observer was handed (the adapted model's and a frozen copy's, which scores as the sliding
     windows do)? The runs' distributions of the path must differ, so that the second run pins w on its own: a weight
-    fitted to the split's score would differ between them. The evidence, or None."""
+    fitted to the split's score would differ between them. (The evidence, (w, the other path)), or None."""
     tokens, runs = result["tokens"], [result["original"][0], result["hurting"][0]]
     positions = [sorted(by_position(observed.get(path))) for observed in runs]
     for other in [p for p in PATHS if p != path]:
@@ -1159,14 +1329,16 @@ def mixture_explanation(result: dict, path: str, losses: list[float], tolerance:
                 return (
                     f": in both runs the loss of {w:.4f} * p({path}) + {1 - w:.4f} * p({other}), one weight whichever "
                     f"the TTT (not fitted to the split's score), of two distributions each watched and checked on its "
-                    f"own path (with a hurting TTT: {second:.8f})"
+                    f"own path (with a hurting TTT: {second:.8f})",
+                    (w, other),
                 )
     return None
 
 
-def report_verdict(result: dict, path: str, tolerance: float) -> tuple[bool | None, str]:
+def report_verdict(result: dict, path: str, tolerance: float) -> tuple[bool | None, str, tuple[float, str] | None]:
     """reported_is_observed from the original run and the run with a hurting TTT: True, False, or None where the
-    check cannot verify it (the docstring's condition 4)."""
+    check cannot verify it (the docstring's condition 4); its evidence; and (w, the other path) where the report is
+    the loss of that mixture, else None."""
     tokens, target_bytes = result["tokens"], result["bytes"]
     told, seen, others, parts = [], [], [], []  # per run: reported (loss, bpb), observed (loss, bpb), {path: loss}
     hurting = f"with a hurting TTT ({' '.join(f'{k}={v}' for k, v in HURTING_TTT.items())}): "
@@ -1178,9 +1350,9 @@ def report_verdict(result: dict, path: str, tolerance: float) -> tuple[bool | No
         if len(found) != 1:
             shown = f" ({', '.join(f'{loss:.8f} {bpb:.8f}' for loss, bpb in found)})" if found else ""
             parts.append(f"{label}{len(found)} final_..._{path}_exact lines in the log{shown}{raised}")
-            return False, "; ".join(parts)
+            return False, "; ".join(parts), None
         if not rows:
-            return False, "; ".join(parts + [f"{label}the {path} path was not observed{raised}"])
+            return False, "; ".join(parts + [f"{label}the {path} path was not observed{raised}"]), None
         loss, bpb = observed_score(rows, tokens, target_bytes)
         parts.append(f"{label}reported {found[0][0]:.8f} {found[0][1]:.8f}, observed {loss:.8f} {bpb:.8f}{raised}")
         told.append(found[0])
@@ -1188,45 +1360,77 @@ def report_verdict(result: dict, path: str, tolerance: float) -> tuple[bool | No
         others.append({p: observed_score(by_position(observed.get(p)), tokens, target_bytes)[0] for p in PATHS})
     evidence = "; ".join(parts)
     if any(not close(r[1], r[0] * o[1] / o[0], tolerance) for r, o in zip(told, seen) if 0 < o[0] < math.inf):
-        return False, evidence + ": the reported val_bpb is not its val_loss over the bytes counted here"
+        return False, evidence + ": the reported val_bpb is not its val_loss over the bytes counted here", None
     matches = [close(r[0], o[0], tolerance) for r, o in zip(told, seen)]
     if all(matches):
-        return True, evidence
+        return True, evidence, None
     if any(matches):
-        return (
-            False,
-            evidence + ": the watched pass is reported in one run, another score in the other (a best of two?)",
-        )
+        why = ": the watched pass is reported in one run, another score in the other (a best of two?)"
+        return False, evidence + why, None
     for (loss, _), scores in zip(told, others):
         other = next((p for p in PATHS if p != path and close(loss, scores[p], tolerance)), None)
         if other is not None:
-            return False, evidence + f": the {path} line reports the {other} path's score"
+            return False, evidence + f": the {path} line reports the {other} path's score", None
     if close(told[0][0], told[1][0], tolerance) and not close(seen[0][0], seen[1][0], tolerance):
-        return False, evidence + ": the reported score stays where the watched distributions move: it is not theirs"
+        why = ": the reported score stays where the watched distributions move: it is not theirs"
+        return False, evidence + why, None
     mixture_tolerance = max(tolerance, MIXTURE_TOLERANCE * REPORT_RTOL_FP32)  # on CUDA, bf16's
     mixture = mixture_explanation(result, path, [loss for loss, _ in told], mixture_tolerance)
     if mixture is not None:
-        return True, evidence + mixture
-    return None, (
-        f"cannot verify: {evidence}: the script scores this path with distributions it does not hand the observer "
-        "(a cache, a copy's output, a mixture) and no mixture of two watched ones explains both runs, so the check "
-        "cannot see whether they are causal; hand score_windows' observe the distributions that score"
+        return True, evidence + mixture[0], mixture[1]
+    return (
+        None,
+        (
+            f"cannot verify: {evidence}: the script scores this path with distributions it does not hand the observer "
+            "(a cache, a copy's output, a mixture) and no mixture of two watched ones explains both runs, so the check "
+            "cannot see whether they are causal; hand score_windows' observe the distributions that score"
+        ),
+        None,
     )
 
 
+def recognised_report(result: dict, path: str, found: set, evidence: str, tolerance: float) -> tuple[bool | None, str]:
+    """reported_is_observed on the interpreted geometry where the report is no watched pass. It runs no hurting TTT,
+    so it cannot tell a mixture on its own: it follows what the torch loss's geometries found for the path (found,
+    conditions' rules). The loss of a mixture they recognised, w * p(path) + (1 - w) * p(other) of its own watched
+    distributions with their w, holds; else a rule they could not see (None in found) cannot be verified; else the
+    report is misreported and fails."""
+    tokens, target_bytes = result["tokens"], result["bytes"]
+    observed, lines, _ = result["original"]
+    told = reported(lines).get(path, [])
+    where = sorted(by_position(observed.get(path)))
+    seen_loss, seen_bpb = observed_score(by_position(observed.get(path)), tokens, target_bytes)
+    mixture_tolerance = max(tolerance, MIXTURE_TOLERANCE * REPORT_RTOL_FP32)  # w carries a rounded report's error
+    for w, other in sorted(rule for rule in found if rule is not None) if len(told) == 1 and where else []:
+        a, b = target_logp(observed, path, where, tokens), target_logp(observed, other, where, tokens)
+        if a is None or b is None or not 0 < seen_loss < math.inf:
+            continue
+        mixed = float(mixture_loss(a, b, torch.tensor([w], dtype=torch.float64))[0])
+        loss, bpb = told[0]
+        if close(loss, mixed, mixture_tolerance) and close(bpb, loss * seen_bpb / seen_loss, tolerance):
+            return True, (
+                f"{evidence}: the loss of {w:.4f} * p({path}) + {1 - w:.4f} * p({other}) of its watched distributions "
+                f"({mixed:.8f}), the mixture the torch loss's geometries recognised"
+            )
+    if None in found:
+        return None, f"cannot verify: {evidence}, which could not see the rule that scores this path"
+    return False, evidence
+
+
 def blocked(result: dict, path: str) -> dict[str, tuple[bool, str]]:
-    why = result["error"]
+    why = result.get("error") or result["refused"]
     names = ["causal_score_before_update", "single_pass", "normalized", "reported_is_observed"]
     return {name: (False, f"blocked: {why}") for name in names + (["ttt_adapts"] if path == "ttt" else [])}
 
 
 def conditions(
-    result: dict, path: str, allow_no_adaptation: bool = False, unobservable: frozenset = frozenset()
+    result: dict, path: str, allow_no_adaptation: bool = False, rules: dict[str, set] | None = None
 ) -> dict[str, tuple[bool | None, str]]:
     """{condition: (holds, evidence)} of one path in one geometry, from the worker's observations; holds is None where
-    the check cannot verify it. unobservable: the paths whose scoring rule the torch loss's check could not observe
-    (the interpreted Triton geometry, which has no run with a hurting TTT to tell, says so for them too)."""
-    if result.get("error"):
+    the check cannot verify it. rules: {path: what the torch loss's geometries found its report to be where it is no
+    watched pass: (w, the other path) for a mixture they recognised, None where they could not see the rule}; a
+    torch geometry adds to it, the interpreted Triton geometry (no run with a hurting TTT to tell) follows it."""
+    if result.get("error") or result.get("refused"):
         return blocked(result, path)
     cuda = result["device"] == "cuda"
     tolerance = BF16_LOGP_TOLERANCE if cuda else 0.0
@@ -1257,8 +1461,9 @@ def conditions(
     honest, evidence = report_matches(lines, observed, path, tokens, target_bytes, report_tolerance)
     if result.get("probes") is None:  # the interpreted Triton loss: the conditions a kernel can break
         evidence += "; causality, adaptation and the hurting TTT are checked with the torch loss"
-        if not honest and path in unobservable:
-            honest, evidence = None, f"cannot verify: {evidence}, which could not see the rule that scores this path"
+        if not honest:
+            found = (rules or {}).get(path, set())
+            honest, evidence = recognised_report(result, path, found, evidence, report_tolerance)
         return {"single_pass": single, "normalized": normalized, "reported_is_observed": (honest, evidence)}
     differences = causal_differences(result, path)
     leaks = [d for d in differences if d[3] > tolerance]
@@ -1287,11 +1492,14 @@ def conditions(
             else f"tokens changed from {probe} ({kind}) moved the distribution of target {position} by {diff:.3g}"
         )
     causal = (bool(differences) and not leaks and not early, causal_evidence)
+    honest, evidence, mixture = report_verdict(result, path, report_tolerance)
+    if rules is not None and (honest is None or mixture is not None):  # what the interpreted geometry follows
+        rules.setdefault(path, set()).add(mixture)
     found = {
         "causal_score_before_update": causal,
         "single_pass": single,
         "normalized": normalized,
-        "reported_is_observed": report_verdict(result, path, report_tolerance),
+        "reported_is_observed": (honest, evidence),
     }
     if path == "ttt":
         sliding = by_position(observed.get("sliding_window"))
@@ -1361,23 +1569,37 @@ def check(
         lines.append(f"geometry interpreted (the Triton loss under TRITON_INTERPRET=1): window {g.window}, stride "
                      f"{g.stride}, chunks of {g.chunk}, {g.tokens} tokens of a split made here, no probes")  # fmt: skip
     failed = unverified = 0
-    unobservable = set()  # paths whose scoring rule the torch loss's check could not observe
-    for count, loss in runs:
+    rules = {}  # what the torch loss's geometries found of each path's report: the interpreted one follows it
+    for count, loss in sorted(runs, key=lambda run: run[1] == "triton"):  # the torch loss first
         observed = run_workers(
             count, environ, script, device, broken, chosen if loss != "triton" else INTERPRETED, loss
         )
-        for name, result in observed.items():
-            for path in PATHS:
-                found = conditions(result, path, allow_no_adaptation, frozenset(unobservable))
-                for condition, (holds, evidence) in found.items():
-                    if condition == "reported_is_observed" and holds is None:
-                        unobservable.add(path)
-                    failed += holds is False
-                    unverified += holds is None
-                    mark = MARKS[holds]
-                    lines.append(f"{mark} {condition} {path} geometry:{name} processes:{count} loss:{loss}: {evidence}")
+        found, failures, unverifiable = judge(count, loss, observed, allow_no_adaptation, rules)
+        lines += found
+        failed += failures
+        unverified += unverifiable
     lines.append(verdict(failed, unverified))
     return lines, failed
+
+
+def judge(
+    count: int, loss: str, observed: dict, allow_no_adaptation: bool = False, rules: dict | None = None
+) -> tuple[list[str], int, int]:
+    """The lines of one worker run's results ({geometry: result}, from `count` processes with `loss`), how many
+    conditions failed and how many cannot be verified. rules: conditions', shared by every run of a check."""
+    lines, failed, unverified = [], 0, 0
+    for name, result in observed.items():
+        where = f"geometry:{name} processes:{count} loss:{loss}"
+        if result.get("refused"):  # condition 0: nothing more is checked on this geometry
+            lines.append(f"{MARKS[False]} accepts_the_data {where}: {result['refused']}")
+            failed += 1
+            continue
+        for path in PATHS:
+            for condition, (holds, evidence) in conditions(result, path, allow_no_adaptation, rules).items():
+                failed += holds is False
+                unverified += holds is None
+                lines.append(f"{MARKS[holds]} {condition} {path} {where}: {evidence}")
+    return lines, failed, unverified
 
 
 def verdict(failed: int, unverified: int) -> str:
@@ -1415,10 +1637,11 @@ def main() -> int:
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--vocab", type=int, default=VOCAB, help=argparse.SUPPRESS)
+    parser.add_argument("--preflight-only", action="store_true", help=argparse.SUPPRESS)
     cli = parser.parse_args()
     geometries = cli.geometries.split(",") if cli.geometries is not None else None
     if cli.worker:
-        worker(cli.worker, cli.script, cli.device, cli.broken, geometries, cli.folder, cli.vocab)
+        worker(cli.worker, cli.script, cli.device, cli.broken, geometries, cli.folder, cli.vocab, cli.preflight_only)
         return 0
     try:
         lines, failed = check(
@@ -1433,6 +1656,9 @@ def main() -> int:
     except CheckError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except CannotCheck as exc:  # no verdict: the line says why and what it would need
+        print(f"cannot check: {exc}")
+        return EXIT_CANNOT_CHECK
     print("\n".join(lines))
     return 1 if failed else EXIT_CANNOT_VERIFY if lines[-1].startswith("cannot verify") else 0
 
