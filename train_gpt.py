@@ -93,7 +93,6 @@ class Hyperparameters:
     logit_softcap: float = setting(30.0, "> 0", "model")
     qk_gain_init: float = 1.5
     xsa_last_n: int = setting(0, ">= 0", "model")  # exclusive self-attention in the last N layers
-    doc_mask: bool = setting(False, "", "model")  # attention never crosses a BOS (a document start)
     ln_scale: bool = setting(False, "", "model")  # scale each block's normed inputs by 1/sqrt(layer+1)
     skip_gates_enabled: bool = setting(False, "", "model")  # sigmoid gates on the U-Net skips
     parallel_residual_start: int = setting(-1, "", "model")  # parallel attention and MLP from here
@@ -124,7 +123,6 @@ class Hyperparameters:
     loss_impl: str = setting("auto", ("auto", "triton", "torch"))  # auto: triton on CUDA, else torch
     mlp_impl: str = setting("function", ("function", "modules"))  # MLPFunction: 3% faster compiled
     compile: bool = True  # torch.compile on CUDA; always off on CPU
-    attn_impl: str = setting("auto", ("auto", "fa4", "sdpa"))  # DOC_MASK's; auto: fa4 on CUDA if it imports
     # export and scoring
     matrix_bits: int = setting(8, "in [2, 8]", "export")  # bits per weight of the block matrices
     embed_bits: int = setting(8, "in [2, 8]", "export")  # bits per weight of the embedding
@@ -336,7 +334,6 @@ class Run:
     loss_impl_reason: str
     tokenizer_verified: str  # round_trip_S/N: S of N sampled documents
     artifact: tuple[dict, dict] | None  # EVAL_ONLY's header and weights
-    attn_impl: tuple[str, str] = ("dense", "doc_mask_off")  # DOC_MASK's attention, and why
 
 # ==== Data ====================================================================
 # A shard: a 256 x int32 header (magic, version, token count), then uint16 tokens, a BOS before each
@@ -559,82 +556,6 @@ def softcap_ce_loss(x, weight, targets, softcap: float, chunk_tokens: int, impl:
     mean, rows, _, _ = softcap_ce_op(x, weight, targets, float(softcap), int(chunk_tokens), need_grad, impl)
     return rows.detach() if per_token else mean  # a backward through them fails, not silently zero
 
-# ==== Document-masked attention =============================================
-# DOC_MASK=1: no token attends across a BOS (a document start) or a row start, in training and every scoring path:
-# on CUDA by flash-attn-4's varlen kernel (custom ops: one compiled graph), else by SDPA with a mask, the reference.
-
-BOS_ID = 1  # the shards' document start (data/README.md); checked against the tokenizer's
-FA4_MODULE = "flash_attn.cute.interface"  # flash-attn-4 (README: document-masked attention)
-DOC_MASK_MEAN_TOKENS = 128  # the kernel's fixed bound: B rows of N tokens hold <= B + N/128 documents
-
-def doc_causal_mask(ids: Tensor) -> Tensor:
-    """ids (B, T) -> (B, 1, T, T): key j is visible to query i if j <= i in the same document."""
-    doc = (ids == BOS_ID).cumsum(1)  # (B, T): a row's first tokens, before any BOS, are a document too
-    pos = torch.arange(ids.size(1), device=ids.device)
-    return ((doc[:, :, None] == doc[:, None, :]) & (pos[:, None] >= pos))[:, None]
-
-def doc_segments(ids: Tensor) -> tuple[Tensor, Tensor]:
-    """ids (B, T) -> the B*T tokens' cu_seqlens (S + 1,) int32, a segment at each BOS and row start, then empty ones
-    (S = B + B*T/128: a fixed shape, no host sync); and whether more segments than S were cut off."""
-    bound, n = ids.size(0) * (1 + ids.size(1) // DOC_MASK_MEAN_TOKENS), ids.numel()
-    start = torch.cat([torch.ones_like(ids[:, :1], dtype=torch.bool), ids[:, 1:] == BOS_ID], 1).flatten()
-    index = start.cumsum(0) - 1  # (n,): each start's segment; the others and those past S go to a spare slot
-    cu = torch.full((bound + 2,), n, dtype=torch.int32, device=ids.device)
-    cu = cu.scatter(0, torch.where(start & (index < bound), index, bound + 1), torch.arange(n, device=ids.device).int())
-    return cu[: bound + 1], index[-1] >= bound
-
-@torch.library.custom_op("parameter_golf::varlen_attn", mutates_args=())
-def varlen_attn_op(q: Tensor, k: Tensor, v: Tensor, cu: Tensor, max_len: int) -> tuple[Tensor, Tensor]:
-    """q (N, H, hd), k, v (N, Hkv, hd): causal attention within each segment of cu; (y (N, H, hd), lse (H, N))."""
-    y, lse, *_ = importlib.import_module(FA4_MODULE)._flash_attn_fwd(
-        q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max_len, max_seqlen_k=max_len, causal=True,
-        return_lse=True)
-    return y, lse
-
-@torch.library.custom_op("parameter_golf::varlen_attn_bwd", mutates_args=())
-def varlen_attn_bwd_op(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, cu: Tensor, y: Tensor, lse: Tensor,
-                       max_len: int) -> tuple[Tensor, Tensor, Tensor]:
-    return tuple(importlib.import_module(FA4_MODULE)._flash_attn_bwd(q, k, v, y, grad, lse, q.size(-1) ** -0.5, True,
-                 cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max_len, max_seqlen_k=max_len))
-
-varlen_attn_op.register_fake(lambda q, k, v, cu, n: (torch.empty_like(q), q.new_empty(q.shape[1::-1]).float()))
-varlen_attn_bwd_op.register_fake(lambda grad, q, k, v, *rest: tuple(torch.empty_like(t) for t in (q, k, v)))
-
-def _varlen_attn_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(*inputs[:4], *output)  # q, k, v, cu, y, lse
-    ctx.max_len = inputs[4]
-
-def _varlen_attn_backward(ctx, grad, _grad_lse):
-    return *varlen_attn_bwd_op(grad.contiguous(), *ctx.saved_tensors, ctx.max_len), None, None
-
-varlen_attn_op.register_autograd(_varlen_attn_backward, setup_context=_varlen_attn_setup_context)
-
-def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:  # mask (B, 1, T, T); None: causal
-    return F.scaled_dot_product_attention(q, k, v, mask, is_causal=mask is None, enable_gqa=k.size(1) != q.size(1))
-
-def varlen_attention(q: Tensor, k: Tensor, v: Tensor, segments: tuple[Tensor, Tensor]) -> Tensor:
-    """q (B, H, T, hd), k, v (B, Hkv, T, hd) -> (B, H, T, hd); NaN if segments were cut off: never a score."""
-    (B, H, T, hd), (cu, cut_off) = q.shape, segments
-    flat = [t.transpose(1, 2).reshape(B * T, t.size(1), hd) for t in (q, k, v)]  # (B*T, heads, hd)
-    return torch.where(cut_off, torch.nan, varlen_attn_op(*flat, cu, T)[0].view(B, T, H, hd).transpose(1, 2))
-
-# ATTN_IMPL -> (attention, what it needs of the input ids: made once a forward pass)
-ATTENTION = {"dense": (sdpa_attention, lambda ids: None), "sdpa": (sdpa_attention, doc_causal_mask),
-             "fa4": (varlen_attention, doc_segments)}
-
-def resolve_attn_impl(args: Hyperparameters, device: torch.device) -> tuple[str, str]:
-    """DOC_MASK=1's attention: flash-attn-4 on CUDA where it imports, else SDPA with a mask. (impl, why)."""
-    reason = None if device.type == "cuda" else "no_cuda"
-    try:  # not installed, or not for this CUDA: the log says which, and SDPA runs
-        importlib.import_module(FA4_MODULE) if args.doc_mask and reason is None else None
-    except Exception as exc:
-        reason = f"flash_attn_4_not_importable ({type(exc).__name__}: {str(exc)[:100]})"
-    require(args.attn_impl != "fa4" or reason is None, f"ATTN_IMPL=fa4 cannot run here: {reason}: install flash-attn-4"
-            " on a CUDA machine (README: document-masked attention), or set ATTN_IMPL=sdpa or auto.")
-    if not args.doc_mask or args.attn_impl != "auto":
-        return ("dense", "doc_mask_off") if not args.doc_mask else (args.attn_impl, "forced_by_ATTN_IMPL")
-    return ("fa4", "auto_cuda") if reason is None else ("sdpa", "auto_" + reason.replace(" ", "_"))
-
 # ==== Model ===================================================================
 # A GPT with U-Net skips: the second half of the blocks adds the first half's outputs back, weighted. Each
 # block mixes its input with x0. Attention: normed q, k, rotary, a gain on q, grouped-query heads.
@@ -672,7 +593,7 @@ def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
     return (y - (y * vn).sum(-1, keepdim=True) * vn).flatten(1, 2)  # (B, H, T, hd)
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, args: Hyperparameters, xsa: bool, attn_impl: str = "dense"):
+    def __init__(self, args: Hyperparameters, xsa: bool):
         super().__init__()
         dim, heads, kv_heads = args.model_dim, args.num_heads, args.num_kv_heads
         self.head_dim = dim // heads
@@ -681,17 +602,16 @@ class CausalSelfAttention(nn.Module):
         self.proj = CastedLinear(dim, dim, zero_init=True)
         self.q_gain = nn.Parameter(torch.full((heads,), args.qk_gain_init))
         self.post = exclusive_self_attention if xsa else (lambda y, v: y)
-        self.attend = ATTENTION[attn_impl][0]
         # a table, not traced math: compiled, that made each rotary kernel recompute cos and sin
         rope = rotary_cos_sin(max(args.train_seq_len, args.val_seq_len), self.rope_dims, args.rope_base, "cpu")
         self.register_buffer("rope", torch.stack(rope), persistent=False)  # cos and sin; not saved
 
-    def forward(self, x: Tensor, segments=None) -> Tensor:  # x (B, T, C) -> q (B, H, T, hd), k, v (B, Hkv, T, hd)
+    def forward(self, x: Tensor) -> Tensor:  # x (B, T, C) -> q (B, H, T, hd), k, v (B, Hkv, T, hd) -> (B, T, C)
         q, k, v = (m(x).unflatten(-1, (-1, self.head_dim)).transpose(1, 2) for m in (self.c_q, self.c_k, self.c_v))
         cos, sin = self.rope[..., : x.size(1), :].unbind(0)  # (1, 1, T, rope_dims/2) each
         q = apply_rotary(rms_norm(q), cos, sin) * self.q_gain.to(q.dtype)[None, :, None, None]
         k = apply_rotary(rms_norm(k), cos, sin)
-        y = self.attend(q, k, v, segments)  # (B, H, T, hd)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=k.size(1) != q.size(1))
         return self.proj(self.post(y, v).transpose(1, 2).flatten(2))
 
 MLP_SLOPES = {"relu2": 0.0, "leaky_relu2": 0.5}  # act(h) = leaky_relu(h, slope)^2
@@ -727,10 +647,10 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
     """x = mix0*x + mix1*x0, then attention and MLP on normed inputs, in turn or in parallel."""
-    def __init__(self, args: Hyperparameters, layer: int, attn_impl: str = "dense"):
+    def __init__(self, args: Hyperparameters, layer: int):
         super().__init__()
         dim = args.model_dim
-        self.attn = CausalSelfAttention(args, layer >= args.num_layers - args.xsa_last_n, attn_impl)
+        self.attn = CausalSelfAttention(args, xsa=layer >= args.num_layers - args.xsa_last_n)
         self.mlp = MLP(dim, args.mlp_mult, args.mlp_act, args.mlp_impl)
         self.attn_scale = nn.Parameter(torch.ones(dim))
         self.mlp_scale = nn.Parameter(torch.ones(dim))
@@ -740,17 +660,17 @@ class Block(nn.Module):
         parallel = 0 <= args.parallel_residual_start <= layer
         self.residual = self.parallel_residual if parallel else self.sequential_residual
 
-    def sequential_residual(self, x: Tensor, segments=None) -> Tensor:
-        x = x + self.attn_scale.to(x.dtype) * self.attn(self.norm(x), segments)
+    def sequential_residual(self, x: Tensor) -> Tensor:
+        x = x + self.attn_scale.to(x.dtype) * self.attn(self.norm(x))
         return x + self.mlp_scale.to(x.dtype) * self.mlp(self.norm(x))
 
-    def parallel_residual(self, x: Tensor, segments=None) -> Tensor:
+    def parallel_residual(self, x: Tensor) -> Tensor:
         h = self.norm(x)
-        return x + self.attn_scale.to(x.dtype) * self.attn(h, segments) + self.mlp_scale.to(x.dtype) * self.mlp(h)
+        return x + self.attn_scale.to(x.dtype) * self.attn(h) + self.mlp_scale.to(x.dtype) * self.mlp(h)
 
-    def forward(self, x: Tensor, x0: Tensor, segments=None) -> Tensor:  # segments: what ATTENTION's impl needs
+    def forward(self, x: Tensor, x0: Tensor) -> Tensor:
         mix = self.resid_mix.to(x.dtype)
-        return self.residual(mix[0] * x + mix[1] * x0, segments)
+        return self.residual(mix[0] * x + mix[1] * x0)
 
 def layer_order(args: Hyperparameters, looping: bool) -> tuple[list[int], list[int]]:
     """(encoder, decoder) blocks, LOOP_START..LOOP_END repeated: 11, 3..5, 2 loops: 0-5 3 4 | 5 3 4 5 6-10."""
@@ -762,8 +682,7 @@ def layer_order(args: Hyperparameters, looping: bool) -> tuple[list[int], list[i
 
 class GPT(nn.Module):
     """compiled: the forward pass scoring runs (hidden states, no loss) is compiled."""
-    def __init__(self, args: Hyperparameters, loss_impl="torch", activation_dtype=torch.float32, compiled=False,
-                 attn_impl="sdpa"):  # attn_impl: DOC_MASK's (resolve_attn_impl)
+    def __init__(self, args: Hyperparameters, loss_impl: str = "torch", activation_dtype=torch.float32, compiled=False):
         super().__init__()
         self.logit_softcap, self.loss_chunk_tokens = args.logit_softcap, max(1, LOSS_CHUNK_ELEMENTS // args.vocab_size)
         self.loss_impl, self.activation_dtype = loss_impl, activation_dtype
@@ -774,9 +693,7 @@ class GPT(nn.Module):
         num_skips = max(min(len(enc), len(dec)) for enc, dec in self.orders.values())
         self.skip_weights = nn.Parameter(torch.ones(num_skips, args.model_dim))
         self.skip_gates = nn.Parameter(torch.zeros(num_skips, args.model_dim)) if args.skip_gates_enabled else None
-        attn_impl = attn_impl if args.doc_mask else "dense"
-        self.segments = ATTENTION[attn_impl][1]  # the document mask or segments, once a forward pass
-        self.blocks = nn.ModuleList(Block(args, i, attn_impl) for i in range(args.num_layers))
+        self.blocks = nn.ModuleList(Block(args, i) for i in range(args.num_layers))
         if args.ortho_init:  # the records': each matrix not zero at init, >= 64 on each side
             for m in self.modules():
                 if isinstance(m, CastedLinear) and not m.zero_init and min(m.weight.shape) >= 64:
@@ -792,15 +709,15 @@ class GPT(nn.Module):
     def hidden(self, input_ids: Tensor) -> Tensor:
         """input_ids (B, T) -> the normed final hidden states (B, T, C)."""
         x = rms_norm(self.tok_emb(input_ids)).to(self.activation_dtype)
-        x0, skips, segments = x, [], self.segments(input_ids)
+        x0, skips = x, []
         encoder, decoder = self.orders[self.looping]
         for i in encoder:
-            x = self.blocks[i](x, x0, segments)
+            x = self.blocks[i](x, x0)
             skips.append(x)
         for j, i in enumerate(decoder):
             if skips:
                 x = self.add_skip(x, skips.pop(), j)
-            x = self.blocks[i](x, x0, segments)
+            x = self.blocks[i](x, x0)
         return rms_norm(x).to(self.activation_dtype)
 
     def loss(self, h: Tensor, target_ids: Tensor, per_token: bool = False) -> Tensor:
@@ -1198,9 +1115,8 @@ def decompress(blob: bytes, name: str, planes: int, size: int) -> bytes:
     return np.frombuffer(data, np.uint8).reshape(planes, -1).T.tobytes()[:size] if planes > 1 else data
 
 def artifact_header(args: Hyperparameters, weights: str, looping: bool) -> dict:
-    model = {k: v for k, v in args.settings("model").items() if k != "doc_mask" or v}  # off: as before it existed
     return dict(args.settings("export"), byte_shuffle=COMPRESSORS[args.compressor][2], weights=weights,
-                looping=looping, tokenizer_sha256=file_sha256(args.tokenizer_path), model=model)
+                looping=looping, tokenizer_sha256=file_sha256(args.tokenizer_path), model=args.settings("model"))
 
 def payload_bytes(obj: dict) -> bytes:  # what torch.save writes
     torch.save(obj, buffer := io.BytesIO())
@@ -1252,8 +1168,7 @@ def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, dict[str, Ten
 # GPTQ_RESERVE_SECONDS. The lr decays linearly over the last WARMDOWN_FRAC of it.
 
 NO_BAD_STEP = 2**62  # "no non-finite loss yet", on the device: no sync per step
-NOT_FINITE_FIX = ("lower the learning rates (MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM (DOC_MASK=1 on"
-                  f" fa4: or B rows of N tokens held over B + N/{DOC_MASK_MEAN_TOKENS} documents: use ATTN_IMPL=sdpa).")
+NOT_FINITE_FIX = "lower the learning rates (MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM."
 
 def training_fraction(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
     return elapsed_ms / args.train_cap_ms if args.train_cap_ms > 0 else step / max(args.iterations, 1)
@@ -1476,20 +1391,17 @@ def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
     require(usable >= T * ctx.world_size, f"the validation split ({tokens.numel()} tokens in {val_files[0].parent}) "
             f"holds under one {seq}={T} sequence (+1) per rank: add validation data or lower {seq}.")
     sp = load_tokenizer(args.tokenizer_path, args.vocab_size)
-    require(not args.doc_mask or sp.bos_id() == BOS_ID, f"DOC_MASK=1 starts documents at token {BOS_ID}, the shards' "
-            f"BOS, but TOKENIZER_PATH's BOS is {sp.bos_id()}: build the shards with a tokenizer whose BOS is {BOS_ID}.")
     verified = check_shards(sp, args, val_files, train_files)  # before the sidecars' check
     artifact = read_artifact(args.artifact_path, args) if args.eval_only else None  # its model, tokenizer, payload
     token_bytes, bytes_from = val_token_bytes(args, val_files, tokens, sp)
     loss_impl, why = resolve_loss_impl(args, ctx.device)
-    attn_impl = resolve_attn_impl(args, ctx.device)
     log_path = Path(args.log_dir) / f"{args.run_id}.txt"
     require(not log_path.exists(), f"{log_path} already exists: set another RUN_ID (logs are kept).")
     init_distributed(ctx)  # every input has passed: now the GPU and the process group
     batch_seqs = max(args.val_batch_size // (ctx.world_size * ctx.grad_accum_steps) // T, 1)
     val = ValData(tokens[: usable + 1], token_bytes[: usable + 1].to(ctx.device), bytes_from, T, batch_seqs)
     logger = Logger(log_path if ctx.rank == 0 else None)
-    return Run(args, ctx, logger, val, train_files, loss_impl, why, verified, artifact, attn_impl)
+    return Run(args, ctx, logger, val, train_files, loss_impl, why, verified, artifact)
 
 def log_header(run: Run) -> None:
     args, ctx, log = run.args, run.ctx, run.log
@@ -1512,10 +1424,7 @@ def train_and_score(run: Run) -> None:
     on_cuda, compiled = ctx.device.type == "cuda", args.compile and ctx.device.type == "cuda"
     log_header(run)
     torch.manual_seed(args.seed)
-    if args.doc_mask:
-        log.log(doc_mask=1, attn_impl=run.attn_impl[0], attn_impl_reason=run.attn_impl[1])
-    model = GPT(args, run.loss_impl, torch.bfloat16 if on_cuda else torch.float32, compiled, run.attn_impl[0])
-    model = model.to(ctx.device)
+    model = GPT(args, run.loss_impl, torch.bfloat16 if on_cuda else torch.float32, compiled).to(ctx.device)
     if args.eval_only:
         return score_artifact(run, model, *log_artifact(run, args.artifact_path, run.artifact))
     raw_bytes = len(payload_bytes(quantize_state_dict(model.state_dict(), args, parameter_roles(model))))

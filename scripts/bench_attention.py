@@ -5,11 +5,6 @@ projections give them. Each line also gives the largest difference from the firs
 
   python3 scripts/bench_attention.py                            # the record's micro-batch and the defaults'
   python3 scripts/bench_attention.py --shape 48x2048 --heads 8 --kv-heads 4 --head-dim 64 --autotune
-  python3 scripts/bench_attention.py --doc-mask      # DOC_MASK=1's implementations, documents of 64-2048 tokens
-
-With --doc-mask the implementations are train_gpt.py's document-masked ones (ATTN_IMPL=fa4 with its fixed bound on the
-segments, flash-attn-4 with exactly the documents' segments, and the reference, SDPA with a mask), each line's
-difference taken from the reference.
 
 An implementation that has no kernel for a shape (SDPA's efficient backend has none for GQA) says so on its line.
 MEASUREMENTS.md ("Speed, issue 31", session 4) has the figures for one H100.
@@ -19,7 +14,6 @@ import argparse
 import contextlib
 import statistics
 import sys
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -70,30 +64,6 @@ def implementations(heads: int, kv_heads: int, seq_len: int, device, autotune: b
     return found
 
 
-def doc_masked(batch: int, seq_len: int, device) -> dict:
-    """train_gpt.py's document-masked attention on rows of documents of 64-2048 tokens (BOS_ID at their starts)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import train_gpt
-
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(2, 1000, (batch * seq_len,), generator=g)
-    at = 0
-    while at < ids.numel():
-        ids[at] = train_gpt.BOS_ID
-        at += int(torch.randint(64, 2049, (), generator=g))
-    ids = ids.view(batch, seq_len).to(device)
-    cu, cut_off = train_gpt.doc_segments(ids)
-    exact = (cu[: int((cu < batch * seq_len).sum()) + 1], cut_off)
-    print(f"shape:{batch}x{seq_len} segments:{len(exact[0]) - 1} bound:{len(cu) - 1} cut_off:{bool(cut_off)}")
-    mask = train_gpt.doc_causal_mask(ids)
-    found = {"sdpa_doc_mask": lambda q, k, v: train_gpt.sdpa_attention(q, k, v, mask)}
-    if train_gpt.resolve_attn_impl(train_gpt.Hyperparameters.from_env({"DOC_MASK": "1"}), ids.device)[0] == "fa4":
-        found["fa4_varlen"] = lambda q, k, v: train_gpt.varlen_attention(q, k, v, (cu, cut_off))
-        found["fa4_varlen_exact_segments"] = lambda q, k, v: train_gpt.varlen_attention(q, k, v, exact)
-        found["fa4_varlen_compiled"] = torch.compile(lambda q, k, v: train_gpt.varlen_attention(q, k, v, (cu, cut_off)))
-    return found
-
-
 def qkv(batch, seq_len, heads, kv_heads, head_dim, device, dtype):
     """q (B, H, T, D), k and v (B, Hkv, T, D), each (B, T, heads, D) in memory as the projections write them (the model's
     rotary then copies q and k to (B, H, T, D))."""
@@ -126,7 +96,6 @@ def main() -> None:
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--reps", type=int, default=20, help="timed calls; the median is printed")
     parser.add_argument("--autotune", action="store_true", help="also flex_attention autotuned (minutes)")
-    parser.add_argument("--doc-mask", action="store_true", help="train_gpt.py's document-masked attention instead")
     cli = parser.parse_args()
     if cli.heads <= 0 or cli.kv_heads <= 0 or cli.heads % cli.kv_heads:
         sys.exit(f"error: --kv-heads {cli.kv_heads} must be positive and divide --heads {cli.heads}.")
@@ -138,11 +107,7 @@ def main() -> None:
         grad = torch.randn_like(q)
         flops = 2 * batch * cli.heads * seq_len * seq_len * cli.head_dim  # causal forward: half of 4 B H T^2 D
         first = None
-        if cli.doc_mask:
-            found = doc_masked(batch, seq_len, "cuda")
-        else:
-            found = implementations(cli.heads, cli.kv_heads, seq_len, "cuda", cli.autotune)
-        for name, attend in found.items():
+        for name, attend in implementations(cli.heads, cli.kv_heads, seq_len, "cuda", cli.autotune).items():
             try:
                 with torch.no_grad():
                     out = attend(q, k, v).float()

@@ -76,7 +76,7 @@ def test_readme_skip_count_adds_up_and_names_every_reason():
     stated = {
         reason: int(numbers.get(count, count))
         for count, reason in re.findall(
-            r"(\d+|one|two|three|four) (need the test data|need CUDA|need flash-attn-4|matplotlib|Python 3\.12)",
+            r"(\d+|one|two|three|four) (need the test data|need CUDA|matplotlib|Python 3\.12)",
             passage,
         )
     }
@@ -85,7 +85,6 @@ def test_readme_skip_count_adds_up_and_names_every_reason():
     tests = "".join(path.read_text(encoding="utf-8") for path in others)
     in_tests = {
         "need CUDA": tests.count("@pytest.mark.skipif(not torch.cuda.is_available()"),
-        "need flash-attn-4": tests.count("@pytest.mark.skipif(not HAS_FA4"),
         "matplotlib": tests.count('importorskip("matplotlib"'),
         "Python 3.12": tests.count('pytest.skip("no Python 3.12+'),
     }
