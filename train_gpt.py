@@ -1257,7 +1257,8 @@ def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
 def log_validation(run: Run, model: GPT, step: int, weights: str, **timing) -> None:
     val_loss, val_bpb = loss_and_bpb(score_windows(model, run.val, run.ctx))  # the same on every rank: all stop
     require(math.isfinite(val_loss), f"val_loss is not finite after step {step}: {NOT_FINITE_FIX}", FloatingPointError)
-    run.log.log(step=f"{step}/{run.args.iterations}", val_loss=val_loss, val_bpb=val_bpb, weights=weights, **timing)
+    run.log.log(step=f"{step}/{run.args.iterations}", val_loss=f"{val_loss:.8f}", val_bpb=f"{val_bpb:.8f}",
+                weights=weights, **timing)  # full precision: ab.py pairs these values
 
 def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
     """Steps to ITERATIONS or the cap (the clock paused to validate): steps, EMA or None, training ms."""
