@@ -165,9 +165,8 @@ class Hyperparameters:
         self.val_seq_len = self.eval_seq_len or self.train_seq_len  # the scoring window
         for f in dataclasses.fields(self):
             name, value, rule = f.name.upper(), getattr(self, f.name), f.metadata.get("rule")
-            check = RULES.get(rule, lambda v: v in rule)  # a key of RULES, or the allowed words
-            must = "one of " + ", ".join(rule) if isinstance(rule, tuple) else rule
-            require(not rule or check(value), f"{name}={value!r} must be {must}.")
+            must = "one of " + ", ".join(rule) if isinstance(rule, tuple) else rule  # a key of RULES, or words
+            require(not rule or RULES.get(rule, lambda v: v in rule)(value), f"{name}={value!r} must be {must}.")
         dim, heads, head_dim = self.model_dim, self.num_heads, self.model_dim // self.num_heads
         require(dim % heads == 0, f"NUM_HEADS={heads} must divide MODEL_DIM={dim}.")
         require(head_dim % 2 == 0, f"MODEL_DIM/NUM_HEADS={head_dim} (the head size) must be even, for rotary.")
