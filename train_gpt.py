@@ -761,8 +761,7 @@ class Muon(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self):
-        distributed = dist.is_available() and dist.is_initialized()
-        world, rank = (dist.get_world_size(), dist.get_rank()) if distributed else (1, 0)
+        world, rank = (dist.get_world_size(), dist.get_rank()) if dist.is_initialized() else (1, 0)
         gathers, banks = [], []
         for group in self.param_groups:
             params, momentum = group["params"], group["momentum"]
