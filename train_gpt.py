@@ -799,8 +799,8 @@ def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> l
     params, roles = dict(model.named_parameters()), parameter_roles(model)
     names = sorted(roles, key=lambda n: not n.startswith("blocks."))  # the order clip_grad_norm_ sums
     embed, matrix, scalar = ([params[n] for n in names if roles[n] == role] for role in ("embed", "matrix", "scalar"))
-    adam_groups = [dict(params=embed, lr=args.tied_embed_lr, base_lr=args.tied_embed_lr, weight_decay=args.embed_wd),
-                   dict(params=scalar, lr=args.scalar_lr, base_lr=args.scalar_lr, weight_decay=args.adam_wd)]
+    adam_groups = [dict(params=group, lr=lr, base_lr=lr, weight_decay=wd) for group, lr, wd in
+                   ((embed, args.tied_embed_lr, args.embed_wd), (scalar, args.scalar_lr, args.adam_wd))]
     adam = torch.optim.AdamW(adam_groups, betas=(args.beta1, args.beta2), eps=args.adam_eps,
                              fused=model.tok_emb.weight.is_cuda)  # p *= 1 - lr * wd: Adam where wd is 0
     muon = Muon(matrix, lr=args.matrix_lr, momentum=args.muon_momentum, backend_steps=args.muon_backend_steps,
