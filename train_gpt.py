@@ -928,12 +928,11 @@ def score_windows(model: GPT, val: ValData, ctx: DistContext, stride: int = 0, s
     starts = window_starts(val, stride) if starts is None else starts
     starts = starts[len(starts) * ctx.rank // ctx.world_size : len(starts) * (ctx.rank + 1) // ctx.world_size]
     batch = max(min(val.batch_seqs, len(starts)), 1)
+    starts = torch.cat([starts, starts.new_full((-len(starts) % batch,), total)])  # whole batches: padded
     sums = torch.zeros(3, dtype=torch.float64, device=ctx.device)  # loss * tokens, tokens, bytes
     was_training = model.training
     model.eval()
-    for i in range(0, len(starts), batch):
-        first = starts[i : i + batch]
-        first = torch.cat([first, starts.new_full((batch - len(first),), total)])  # (batch,) starts, padded
+    for first in starts.view(-1, batch):  # (batch,) starts
         windows = val.tokens[(first[:, None] + torch.arange(T + 1)).clamp_max(total)].to(ctx.device, non_blocking=True)
         lo = 0 if first[0] == 0 else context  # the first window scores all its tokens, others their last stride
         x, y = windows[:, :-1], windows[:, lo + 1 :]
