@@ -318,8 +318,8 @@ class Logger:
             print(message, flush=True)
 
     def log(self, **fields) -> None:
-        floats = {k: f"{v:.4f}" if abs(v) < 1e6 else f"{v:.0f}" for k, v in fields.items() if isinstance(v, float)}
-        self.text(" ".join(f"{k}:{floats.get(k, v)}" for k, v in fields.items()))
+        texts = {k: f"{v:.{4 if abs(v) < 1e6 else 0}f}" if isinstance(v, float) else v for k, v in fields.items()}
+        self.text(" ".join(f"{k}:{v}" for k, v in texts.items()))
 
 @dataclasses.dataclass
 class Run:
