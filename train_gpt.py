@@ -353,7 +353,7 @@ def read_shard_header(path: str | Path) -> int:
     size = Path(path).stat().st_size
     require(size >= SHARD_HEADER_BYTES, f"{path}: {size} bytes is shorter than the {SHARD_HEADER_BYTES}-byte "
             f"shard header. The file is truncated: {SHARD_FIX}.", ShardError)
-    magic, version, num_tokens = (int(v) for v in np.fromfile(path, dtype="<i4", count=SHARD_HEADER_INTS)[:3])
+    magic, version, num_tokens = np.fromfile(path, dtype="<i4", count=3).tolist()
     require((magic, version) == (SHARD_MAGIC, SHARD_VERSION), f"{path}: header magic/version {magic}/{version}, "
             f"expected {SHARD_MAGIC}/{SHARD_VERSION}. Not a shard of this format: {SHARD_FIX}.", ShardError)
     expected = SHARD_HEADER_BYTES + num_tokens * SHARD_TOKEN_DTYPE.itemsize
