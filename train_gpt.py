@@ -508,9 +508,9 @@ def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, ch
     n, V = x.size(0), weight.size(0)
     w = weight.to(x.dtype)  # (V, d): the matmul's cast, once for every chunk
     logits = x.new_empty(min(chunk_tokens, n), V)  # one buffer for all chunks, then dL/dlogits
-    loss_rows = torch.empty(n, dtype=torch.float32, device=x.device)
+    loss_rows = x.new_empty(n, dtype=torch.float32)
     grad_x = x.new_empty(x.shape if need_grad else (0,))  # the shapes register_fake gives
-    grad_w = torch.zeros(weight.shape if need_grad else (0,), dtype=torch.float32, device=x.device)
+    grad_w = x.new_zeros(weight.shape if need_grad else (0,), dtype=torch.float32)
     fp32_out = x.is_cuda and x.dtype != torch.float32 and hasattr(torch.ops.aten.addmm, "dtype")  # torch>=2.8
     for start in range(0, n, chunk_tokens):
         end = min(start + chunk_tokens, n)
