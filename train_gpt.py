@@ -928,7 +928,7 @@ def score_windows(model: GPT, val: ValData, ctx: DistContext, stride: int = 0, s
     starts = window_starts(val, stride) if starts is None else starts
     starts = starts[len(starts) * ctx.rank // ctx.world_size : len(starts) * (ctx.rank + 1) // ctx.world_size]
     batch = max(min(val.batch_seqs, len(starts)), 1)
-    starts = torch.cat([starts, starts.new_full((-len(starts) % batch,), total)])  # whole batches: padded
+    starts = F.pad(starts, (0, -len(starts) % batch), value=total)  # padded to whole batches
     sums = torch.zeros(3, dtype=torch.float64, device=ctx.device)  # loss * tokens, tokens, bytes
     was_training = model.training
     model.eval()
@@ -975,7 +975,7 @@ def train_on_chunk(run: Run, model: GPT, sgd: torch.optim.SGD, begin: int, end: 
     """TTT_EPOCHS steps on predictions begin..end-1, split over ranks; the gradient clipped."""
     ctx, T, params = run.ctx, run.val.seq_len, list(model.parameters())
     seqs = (end - begin) // T
-    mine = torch.arange(seqs)[seqs * ctx.rank // ctx.world_size : seqs * (ctx.rank + 1) // ctx.world_size]
+    mine = torch.arange(seqs * ctx.rank // ctx.world_size, seqs * (ctx.rank + 1) // ctx.world_size)
     weight, mine = len(mine) / seqs, mine if len(mine) else torch.zeros(1, dtype=torch.int64)
     rows = run.val.tokens[begin + T * mine[:, None] + torch.arange(T + 1)].to(ctx.device)  # (n, T + 1)
     sgd.param_groups[0]["lr"] = lr  # one group: the model's parameters
