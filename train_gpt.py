@@ -1170,23 +1170,20 @@ def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, dict[str, Ten
 NO_BAD_STEP = 2**62  # "no non-finite loss yet", on the device: no sync per step
 NOT_FINITE_FIX = "lower the learning rates (MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM."
 
-def training_fraction(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
-    return elapsed_ms / args.train_cap_ms if args.train_cap_ms > 0 else step / max(args.iterations, 1)
-
-def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:  # what is left of the warm-down
+def schedule(step: int, elapsed_ms: float, args: Hyperparameters) -> tuple[float, float, bool]:
+    """This step's lr multiplier (what is left of the warm-down), Muon momentum, and whether the layers loop."""
+    frac = elapsed_ms / args.train_cap_ms if args.train_cap_ms > 0 else step / max(args.iterations, 1)
     if args.warmdown_frac > 0:  # wins over WARMDOWN_ITERS (the log says which ran)
-        mult = (1.0 - training_fraction(step, elapsed_ms, args)) / args.warmdown_frac
+        mult = (1.0 - frac) / args.warmdown_frac
     elif args.warmdown_iters <= 0:
         mult = 1.0
     elif args.train_cap_ms <= 0:
         mult = (args.iterations - step) / args.warmdown_iters
     else:  # WARMDOWN_ITERS steps at the mean step time so far, before the cap
         mult = max(args.train_cap_ms - elapsed_ms, 0.0) / max(args.warmdown_iters * elapsed_ms / max(step, 1), 1e-9)
-    return max(min(mult, 1.0), args.min_lr)
-
-def muon_momentum(step: int, args: Hyperparameters) -> float:
-    frac = min(step / args.muon_momentum_warmup_steps, 1.0) if args.muon_momentum_warmup_steps > 0 else 1.0
-    return (1 - frac) * args.muon_momentum_warmup_start + frac * args.muon_momentum
+    warm = min(step / args.muon_momentum_warmup_steps, 1.0) if args.muon_momentum_warmup_steps > 0 else 1.0
+    momentum = (1 - warm) * args.muon_momentum_warmup_start + warm * args.muon_momentum
+    return max(min(mult, 1.0), args.min_lr), momentum, args.num_loops > 0 and frac >= args.enable_looping_at
 
 class EMA:
     """An fp32 average of the parameters, ema = decay * ema + (1 - decay) * p after each step."""
@@ -1208,7 +1205,7 @@ class TrainState:
     step_model: nn.Module  # what a step calls: the GPT, compiled on CUDA, in DDP with several processes
     optimizers: list[torch.optim.Optimizer]
 
-def train_step(run: Run, state: TrainState, loader: DistributedTokenLoader, step: int, lr_scale: float) -> Tensor:
+def train_step(run: Run, state: TrainState, loader, lr_scale: float, momentum: float) -> Tensor:
     """One optimizer step over TRAIN_BATCH_TOKENS; this rank's mean loss (on the device)."""
     args, ctx = run.args, run.ctx
     total_loss = torch.zeros((), device=ctx.device)
@@ -1227,7 +1224,7 @@ def train_step(run: Run, state: TrainState, loader: DistributedTokenLoader, step
         for group in opt.param_groups:
             group["lr"] = group["base_lr"] * lr_scale
             if isinstance(opt, Muon):
-                group["momentum"] = muon_momentum(step, args)
+                group["momentum"] = momentum
         opt.step()
         opt.zero_grad(set_to_none=True)
     return total_loss / ctx.grad_accum_steps
@@ -1242,7 +1239,7 @@ def warmup_and_restore(run: Run, state: TrainState) -> None:
         model.looping = looping
         for step in range(args.warmup_steps):
             log.progress = {"step": f"0/{args.iterations}", "warmup_step": f"{step}/{args.warmup_steps}"}
-            train_step(run, state, loader, step, 1.0)
+            train_step(run, state, loader, 1.0, schedule(step, 0.0, args)[1])
             if step < 3 or (step + 1) % 10 == 0 or step + 1 == args.warmup_steps:
                 log.log(warmup_step=f"{step + 1}/{args.warmup_steps}", looping=int(looping))
     model.looping = False
@@ -1279,12 +1276,12 @@ def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
         if last_step:
             break
         elapsed_ms = training_ms + 1000 * (time.perf_counter() - t0)
-        frac = training_fraction(step, elapsed_ms, args)
-        if args.num_loops > 0 and not model.looping and frac >= args.enable_looping_at:
+        lr_scale, momentum, looping = schedule(step, elapsed_ms, args)
+        if looping and not model.looping:
             model.looping = True
             log.log(layer_loop="enabled", step=step, train_time=f"{elapsed_ms:.0f}ms",
                     order="-".join(map(str, sum(model.orders[True], []))))
-        loss = train_step(run, state, loader, step, lr_multiplier(step, elapsed_ms, args))
+        loss = train_step(run, state, loader, lr_scale, momentum)
         if ema is not None:
             ema.update()
         bad_step = torch.minimum(bad_step, torch.where(torch.isfinite(loss), NO_BAD_STEP, step + 1))

@@ -620,10 +620,10 @@ def test_the_training_clock_stops_gptq_reserve_seconds_before_the_cap(tiny_data,
     assert args.train_cap_ms == 588_000.0
     assert tiny_args_on(tiny_data, tmp_path, MAX_WALLCLOCK_SECONDS=600).train_cap_ms == 600_000.0
     assert tiny_args_on(tiny_data, tmp_path, MAX_WALLCLOCK_SECONDS=0).train_cap_ms == 0.0
-    # the schedule runs on that clock: half of 588 s is half way, and the warm-down ends at 588 s
-    assert train_gpt.training_fraction(5, 294_000.0, args) == pytest.approx(0.5)
-    assert train_gpt.lr_multiplier(5, 441_000.0, args) == pytest.approx(0.5)
-    assert train_gpt.lr_multiplier(5, 588_000.0, args) == 0.0
+    # the schedule runs on that clock: the warm-down (the last half) starts at 294 s and ends at 588 s
+    assert train_gpt.schedule(5, 294_000.0, args)[0] == 1.0 > train_gpt.schedule(5, 294_100.0, args)[0]
+    assert train_gpt.schedule(5, 441_000.0, args)[0] == pytest.approx(0.5)
+    assert train_gpt.schedule(5, 588_000.0, args)[0] == 0.0
 
 
 # =================================================================================================

@@ -530,7 +530,7 @@ def test_the_docstring_smoke_run_warms_down_within_its_steps():
     """It kept WARMDOWN_ITERS=3000 with ITERATIONS=20: the learning rate stayed under 1% of its peak (4.957 bpb)."""
     env = dict(re.findall(r"([A-Z_]+)=(\S+)", docstring_smoke_command()))
     args = Hyperparameters.from_env({k: v for k, v in env.items() if not v.startswith("$(")})
-    multipliers = [train_gpt.lr_multiplier(step, 0.0, args) for step in range(args.iterations)]
+    multipliers = [train_gpt.schedule(step, 0.0, args)[0] for step in range(args.iterations)]
     assert multipliers[0] == 1.0 and multipliers[len(multipliers) // 2] == 1.0 and multipliers[-1] < 0.5
 
 
