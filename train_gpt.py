@@ -1137,7 +1137,7 @@ def save_artifact(obj: dict, header: dict, path: str) -> tuple[int, int]:
     return len(raw), len(blob)
 
 def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, dict[str, Tensor]]:
-    """(header, weights) of the artifact at path; its model must be the config's, its payload intact."""
+    """(header and path, weights) of the artifact at path; its model must be the config's, its payload intact."""
     require_file("ARTIFACT_PATH", path, "Point it at the .ptz file that a run wrote.")
     blob, ours = Path(path).read_bytes(), args.settings("model") | {"embedding_dim": 0}  # retired: 0 is none
     require(blob.startswith(ARTIFACT_MAGIC), f"ARTIFACT_PATH={path} is not an artifact of this script (no "
@@ -1161,7 +1161,7 @@ def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, dict[str, Ten
     same = made_with in (None, file_sha256(args.tokenizer_path))
     require(same or args.allow_other_tokenizer, f"ARTIFACT_PATH={path} was made with another tokenizer (sha256 "
             f"{made_with}) than TOKENIZER_PATH: set it as that run did, or ALLOW_OTHER_TOKENIZER=1.")
-    return header | {"quantized_tensors": f"{len(obj['quantized'])}/{len(weights)}"}, weights
+    return header | {"quantized_tensors": f"{len(obj['quantized'])}/{len(weights)}", "path": path}, weights
 
 # ==== Training ================================================================
 # The clock counts training steps only (not the compile warm-up, not validation), up to the cap less
@@ -1327,23 +1327,20 @@ def export(run: Run, model: GPT, weights: str, train_ms: float) -> str:
         dist.broadcast_object_list(written, src=0)
     return written[0]
 
-def log_artifact(run: Run, path: str, artifact: tuple[dict, dict]) -> tuple[dict, dict]:
-    header, model_bytes, code_bytes = artifact[0], Path(path).stat().st_size, len(Path(__file__).read_bytes())
-    total, raw, made_with = code_bytes + model_bytes, header["payload_bytes"], header.get("tokenizer_sha256", "none")
-    run.log.log(artifact=path, sha256=file_sha256(path), code_bytes=code_bytes, model_bytes=model_bytes,
-                quantized_tensors=header["quantized_tensors"], total_bytes=total, limit_bytes=ARTIFACT_LIMIT_BYTES,
-                within_limit="yes" if total <= ARTIFACT_LIMIT_BYTES else "NO", payload_raw_bytes=raw,
-                compression_ratio=f"{raw / model_bytes:.3f}", eval_seq_len=run.val.seq_len,
-                tokenizer="same" if made_with == file_sha256(run.args.tokenizer_path) else made_with)
-    if header["quantized_tensors"].startswith("0/"):  # all fp16/fp32, whatever int{bits} the score lines say
-        run.log.log(quant_note="nothing_quantized", quantized_only_over_values=QUANT_KEEP_FLOAT_MAX_NUMEL)
-    return artifact
-
 def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor], observe=None) -> None:
-    """Each scoring path asked for, timed: roundtrip, sliding_window, ttt (the last one scores)."""
+    """Its bytes, then each scoring path asked for, timed: roundtrip, sliding_window, ttt (the last one scores)."""
+    args, ctx, log, spent_ms = run.args, run.ctx, run.log, []
+    model_bytes, code_bytes = Path(header["path"]).stat().st_size, len(Path(__file__).read_bytes())
+    total, raw, made_with = code_bytes + model_bytes, header["payload_bytes"], header.get("tokenizer_sha256", "none")
+    log.log(artifact=header["path"], sha256=file_sha256(header["path"]), code_bytes=code_bytes,
+            model_bytes=model_bytes, quantized_tensors=header["quantized_tensors"], total_bytes=total,
+            limit_bytes=ARTIFACT_LIMIT_BYTES, within_limit="yes" if total <= ARTIFACT_LIMIT_BYTES else "NO",
+            payload_raw_bytes=raw, compression_ratio=f"{raw / model_bytes:.3f}", eval_seq_len=run.val.seq_len,
+            tokenizer="same" if made_with == file_sha256(args.tokenizer_path) else made_with)
+    if header["quantized_tensors"].startswith("0/"):  # all fp16/fp32, whatever int{bits} the score lines say
+        log.log(quant_note="nothing_quantized", quantized_only_over_values=QUANT_KEEP_FLOAT_MAX_NUMEL)
     model.load_state_dict(weights, strict=True)
     model.looping = header["looping"]
-    args, ctx, log, spent_ms = run.args, run.ctx, run.log, []
     def timed_score(kind: str, score, *inputs, **window) -> None:  # the records' timed_eval
         log.progress = dict(log.progress, scoring=kind)
         t0 = ctx.clock()
@@ -1424,7 +1421,7 @@ def train_and_score(run: Run) -> None:
     torch.manual_seed(args.seed)
     model = GPT(args, run.loss_impl, torch.bfloat16 if on_cuda else torch.float32, compiled).to(ctx.device)
     if args.eval_only:
-        return score_artifact(run, model, *log_artifact(run, args.artifact_path, run.artifact))
+        return score_artifact(run, model, *run.artifact)
     raw_bytes = len(payload_bytes(quantize_state_dict(model.state_dict(), args, parameter_roles(model))))
     code_bytes = len(Path(__file__).read_bytes())
     room = max(ARTIFACT_LIMIT_BYTES - code_bytes, 1)  # bytes left for the weights
@@ -1446,7 +1443,7 @@ def train_and_score(run: Run) -> None:
         ema.copy_to_model()
         log_validation(run, model, steps, "ema")
     path = export(run, model, "raw" if ema is None else "ema", train_ms)
-    score_artifact(run, model, *log_artifact(run, path, read_artifact(path, args)))
+    score_artifact(run, model, *read_artifact(path, args))
 
 def raise_interrupt(signum, frame):  # SIGINT and SIGTERM alike: unwind, log the step reached
     raise KeyboardInterrupt(signal.Signals(signum).name)

@@ -308,7 +308,9 @@ def test_an_artifact_round_trips_through_its_header(tiny_data, tmp_path, compres
     payload = path.read_bytes().split(b"\n", 2)[2]  # after the magic line and the header line
     sha = hashlib.sha256(payload).hexdigest()
     counted = f"{len(obj['quantized'])}/{len(obj['quantized']) + len(obj['kept'])}"  # read from the payload
-    assert loaded_header == dict(header, payload_bytes=raw_bytes, payload_sha256=sha, quantized_tensors=counted)
+    assert loaded_header == dict(
+        header, payload_bytes=raw_bytes, payload_sha256=sha, quantized_tensors=counted, path=str(path)
+    )
     assert counted == "1/22"  # at MODEL_DIM=144 the embedding alone is over 65,536 values
     assert loaded_header["tokenizer_sha256"] == hashlib.sha256(tiny_data.tokenizer_path.read_bytes()).hexdigest()
     assert loaded_header["compressor"] == compressor
