@@ -1074,9 +1074,9 @@ def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:  # kept tensors; each
 def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
     """H = X^T X of each quantized matrix's inputs, over GPTQ_CALIBRATION_BATCHES training batches."""
     args, ctx = run.args, run.ctx
-    hessians: dict[str, Tensor] = {}
+    hessians = {}
     def add(name: str, x: Tensor) -> None:
-        x = x.detach().reshape(-1, x.size(-1)).float()
+        x = x.reshape(-1, x.size(-1)).float()
         hessians.setdefault(name, x.new_zeros(x.size(1), x.size(1))).addmm_(x.T, x)
     hooks = [m.register_forward_hook(lambda m, inputs, out, name=n + ".weight": add(name, inputs[0])) for n, m in
              model.named_modules() if isinstance(m, CastedLinear) and m.weight.numel() > QUANT_KEEP_FLOAT_MAX_NUMEL]
@@ -1093,9 +1093,7 @@ def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
                         tokens=i * ctx.world_size * x.numel(), left_est=f"{ms * (rank_batches / i - 1):.0f}ms")
     for hook in hooks:
         hook.remove()
-    for H in hessians.values():
-        ctx.all_reduce(H)
-    return hessians
+    return {name: ctx.all_reduce(H) for name, H in hessians.items()}
 
 def compressor(name: str, reading: bool = False):
     try:
