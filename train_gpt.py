@@ -1126,7 +1126,7 @@ def save_artifact(obj: dict, header: dict, path: str) -> tuple[int, int]:
     payload = compress(raw, header["compressor"])
     header = dict(header, payload_bytes=len(raw), payload_sha256=hashlib.sha256(payload).hexdigest())
     blob = ARTIFACT_MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + payload
-    tmp = Path(path).with_name(Path(path).name + f".tmp{os.getpid()}")  # renamed: none sees half a file
+    tmp = Path(f"{path}.tmp{os.getpid()}")  # renamed: none sees half a file
     try:  # an interrupt or a full disk leaves no temp file
         tmp.write_bytes(blob)
         os.replace(tmp, path)
@@ -1224,7 +1224,7 @@ def train_step(run: Run, state: TrainState, loader, lr_scale: float, momentum: f
             if isinstance(opt, Muon):
                 group["momentum"] = momentum
         opt.step()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad()
     return total_loss / ctx.grad_accum_steps
 
 def warmup_and_restore(run: Run, state: TrainState) -> None:
@@ -1246,7 +1246,7 @@ def warmup_and_restore(run: Run, state: TrainState) -> None:
     log.log(warmup_steps=args.warmup_steps, warmup_time=f"{1000 * (run.ctx.clock() - t0):.0f}ms")
 
 def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
-    step = int(ctx.all_reduce(bad_step, dist.ReduceOp.MIN).item())
+    step = ctx.all_reduce(bad_step, dist.ReduceOp.MIN).item()
     require(step == NO_BAD_STEP, f"train_loss is not finite at step {step}: {NOT_FINITE_FIX}", FloatingPointError)
 
 def log_validation(run: Run, model: GPT, step: int, weights: str, **timing) -> None:
@@ -1261,7 +1261,7 @@ def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
     loader = make_train_loader(args, run.train_files, ctx)
     ema = EMA(model, args.ema_decay) if args.ema_decay > 0 else None
     training_ms, reached_cap, step = 0.0, False, 0
-    bad_step = torch.full((), NO_BAD_STEP, dtype=torch.int64, device=ctx.device)
+    bad_step = torch.tensor(NO_BAD_STEP, device=ctx.device)
     t0 = ctx.clock()
     while True:
         last_step = step == args.iterations or reached_cap
@@ -1337,7 +1337,7 @@ def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor
             tokenizer="same" if made_with == file_sha256(args.tokenizer_path) else made_with)
     if header["quantized_tensors"].startswith("0/"):  # all fp16/fp32, whatever int{bits} the score lines say
         log.log(quant_note="nothing_quantized", quantized_only_over_values=QUANT_KEEP_FLOAT_MAX_NUMEL)
-    model.load_state_dict(weights, strict=True)
+    model.load_state_dict(weights)
     model.looping = header["looping"]
     def timed_score(kind: str, score, *inputs, **window) -> None:  # the records' timed_eval
         log.progress = dict(log.progress, scoring=kind)
