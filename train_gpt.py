@@ -1047,8 +1047,7 @@ def quantize_rows(w: Tensor, bits: int, clip_sigmas: float, hessian: Tensor | No
 def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, roles: dict, hessians=None) -> dict:
     """The payload: codes and scales of the large tensors (GPTQ: batched by shape, on the GPU), the rest kept."""
     quantized, scales, kept, batches = {}, {}, {}, {}
-    for name, tensor in state_dict.items():
-        t = tensor.detach()
+    for name, t in state_dict.items():
         if not t.is_floating_point():
             kept[name] = t.cpu()
         elif t.numel() <= QUANT_KEEP_FLOAT_MAX_NUMEL:  # fp16; int8's format (no clip sigmas): scalars fp32
@@ -1060,7 +1059,7 @@ def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, ro
         bits, sigmas = (getattr(args, field) for field in QUANT_GROUPS[group])
         hessian = torch.stack([hessians[n] for n in names]) if hessians and names[0] in hessians else None
         device = "cpu" if hessian is None else hessian.device
-        w = torch.stack([state_dict[n].detach().to(device).float().reshape(state_dict[n].size(0), -1) for n in names])
+        w = torch.stack([state_dict[n].to(device).float().reshape(state_dict[n].size(0), -1) for n in names])
         q, scale = quantize_rows(w, bits, sigmas, hessian)
         for n, qn, sn in zip(names, q, scale):
             quantized[n], scales[n] = qn.reshape(state_dict[n].shape).to("cpu", copy=True), sn.to("cpu", copy=True)
