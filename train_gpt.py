@@ -1040,7 +1040,7 @@ def quantize_rows(w: Tensor, bits: int, clip_sigmas: float, hessian: Tensor | No
         w = torch.clamp(w, -clip[..., None], clip[..., None])
     s = scale.float()[..., None]  # stored in fp16: round with that
     if hessian is not None:  # gptq_round takes a batch: one matrix is a batch of one
-        batch = [t if w.dim() == 3 else t[None] for t in (w, hessian.to(w.device), s)]
+        batch = [t if w.dim() == 3 else t[None] for t in (w, hessian, s)]
         return gptq_round(*batch, qmax).view(w.shape), scale
     return torch.clamp(torch.round(w / s), -qmax, qmax).to(torch.int8), scale
 
@@ -1072,7 +1072,7 @@ def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:  # kept tensors; each
 @torch.no_grad()
 def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
     """H = X^T X of each quantized matrix's inputs, over GPTQ_CALIBRATION_BATCHES training batches."""
-    args, ctx = run.args, run.ctx
+    args, ctx, log = run.args, run.ctx, run.log
     hessians = {}
     def add(name: str, x: Tensor) -> None:
         x = x.reshape(-1, x.size(-1)).float()
@@ -1085,11 +1085,11 @@ def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
         x, _ = loader.next_batch(args.train_batch_tokens // GRAD_ACCUM_TOTAL, args.train_seq_len)
         with ctx.autocast():
             add("tok_emb.weight", model.hidden(x))  # the head's inputs
-        run.log.progress["gptq_calibration"] = f"{min(i * ctx.world_size, batches)}/{batches}"
+        log.progress["gptq_calibration"] = f"{min(i * ctx.world_size, batches)}/{batches}"
         if i == 1 or 10 * i // rank_batches > 10 * (i - 1) // rank_batches:  # first, then each tenth
             ms = 1000 * (ctx.clock() - t0)
-            run.log.log(gptq_calibration=run.log.progress["gptq_calibration"], hessian_time=f"{ms:.0f}ms",
-                        tokens=i * ctx.world_size * x.numel(), left_est=f"{ms * (rank_batches / i - 1):.0f}ms")
+            log.log(gptq_calibration=log.progress["gptq_calibration"], hessian_time=f"{ms:.0f}ms",
+                    tokens=i * ctx.world_size * x.numel(), left_est=f"{ms * (rank_batches / i - 1):.0f}ms")
     for hook in hooks:
         hook.remove()
     return {name: ctx.all_reduce(H) for name, H in hessians.items()}
@@ -1134,7 +1134,7 @@ def save_artifact(obj: dict, header: dict, path: str) -> tuple[int, int]:
     return len(raw), len(blob)
 
 def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, dict[str, Tensor]]:
-    """(header and path, weights) of the artifact at path; its model must be the config's, its payload intact."""
+    """(header, weights) of the artifact at path; its model must be the config's, its payload intact."""
     require_file("ARTIFACT_PATH", path, "Point it at the .ptz file that a run wrote.")
     blob, ours = Path(path).read_bytes(), args.settings("model") | {"embedding_dim": 0}  # retired: 0 is none
     require(blob.startswith(ARTIFACT_MAGIC), f"ARTIFACT_PATH={path} is not an artifact of this script (no "
@@ -1300,25 +1300,25 @@ def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
 
 def export(run: Run, model: GPT, weights: str, train_ms: float) -> str:
     """GPTQ's Hessians (every rank) and rounding (rank 0), timed; rank 0 writes the artifact: its path."""
-    args, ctx, written = run.args, run.ctx, [run.args.artifact_path]
+    args, ctx, log, written = run.args, run.ctx, run.log, [run.args.artifact_path]
     t0 = ctx.clock()
     hessians = collect_hessians(run, model) if args.gptq_calibration_batches > 0 else None
     if ctx.rank == 0:
         obj = quantize_state_dict(model.state_dict(), args, parameter_roles(model), hessians)
         if hessians is not None:
             gptq_ms, cap_ms = 1000 * (ctx.clock() - t0), 1000 * args.max_wallclock_seconds
-            run.log.log(gptq_hessians=len(hessians), gptq_time=f"{gptq_ms:.0f}ms",
-                        train_plus_gptq_time=f"{train_ms + gptq_ms:.0f}ms",
-                        within_cap="yes" if not cap_ms or train_ms + gptq_ms <= cap_ms else "NO")
+            log.log(gptq_hessians=len(hessians), gptq_time=f"{gptq_ms:.0f}ms",
+                    train_plus_gptq_time=f"{train_ms + gptq_ms:.0f}ms",
+                    within_cap="yes" if not cap_ms or train_ms + gptq_ms <= cap_ms else "NO")
         if Path(args.artifact_path).exists():  # an earlier run's: kept, named by its sha256
             moved = f"{args.artifact_path}.{file_sha256(args.artifact_path)[:12]}"
             os.replace(args.artifact_path, moved)
-            run.log.log(artifact_previous_moved_to=moved)
+            log.log(artifact_previous_moved_to=moved)
         try:
             save_artifact(obj, artifact_header(args, weights, model.looping), args.artifact_path)
         except OSError as exc:  # a full disk must not lose the model: the temp folder
             written = [str(Path(tempfile.gettempdir(), f"{args.run_id}.ptz"))]
-            run.log.log(artifact_write_failed=args.artifact_path, reason=str(exc.strerror).replace(" ", "_"))
+            log.log(artifact_write_failed=args.artifact_path, reason=str(exc.strerror).replace(" ", "_"))
             save_artifact(obj, artifact_header(args, weights, model.looping), written[0])
     if ctx.distributed:  # also the barrier: no rank reads the artifact before it exists
         dist.broadcast_object_list(written, src=0)
@@ -1327,7 +1327,7 @@ def export(run: Run, model: GPT, weights: str, train_ms: float) -> str:
 def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor], observe=None) -> None:
     """Its bytes, then each scoring path asked for, timed: roundtrip, sliding_window, ttt (the last one scores)."""
     args, ctx, log, spent_ms = run.args, run.ctx, run.log, []
-    model_bytes, code_bytes = Path(header["path"]).stat().st_size, len(Path(__file__).read_bytes())
+    model_bytes, code_bytes = Path(header["path"]).stat().st_size, Path(__file__).stat().st_size
     total, raw, made_with = code_bytes + model_bytes, header["payload_bytes"], header.get("tokenizer_sha256", "none")
     log.log(artifact=header["path"], sha256=file_sha256(header["path"]), code_bytes=code_bytes,
             model_bytes=model_bytes, quantized_tensors=header["quantized_tensors"], total_bytes=total,
@@ -1420,7 +1420,7 @@ def train_and_score(run: Run) -> None:
     if args.eval_only:
         return score_artifact(run, model, *run.artifact)
     raw_bytes = len(payload_bytes(quantize_state_dict(model.state_dict(), args, parameter_roles(model))))
-    code_bytes = len(Path(__file__).read_bytes())
+    code_bytes = Path(__file__).stat().st_size
     room = max(ARTIFACT_LIMIT_BYTES - code_bytes, 1)  # bytes left for the weights
     log.log(model_params=sum(p.numel() for p in model.parameters()), payload_raw_bytes=raw_bytes, code_bytes=code_bytes,
             limit_bytes=ARTIFACT_LIMIT_BYTES, compression_needed=f"{raw_bytes / room:.2f}x",
