@@ -1037,15 +1037,14 @@ def quantize_rows(w: Tensor, bits: int, clip_sigmas: float, hessian: Tensor | No
         w = torch.clamp(w, -clip[..., None], clip[..., None])
     s = scale.float()[..., None]  # stored in fp16: round with that
     if hessian is not None:  # gptq_round takes a batch: one matrix is a batch of one
-        batch = [t if w.dim() == 3 else t[None] for t in (w, hessian.to(w.device), s)]
+        batch = [t if w.dim() == 3 else t[None] for t in (w, hessian, s)]
         return gptq_round(*batch, qmax).view(w.shape), scale
     return torch.clamp(torch.round(w / s), -qmax, qmax).to(torch.int8), scale
 
 def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, roles: dict, hessians=None) -> dict:
     """The payload: codes and scales of the large tensors (GPTQ: batched by shape, on the GPU), the rest kept."""
     quantized, scales, kept, batches = {}, {}, {}, {}
-    for name, tensor in state_dict.items():
-        t = tensor.detach()
+    for name, t in state_dict.items():
         if not t.is_floating_point():
             kept[name] = t.cpu()
         elif t.numel() <= QUANT_KEEP_FLOAT_MAX_NUMEL:  # fp16; int8's format (no clip sigmas): scalars fp32
@@ -1057,7 +1056,7 @@ def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, ro
         bits, sigmas = (getattr(args, field) for field in QUANT_GROUPS[group])
         hessian = torch.stack([hessians[n] for n in names]) if hessians and names[0] in hessians else None
         device = "cpu" if hessian is None else hessian.device
-        w = torch.stack([state_dict[n].detach().to(device).float().reshape(state_dict[n].size(0), -1) for n in names])
+        w = torch.stack([state_dict[n].to(device).float().reshape(state_dict[n].size(0), -1) for n in names])
         q, scale = quantize_rows(w, bits, sigmas, hessian)
         for n, qn, sn in zip(names, q, scale):
             quantized[n], scales[n] = qn.reshape(state_dict[n].shape).to("cpu", copy=True), sn.to("cpu", copy=True)
@@ -1070,10 +1069,10 @@ def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:  # kept tensors; each
 @torch.no_grad()
 def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
     """H = X^T X of each quantized matrix's inputs, over GPTQ_CALIBRATION_BATCHES training batches."""
-    args, ctx = run.args, run.ctx
-    hessians: dict[str, Tensor] = {}
+    args, ctx, log = run.args, run.ctx, run.log
+    hessians = {}
     def add(name: str, x: Tensor) -> None:
-        x = x.detach().reshape(-1, x.size(-1)).float()
+        x = x.reshape(-1, x.size(-1)).float()
         hessians.setdefault(name, x.new_zeros(x.size(1), x.size(1))).addmm_(x.T, x)
     hooks = [m.register_forward_hook(lambda m, inputs, out, name=n + ".weight": add(name, inputs[0])) for n, m in
              model.named_modules() if isinstance(m, CastedLinear) and m.weight.numel() > QUANT_KEEP_FLOAT_MAX_NUMEL]
@@ -1083,16 +1082,14 @@ def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
         x, _ = loader.next_batch(args.train_batch_tokens // GRAD_ACCUM_TOTAL, args.train_seq_len)
         with ctx.autocast():
             add("tok_emb.weight", model.hidden(x))  # the head's inputs
-        run.log.progress["gptq_calibration"] = f"{min(i * ctx.world_size, batches)}/{batches}"
+        log.progress["gptq_calibration"] = f"{min(i * ctx.world_size, batches)}/{batches}"
         if i == 1 or 10 * i // rank_batches > 10 * (i - 1) // rank_batches:  # first, then each tenth
             ms = 1000 * (ctx.clock() - t0)
-            run.log.log(gptq_calibration=run.log.progress["gptq_calibration"], hessian_time=f"{ms:.0f}ms",
-                        tokens=i * ctx.world_size * x.numel(), left_est=f"{ms * (rank_batches / i - 1):.0f}ms")
+            log.log(gptq_calibration=log.progress["gptq_calibration"], hessian_time=f"{ms:.0f}ms",
+                    tokens=i * ctx.world_size * x.numel(), left_est=f"{ms * (rank_batches / i - 1):.0f}ms")
     for hook in hooks:
         hook.remove()
-    for H in hessians.values():
-        ctx.all_reduce(H)
-    return hessians
+    return {name: ctx.all_reduce(H) for name, H in hessians.items()}
 
 def compressor(name: str, reading: bool = False):
     try:
@@ -1125,7 +1122,7 @@ def save_artifact(obj: dict, header: dict, path: str) -> tuple[int, int]:
     payload = compress(raw, header["compressor"])
     header = dict(header, payload_bytes=len(raw), payload_sha256=hashlib.sha256(payload).hexdigest())
     blob = ARTIFACT_MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + payload
-    tmp = Path(path).with_name(Path(path).name + f".tmp{os.getpid()}")  # renamed: none sees half a file
+    tmp = Path(f"{path}.tmp{os.getpid()}")  # renamed: none sees half a file
     try:  # an interrupt or a full disk leaves no temp file
         tmp.write_bytes(blob)
         os.replace(tmp, path)
@@ -1158,7 +1155,7 @@ def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, dict[str, Ten
     same = made_with in (None, file_sha256(args.tokenizer_path))
     require(same or args.allow_other_tokenizer, f"ARTIFACT_PATH={path} was made with another tokenizer (sha256 "
             f"{made_with}) than TOKENIZER_PATH: set it as that run did, or ALLOW_OTHER_TOKENIZER=1.")
-    return header | {"quantized_tensors": f"{len(obj['quantized'])}/{len(weights)}"}, weights
+    return header | {"quantized_tensors": f"{len(obj['quantized'])}/{len(weights)}", "path": path}, weights
 
 # ==== Training ================================================================
 # The clock counts training steps only (not the compile warm-up, not validation), up to the cap less
@@ -1167,23 +1164,20 @@ def read_artifact(path: str, args: Hyperparameters) -> tuple[dict, dict[str, Ten
 NO_BAD_STEP = 2**62  # "no non-finite loss yet", on the device: no sync per step
 NOT_FINITE_FIX = "lower the learning rates (MATRIX_LR, SCALAR_LR, TIED_EMBED_LR) or set GRAD_CLIP_NORM."
 
-def training_fraction(step: int, elapsed_ms: float, args: Hyperparameters) -> float:
-    return elapsed_ms / args.train_cap_ms if args.train_cap_ms > 0 else step / max(args.iterations, 1)
-
-def lr_multiplier(step: int, elapsed_ms: float, args: Hyperparameters) -> float:  # what is left of the warm-down
+def schedule(step: int, elapsed_ms: float, args: Hyperparameters) -> tuple[float, float, bool]:
+    """This step's lr multiplier (what is left of the warm-down), Muon momentum, and whether the layers loop."""
+    frac = elapsed_ms / args.train_cap_ms if args.train_cap_ms > 0 else step / max(args.iterations, 1)
     if args.warmdown_frac > 0:  # wins over WARMDOWN_ITERS (the log says which ran)
-        mult = (1.0 - training_fraction(step, elapsed_ms, args)) / args.warmdown_frac
+        mult = (1.0 - frac) / args.warmdown_frac
     elif args.warmdown_iters <= 0:
         mult = 1.0
     elif args.train_cap_ms <= 0:
         mult = (args.iterations - step) / args.warmdown_iters
     else:  # WARMDOWN_ITERS steps at the mean step time so far, before the cap
         mult = max(args.train_cap_ms - elapsed_ms, 0.0) / max(args.warmdown_iters * elapsed_ms / max(step, 1), 1e-9)
-    return max(min(mult, 1.0), args.min_lr)
-
-def muon_momentum(step: int, args: Hyperparameters) -> float:
-    frac = min(step / args.muon_momentum_warmup_steps, 1.0) if args.muon_momentum_warmup_steps > 0 else 1.0
-    return (1 - frac) * args.muon_momentum_warmup_start + frac * args.muon_momentum
+    warm = min(step / args.muon_momentum_warmup_steps, 1.0) if args.muon_momentum_warmup_steps > 0 else 1.0
+    momentum = (1 - warm) * args.muon_momentum_warmup_start + warm * args.muon_momentum
+    return max(min(mult, 1.0), args.min_lr), momentum, args.num_loops > 0 and frac >= args.enable_looping_at
 
 class EMA:
     """An fp32 average of the parameters, ema = decay * ema + (1 - decay) * p after each step."""
@@ -1205,7 +1199,7 @@ class TrainState:
     step_model: nn.Module  # what a step calls: the GPT, compiled on CUDA, in DDP with several processes
     optimizers: list[torch.optim.Optimizer]
 
-def train_step(run: Run, state: TrainState, loader: DistributedTokenLoader, step: int, lr_scale: float) -> Tensor:
+def train_step(run: Run, state: TrainState, loader, lr_scale: float, momentum: float) -> Tensor:
     """One optimizer step over TRAIN_BATCH_TOKENS; this rank's mean loss (on the device)."""
     args, ctx = run.args, run.ctx
     total_loss = torch.zeros((), device=ctx.device)
@@ -1224,9 +1218,9 @@ def train_step(run: Run, state: TrainState, loader: DistributedTokenLoader, step
         for group in opt.param_groups:
             group["lr"] = group["base_lr"] * lr_scale
             if isinstance(opt, Muon):
-                group["momentum"] = muon_momentum(step, args)
+                group["momentum"] = momentum
         opt.step()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad()
     return total_loss / ctx.grad_accum_steps
 
 def warmup_and_restore(run: Run, state: TrainState) -> None:
@@ -1239,7 +1233,7 @@ def warmup_and_restore(run: Run, state: TrainState) -> None:
         model.looping = looping
         for step in range(args.warmup_steps):
             log.progress = {"step": f"0/{args.iterations}", "warmup_step": f"{step}/{args.warmup_steps}"}
-            train_step(run, state, loader, step, 1.0)
+            train_step(run, state, loader, 1.0, schedule(step, 0.0, args)[1])
             if step < 3 or (step + 1) % 10 == 0 or step + 1 == args.warmup_steps:
                 log.log(warmup_step=f"{step + 1}/{args.warmup_steps}", looping=int(looping))
     model.looping = False
@@ -1248,7 +1242,7 @@ def warmup_and_restore(run: Run, state: TrainState) -> None:
     log.log(warmup_steps=args.warmup_steps, warmup_time=f"{1000 * (run.ctx.clock() - t0):.0f}ms")
 
 def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
-    step = int(ctx.all_reduce(bad_step, dist.ReduceOp.MIN).item())
+    step = ctx.all_reduce(bad_step, dist.ReduceOp.MIN).item()
     require(step == NO_BAD_STEP, f"train_loss is not finite at step {step}: {NOT_FINITE_FIX}", FloatingPointError)
 
 def log_validation(run: Run, model: GPT, step: int, weights: str, **timing) -> None:
@@ -1263,7 +1257,7 @@ def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
     loader = make_train_loader(args, run.train_files, ctx)
     ema = EMA(model, args.ema_decay) if args.ema_decay > 0 else None
     training_ms, reached_cap, step = 0.0, False, 0
-    bad_step = torch.full((), NO_BAD_STEP, dtype=torch.int64, device=ctx.device)
+    bad_step = torch.tensor(NO_BAD_STEP, device=ctx.device)
     t0 = ctx.clock()
     while True:
         last_step = step == args.iterations or reached_cap
@@ -1276,12 +1270,12 @@ def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
         if last_step:
             break
         elapsed_ms = training_ms + 1000 * (time.perf_counter() - t0)
-        frac = training_fraction(step, elapsed_ms, args)
-        if args.num_loops > 0 and not model.looping and frac >= args.enable_looping_at:
+        lr_scale, momentum, looping = schedule(step, elapsed_ms, args)
+        if looping and not model.looping:
             model.looping = True
             log.log(layer_loop="enabled", step=step, train_time=f"{elapsed_ms:.0f}ms",
                     order="-".join(map(str, sum(model.orders[True], []))))
-        loss = train_step(run, state, loader, step, lr_multiplier(step, elapsed_ms, args))
+        loss = train_step(run, state, loader, lr_scale, momentum)
         if ema is not None:
             ema.update()
         bad_step = torch.minimum(bad_step, torch.where(torch.isfinite(loss), NO_BAD_STEP, step + 1))
@@ -1303,47 +1297,44 @@ def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
 
 def export(run: Run, model: GPT, weights: str, train_ms: float) -> str:
     """GPTQ's Hessians (every rank) and rounding (rank 0), timed; rank 0 writes the artifact: its path."""
-    args, ctx, written = run.args, run.ctx, [run.args.artifact_path]
+    args, ctx, log, written = run.args, run.ctx, run.log, [run.args.artifact_path]
     t0 = ctx.clock()
     hessians = collect_hessians(run, model) if args.gptq_calibration_batches > 0 else None
     if ctx.rank == 0:
         obj = quantize_state_dict(model.state_dict(), args, parameter_roles(model), hessians)
         if hessians is not None:
             gptq_ms, cap_ms = 1000 * (ctx.clock() - t0), 1000 * args.max_wallclock_seconds
-            run.log.log(gptq_hessians=len(hessians), gptq_time=f"{gptq_ms:.0f}ms",
-                        train_plus_gptq_time=f"{train_ms + gptq_ms:.0f}ms",
-                        within_cap="yes" if not cap_ms or train_ms + gptq_ms <= cap_ms else "NO")
+            log.log(gptq_hessians=len(hessians), gptq_time=f"{gptq_ms:.0f}ms",
+                    train_plus_gptq_time=f"{train_ms + gptq_ms:.0f}ms",
+                    within_cap="yes" if not cap_ms or train_ms + gptq_ms <= cap_ms else "NO")
         if Path(args.artifact_path).exists():  # an earlier run's: kept, named by its sha256
             moved = f"{args.artifact_path}.{file_sha256(args.artifact_path)[:12]}"
             os.replace(args.artifact_path, moved)
-            run.log.log(artifact_previous_moved_to=moved)
+            log.log(artifact_previous_moved_to=moved)
         try:
             save_artifact(obj, artifact_header(args, weights, model.looping), args.artifact_path)
         except OSError as exc:  # a full disk must not lose the model: the temp folder
             written = [str(Path(tempfile.gettempdir(), f"{args.run_id}.ptz"))]
-            run.log.log(artifact_write_failed=args.artifact_path, reason=str(exc.strerror).replace(" ", "_"))
+            log.log(artifact_write_failed=args.artifact_path, reason=str(exc.strerror).replace(" ", "_"))
             save_artifact(obj, artifact_header(args, weights, model.looping), written[0])
     if ctx.distributed:  # also the barrier: no rank reads the artifact before it exists
         dist.broadcast_object_list(written, src=0)
     return written[0]
 
-def log_artifact(run: Run, path: str, artifact: tuple[dict, dict]) -> tuple[dict, dict]:
-    header, model_bytes, code_bytes = artifact[0], Path(path).stat().st_size, len(Path(__file__).read_bytes())
-    total, raw, made_with = code_bytes + model_bytes, header["payload_bytes"], header.get("tokenizer_sha256", "none")
-    run.log.log(artifact=path, sha256=file_sha256(path), code_bytes=code_bytes, model_bytes=model_bytes,
-                quantized_tensors=header["quantized_tensors"], total_bytes=total, limit_bytes=ARTIFACT_LIMIT_BYTES,
-                within_limit="yes" if total <= ARTIFACT_LIMIT_BYTES else "NO", payload_raw_bytes=raw,
-                compression_ratio=f"{raw / model_bytes:.3f}", eval_seq_len=run.val.seq_len,
-                tokenizer="same" if made_with == file_sha256(run.args.tokenizer_path) else made_with)
-    if header["quantized_tensors"].startswith("0/"):  # all fp16/fp32, whatever int{bits} the score lines say
-        run.log.log(quant_note="nothing_quantized", quantized_only_over_values=QUANT_KEEP_FLOAT_MAX_NUMEL)
-    return artifact
-
 def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor], observe=None) -> None:
-    """Each scoring path asked for, timed: roundtrip, sliding_window, ttt (the last one scores)."""
-    model.load_state_dict(weights, strict=True)
-    model.looping = header["looping"]
+    """Its bytes, then each scoring path asked for, timed: roundtrip, sliding_window, ttt (the last one scores)."""
     args, ctx, log, spent_ms = run.args, run.ctx, run.log, []
+    model_bytes, code_bytes = Path(header["path"]).stat().st_size, Path(__file__).stat().st_size
+    total, raw, made_with = code_bytes + model_bytes, header["payload_bytes"], header.get("tokenizer_sha256", "none")
+    log.log(artifact=header["path"], sha256=file_sha256(header["path"]), code_bytes=code_bytes,
+            model_bytes=model_bytes, quantized_tensors=header["quantized_tensors"], total_bytes=total,
+            limit_bytes=ARTIFACT_LIMIT_BYTES, within_limit="yes" if total <= ARTIFACT_LIMIT_BYTES else "NO",
+            payload_raw_bytes=raw, compression_ratio=f"{raw / model_bytes:.3f}", eval_seq_len=run.val.seq_len,
+            tokenizer="same" if made_with == file_sha256(args.tokenizer_path) else made_with)
+    if header["quantized_tensors"].startswith("0/"):  # all fp16/fp32, whatever int{bits} the score lines say
+        log.log(quant_note="nothing_quantized", quantized_only_over_values=QUANT_KEEP_FLOAT_MAX_NUMEL)
+    model.load_state_dict(weights)
+    model.looping = header["looping"]
     def timed_score(kind: str, score, *inputs, **window) -> None:  # the records' timed_eval
         log.progress = dict(log.progress, scoring=kind)
         t0 = ctx.clock()
@@ -1424,9 +1415,9 @@ def train_and_score(run: Run) -> None:
     torch.manual_seed(args.seed)
     model = GPT(args, run.loss_impl, torch.bfloat16 if on_cuda else torch.float32, compiled).to(ctx.device)
     if args.eval_only:
-        return score_artifact(run, model, *log_artifact(run, args.artifact_path, run.artifact))
+        return score_artifact(run, model, *run.artifact)
     raw_bytes = len(payload_bytes(quantize_state_dict(model.state_dict(), args, parameter_roles(model))))
-    code_bytes = len(Path(__file__).read_bytes())
+    code_bytes = Path(__file__).stat().st_size
     room = max(ARTIFACT_LIMIT_BYTES - code_bytes, 1)  # bytes left for the weights
     log.log(model_params=sum(p.numel() for p in model.parameters()), payload_raw_bytes=raw_bytes, code_bytes=code_bytes,
             limit_bytes=ARTIFACT_LIMIT_BYTES, compression_needed=f"{raw_bytes / room:.2f}x",
@@ -1446,7 +1437,7 @@ def train_and_score(run: Run) -> None:
         ema.copy_to_model()
         log_validation(run, model, steps, "ema")
     path = export(run, model, "raw" if ema is None else "ema", train_ms)
-    score_artifact(run, model, *log_artifact(run, path, read_artifact(path, args)))
+    score_artifact(run, model, *read_artifact(path, args))
 
 def raise_interrupt(signum, frame):  # SIGINT and SIGTERM alike: unwind, log the step reached
     raise KeyboardInterrupt(signal.Signals(signum).name)

@@ -84,7 +84,7 @@ def main() -> None:
     optimizers = T.build_optimizers(model, args, torch.compile(T.newton_schulz_orthogonalize, dynamic=False))
     state = T.TrainState(model, torch.compile(model, dynamic=False, fullgraph=True), optimizers)
     loader = T.make_train_loader(args, run.train_files, ctx)
-    step = lambda i: T.train_step(run, state, loader, i, 1.0)  # noqa: E731
+    step = lambda i: T.train_step(run, state, loader, 1.0, T.schedule(i, 0.0, args)[1])  # noqa: E731
 
     t0 = time.perf_counter()
     for i in range(cli.warmup):

@@ -308,7 +308,9 @@ def test_an_artifact_round_trips_through_its_header(tiny_data, tmp_path, compres
     payload = path.read_bytes().split(b"\n", 2)[2]  # after the magic line and the header line
     sha = hashlib.sha256(payload).hexdigest()
     counted = f"{len(obj['quantized'])}/{len(obj['quantized']) + len(obj['kept'])}"  # read from the payload
-    assert loaded_header == dict(header, payload_bytes=raw_bytes, payload_sha256=sha, quantized_tensors=counted)
+    assert loaded_header == dict(
+        header, payload_bytes=raw_bytes, payload_sha256=sha, quantized_tensors=counted, path=str(path)
+    )
     assert counted == "1/22"  # at MODEL_DIM=144 the embedding alone is over 65,536 values
     assert loaded_header["tokenizer_sha256"] == hashlib.sha256(tiny_data.tokenizer_path.read_bytes()).hexdigest()
     assert loaded_header["compressor"] == compressor
@@ -620,10 +622,10 @@ def test_the_training_clock_stops_gptq_reserve_seconds_before_the_cap(tiny_data,
     assert args.train_cap_ms == 588_000.0
     assert tiny_args_on(tiny_data, tmp_path, MAX_WALLCLOCK_SECONDS=600).train_cap_ms == 600_000.0
     assert tiny_args_on(tiny_data, tmp_path, MAX_WALLCLOCK_SECONDS=0).train_cap_ms == 0.0
-    # the schedule runs on that clock: half of 588 s is half way, and the warm-down ends at 588 s
-    assert train_gpt.training_fraction(5, 294_000.0, args) == pytest.approx(0.5)
-    assert train_gpt.lr_multiplier(5, 441_000.0, args) == pytest.approx(0.5)
-    assert train_gpt.lr_multiplier(5, 588_000.0, args) == 0.0
+    # the schedule runs on that clock: the warm-down (the last half) starts at 294 s and ends at 588 s
+    assert train_gpt.schedule(5, 294_000.0, args)[0] == 1.0 > train_gpt.schedule(5, 294_100.0, args)[0]
+    assert train_gpt.schedule(5, 441_000.0, args)[0] == pytest.approx(0.5)
+    assert train_gpt.schedule(5, 588_000.0, args)[0] == 0.0
 
 
 # =================================================================================================

@@ -530,7 +530,7 @@ def test_the_docstring_smoke_run_warms_down_within_its_steps():
     """It kept WARMDOWN_ITERS=3000 with ITERATIONS=20: the learning rate stayed under 1% of its peak (4.957 bpb)."""
     env = dict(re.findall(r"([A-Z_]+)=(\S+)", docstring_smoke_command()))
     args = Hyperparameters.from_env({k: v for k, v in env.items() if not v.startswith("$(")})
-    multipliers = [train_gpt.lr_multiplier(step, 0.0, args) for step in range(args.iterations)]
+    multipliers = [train_gpt.schedule(step, 0.0, args)[0] for step in range(args.iterations)]
     assert multipliers[0] == 1.0 and multipliers[len(multipliers) // 2] == 1.0 and multipliers[-1] < 0.5
 
 
@@ -882,11 +882,12 @@ def test_an_interrupt_while_scoring_leaves_the_scoring_path_in_the_progress(tiny
 
         return interrupt if kind == "sliding_window" else None
 
-    header = train_gpt.artifact_header(args, "raw", False)
+    header, weights = train_gpt.read_artifact(str(saved_artifact(args, tmp_path / "a.ptz")), args)
     with pytest.raises(KeyboardInterrupt):
-        train_gpt.score_artifact(run, model, header, model.state_dict(), observe)
+        train_gpt.score_artifact(run, model, header, weights, observe)
     assert run.log.progress == {"step": "20/20", "scoring": "sliding_window"}
-    assert (tmp_path / "s.txt").read_text().startswith("roundtrip_val_loss:")  # the round trip had been scored
+    lines = (tmp_path / "s.txt").read_text().splitlines()
+    assert [line.split(":")[0] for line in lines if line.split(":")[0].endswith("_val_loss")] == ["roundtrip_val_loss"]
 
 
 # =================================================================================================
@@ -1058,13 +1059,13 @@ def test_the_artifact_line_counts_the_quantized_tensors_and_says_when_none_was(t
     path = saved_artifact(args_for(tiny_data, tmp_path, **bits), tmp_path / "int2.ptz")
     args = args_for(tiny_data, tmp_path, EVAL_ONLY="1", ARTIFACT_PATH=path, **bits)
     run = dataclasses.replace(train_gpt.preflight(args, ONE_CPU), log=train_gpt.Logger(tmp_path / "int2.txt"))
-    train_gpt.log_artifact(run, str(path), run.artifact)
+    train_gpt.score_artifact(run, train_gpt.GPT(args), *run.artifact)
     lines = (tmp_path / "int2.txt").read_text().splitlines()
     tensors = len(train_gpt.GPT(args).state_dict())
     quantized = 0 if model_dim == 64 else 1  # 512 x 144 = 73,728 values: the embedding, at MODEL_DIM=144
-    assert f" quantized_tensors:{quantized}/{tensors} " in lines[0]
-    note = "quant_note:nothing_quantized quantized_only_over_values:65536"
-    assert lines[1:] == ([note] if quantized == 0 else [])
+    assert lines[0].startswith(f"artifact:{path} ") and f" quantized_tensors:{quantized}/{tensors} " in lines[0]
+    notes = ["quant_note:nothing_quantized quantized_only_over_values:65536"] if quantized == 0 else []
+    assert lines[1 : 1 + len(notes)] == notes and lines[1 + len(notes)].startswith("roundtrip_val_loss:")
 
 
 def test_enable_looping_at_set_without_loops_is_an_error_but_a_recipes_own_value_is_not():
@@ -1165,7 +1166,7 @@ def test_eval_only_refuses_an_artifact_made_with_another_tokenizer_unless_told(t
     ):
         allowed = args_for(tiny_data, tmp_path, EVAL_ONLY="1", ARTIFACT_PATH=artifact, ALLOW_OTHER_TOKENIZER="1")
         run = dataclasses.replace(train_gpt.preflight(allowed, ONE_CPU), log=train_gpt.Logger(tmp_path / f"{name}.txt"))
-        train_gpt.log_artifact(run, str(artifact), run.artifact)
+        train_gpt.score_artifact(run, train_gpt.GPT(allowed), *run.artifact)
         line = (tmp_path / f"{name}.txt").read_text()
         assert said in line and f"eval_seq_len:{run.val.seq_len}" in line, line
 

@@ -365,9 +365,8 @@ MUTATIONS = [
         [
             ("def train_and_score(", BEST_LINE),
             (
-                "        return score_artifact(run, model, *log_artifact(run, args.artifact_path, run.artifact))\n",
-                "        score_artifact(run, model, *log_artifact(run, args.artifact_path, run.artifact))\n"
-                "        return log_best_line(run)\n",
+                "        return score_artifact(run, model, *run.artifact)\n",
+                "        score_artifact(run, model, *run.artifact)\n        return log_best_line(run)\n",
             ),
         ],
         "aligned",

@@ -402,7 +402,15 @@ def test_adam_weight_decay_per_group_is_decoupled():
     ],
 )
 def test_warmdown_frac_and_min_lr(env, step, elapsed_ms, expected):
-    assert train_gpt.lr_multiplier(step, elapsed_ms, args_with(**env)) == pytest.approx(expected)
+    assert train_gpt.schedule(step, elapsed_ms, args_with(**env))[0] == pytest.approx(expected)
+
+
+def test_the_loops_switch_on_at_enable_looping_at_of_the_steps_or_of_the_clock():
+    loops = dict(NUM_LOOPS=1, LOOP_START=1, LOOP_END=2, ENABLE_LOOPING_AT=0.5, ITERATIONS=100)
+    steps, clock = args_with(**loops, MAX_WALLCLOCK_SECONDS=0), args_with(**loops, MAX_WALLCLOCK_SECONDS=100)
+    assert [train_gpt.schedule(step, 0.0, steps)[2] for step in (49, 50, 99)] == [False, True, True]
+    assert [train_gpt.schedule(99, ms, clock)[2] for ms in (49_999.0, 50_000.0)] == [False, True]
+    assert not train_gpt.schedule(99, 0.0, args_with(ITERATIONS=100, MAX_WALLCLOCK_SECONDS=0))[2]  # no loops: never
 
 
 def test_ema_follows_the_weights_and_copies_the_average_back():

@@ -873,7 +873,7 @@ def test_artifact_round_trip_restores_a_model_with_nearly_the_same_loss(tmp_path
 )
 def test_lr_multiplier_decays_linearly_over_the_last_warmdown_iters(iterations, warmdown, step, expected):
     args = tiny_args(ITERATIONS=iterations, WARMDOWN_ITERS=warmdown, MAX_WALLCLOCK_SECONDS=0)
-    assert train_gpt.lr_multiplier(step, 1234.0, args) == pytest.approx(expected)
+    assert train_gpt.schedule(step, 1234.0, args)[0] == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
@@ -888,7 +888,7 @@ def test_lr_multiplier_decays_linearly_over_the_last_warmdown_iters(iterations, 
 )
 def test_lr_multiplier_with_a_wallclock_cap_decays_over_the_last_warmdown_iters_of_time(step, elapsed_ms, expected):
     args = tiny_args(ITERATIONS=20_000, WARMDOWN_ITERS=100, MAX_WALLCLOCK_SECONDS=10)
-    assert train_gpt.lr_multiplier(step, elapsed_ms, args) == pytest.approx(expected)
+    assert train_gpt.schedule(step, elapsed_ms, args)[0] == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
@@ -897,7 +897,7 @@ def test_lr_multiplier_with_a_wallclock_cap_decays_over_the_last_warmdown_iters_
 )
 def test_muon_momentum_warms_up_linearly(warmup_steps, step, expected):
     args = tiny_args(MUON_MOMENTUM=0.99, MUON_MOMENTUM_WARMUP_START=0.92, MUON_MOMENTUM_WARMUP_STEPS=warmup_steps)
-    assert train_gpt.muon_momentum(step, args) == pytest.approx(expected)
+    assert train_gpt.schedule(step, 0.0, args)[1] == pytest.approx(expected)
 
 
 # =================================================================================================
@@ -913,7 +913,7 @@ def tiny_model_on(data, tmp_path, **overrides):
 
 
 def test_train_step_averages_the_micro_batches_and_applies_the_schedules(tiny_data, tmp_path):
-    args, model, optimizers = tiny_model_on(tiny_data, tmp_path, MUON_MOMENTUM_WARMUP_STEPS=10)
+    args, model, optimizers = tiny_model_on(tiny_data, tmp_path)
     files = train_gpt.find_shards(args.data_path, "train")
     reference = train_gpt.DistributedTokenLoader(files, cpu_context())
     with torch.no_grad():
@@ -923,12 +923,12 @@ def test_train_step_averages_the_micro_batches_and_applies_the_schedules(tiny_da
         )
     loader = train_gpt.DistributedTokenLoader(files, cpu_context())
     state = train_gpt.TrainState(model, model, optimizers)
-    loss = train_gpt.train_step(cpu_run(args, train_files=files), state, loader, 5, 0.25)
+    loss = train_gpt.train_step(cpu_run(args, train_files=files), state, loader, 0.25, 0.93)
     assert loss.item() == pytest.approx(expected, rel=1e-5)
     for opt in optimizers:
         for group in opt.param_groups:
             assert group["lr"] == pytest.approx(0.25 * group["base_lr"])
-    assert optimizers[1].param_groups[0]["momentum"] == pytest.approx(train_gpt.muon_momentum(5, args))
+    assert all(group["momentum"] == 0.93 for group in optimizers[1].param_groups)
     assert all(p.grad is None for p in model.parameters())
 
 
@@ -945,7 +945,7 @@ def test_warmup_steps_are_undone_exactly(tiny_data, tmp_path):
     _, fresh, fresh_optimizers = tiny_model_on(tiny_data, tmp_path)
     for m, opts in ((model, optimizers), (fresh, fresh_optimizers)):
         loader = train_gpt.DistributedTokenLoader(files, cpu_context())
-        train_gpt.train_step(run, train_gpt.TrainState(m, m, opts), loader, 0, 1.0)
+        train_gpt.train_step(run, train_gpt.TrainState(m, m, opts), loader, 1.0, args.muon_momentum)
     for (name, a), b in zip(model.state_dict().items(), fresh.state_dict().values()):
         assert torch.equal(a, b), name
 
