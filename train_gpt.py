@@ -329,8 +329,7 @@ class Run:
     log: Logger
     val: ValData
     train_files: list[Path]  # none with EVAL_ONLY
-    loss_impl: str  # torch | triton, and why
-    loss_impl_reason: str
+    loss_impl: tuple[str, str]  # torch | triton, and why
     tokenizer_verified: str  # round_trip_S/N: S of N sampled documents
     artifact: tuple[dict, dict] | None  # EVAL_ONLY's header and weights
 
@@ -656,20 +655,14 @@ class Block(nn.Module):
         self.resid_mix = nn.Parameter(torch.stack((torch.ones(dim), torch.zeros(dim))))  # (2, dim)
         scale = 1.0 / math.sqrt(layer + 1) if args.ln_scale else None
         self.norm = (lambda x: rms_norm(x) * scale) if scale else rms_norm
-        parallel = 0 <= args.parallel_residual_start <= layer
-        self.residual = self.parallel_residual if parallel else self.sequential_residual
-
-    def sequential_residual(self, x: Tensor) -> Tensor:
-        x = x + self.attn_scale.to(x.dtype) * self.attn(self.norm(x))
-        return x + self.mlp_scale.to(x.dtype) * self.mlp(self.norm(x))
-
-    def parallel_residual(self, x: Tensor) -> Tensor:
-        h = self.norm(x)
-        return x + self.attn_scale.to(x.dtype) * self.attn(h) + self.mlp_scale.to(x.dtype) * self.mlp(h)
+        self.parallel = 0 <= args.parallel_residual_start <= layer  # the MLP reads the attention's input
 
     def forward(self, x: Tensor, x0: Tensor) -> Tensor:
         mix = self.resid_mix.to(x.dtype)
-        return self.residual(mix[0] * x + mix[1] * x0)
+        x = mix[0] * x + mix[1] * x0
+        h = self.norm(x)
+        x = x + self.attn_scale.to(x.dtype) * self.attn(h)
+        return x + self.mlp_scale.to(x.dtype) * self.mlp(h if self.parallel else self.norm(x))
 
 def layer_order(args: Hyperparameters, looping: bool) -> tuple[list[int], list[int]]:
     """(encoder, decoder) blocks, LOOP_START..LOOP_END repeated: 11, 3..5, 2 loops: 0-5 3 4 | 5 3 4 5 6-10."""
@@ -1383,14 +1376,14 @@ def preflight(args: Hyperparameters, ctx: DistContext) -> Run:
     verified = check_shards(sp, args, val_files, train_files)  # before the sidecars' check
     artifact = read_artifact(args.artifact_path, args) if args.eval_only else None  # its model, tokenizer, payload
     token_bytes, bytes_from = val_token_bytes(args, val_files, tokens, sp)
-    loss_impl, why = resolve_loss_impl(args, ctx.device)
+    loss_impl = resolve_loss_impl(args, ctx.device)
     log_path = Path(args.log_dir) / f"{args.run_id}.txt"
     require(not log_path.exists(), f"{log_path} already exists: set another RUN_ID (logs are kept).")
     init_distributed(ctx)  # every input has passed: now the GPU and the process group
     batch_seqs = max(args.val_batch_size // (ctx.world_size * ctx.grad_accum_steps) // T, 1)
     val = ValData(tokens[: usable + 1], token_bytes[: usable + 1].to(ctx.device), bytes_from, T, batch_seqs)
     logger = Logger(log_path if ctx.rank == 0 else None)
-    return Run(args, ctx, logger, val, train_files, loss_impl, why, verified, artifact)
+    return Run(args, ctx, logger, val, train_files, loss_impl, verified, artifact)
 
 def log_header(run: Run) -> None:
     args, ctx, log = run.args, run.ctx, run.log
@@ -1400,7 +1393,7 @@ def log_header(run: Run) -> None:
             world_size=ctx.world_size, grad_accum_steps=ctx.grad_accum_steps, device=ctx.device.type)
     log.text("config:" + json.dumps(dataclasses.asdict(args), sort_keys=True))
     warmdown = f"frac_{args.warmdown_frac}_wins_over_WARMDOWN_ITERS" if args.warmdown_frac > 0 else ""
-    log.log(loss_impl=run.loss_impl, loss_impl_reason=run.loss_impl_reason.replace(" ", "_"),
+    log.log(loss_impl=run.loss_impl[0], loss_impl_reason=run.loss_impl[1].replace(" ", "_"),
             compile=args.compile and ctx.device.type == "cuda", tokenizer_verified=run.tokenizer_verified,
             warmdown=warmdown or f"iters_{args.warmdown_iters}", **run.val.bytes_from)
     if ctx.device.type == "cpu" and args.train_batch_tokens >= Hyperparameters.train_batch_tokens:
@@ -1413,7 +1406,7 @@ def train_and_score(run: Run) -> None:
     on_cuda, compiled = ctx.device.type == "cuda", args.compile and ctx.device.type == "cuda"
     log_header(run)
     torch.manual_seed(args.seed)
-    model = GPT(args, run.loss_impl, torch.bfloat16 if on_cuda else torch.float32, compiled).to(ctx.device)
+    model = GPT(args, run.loss_impl[0], torch.bfloat16 if on_cuda else torch.float32, compiled).to(ctx.device)
     if args.eval_only:
         return score_artifact(run, model, *run.artifact)
     raw_bytes = len(payload_bytes(quantize_state_dict(model.state_dict(), args, parameter_roles(model))))

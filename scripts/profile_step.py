@@ -79,7 +79,8 @@ def main() -> None:
     ctx = run.ctx
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(args.seed)
-    model = T.GPT(args, run.loss_impl, torch.bfloat16).to(ctx.device)
+    loss_impl = run.loss_impl if isinstance(run.loss_impl, str) else run.loss_impl[0]  # (impl, why) in ours
+    model = T.GPT(args, loss_impl, torch.bfloat16).to(ctx.device)
     model.looping = cli.looping
     optimizers = T.build_optimizers(model, args, torch.compile(T.newton_schulz_orthogonalize, dynamic=False))
     state = T.TrainState(model, torch.compile(model, dynamic=False, fullgraph=True), optimizers)
@@ -126,7 +127,7 @@ def main() -> None:
         f"gpu:{torch.cuda.get_device_name().replace(' ', '_')} compile_warmup:{compile_s:.1f}s "
         f"step_avg:{step_ms:.1f}ms optimizers:{optimizer_ms:.1f}ms "
         f"gpu_per_step:{per_step(sum(kinds.values())):.1f}ms looping:{int(model.looping)} "
-        f"loss_impl:{run.loss_impl} mlp_impl:{getattr(args, 'mlp_impl', 'modules')}"
+        f"loss_impl:{loss_impl} mlp_impl:{getattr(args, 'mlp_impl', 'modules')}"
     )
     for kind, us in kinds.most_common():
         print(f"kind:{kind} gpu_per_step:{per_step(us):.1f}ms")

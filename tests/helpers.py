@@ -186,7 +186,7 @@ def cpu_run(
     validation shards): the PyTorch loss, no manifest, no artifact; a silent logger unless one is given."""
     ctx = train_gpt.DistContext(0, 1, 0, torch.device("cpu"))
     return train_gpt.Run(
-        args, ctx, log or train_gpt.Logger(None), val, list(train_files), "torch", "test", "no_manifest", None
+        args, ctx, log or train_gpt.Logger(None), val, list(train_files), ("torch", "test"), "no_manifest", None
     )
 
 

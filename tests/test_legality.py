@@ -603,7 +603,7 @@ def tiny_run(geometry, tokens: torch.Tensor, **settings):
     args = check_legality.tiny_args(train_gpt, clean_env(TTT_LR=0.05, **settings), geometry)
     ctx = train_gpt.DistContext(0, 1, 0, torch.device("cpu"))
     val = tiny_val(args, tokens)
-    return train_gpt.Run(args, ctx, train_gpt.Logger(None), val, [], "torch", "test", "", None)
+    return train_gpt.Run(args, ctx, train_gpt.Logger(None), val, [], ("torch", "test"), "", None)
 
 
 @pytest.mark.parametrize("window,stride,chunk,tokens", [(32, 8, 64, 200), (24, 7, 50, 190), (16, 16, 40, 123)])

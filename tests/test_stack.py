@@ -275,7 +275,7 @@ def test_layer_order_of_the_records_and_their_skip_counts():
     args = Hyperparameters.from_env({"RECIPE": "record"})  # 2026-04-09: its README's encoder and decoder
     assert train_gpt.layer_order(args, True) == ([0, 1, 2, 3, 4, 5, 3, 4], [5, 3, 4, 5, 6, 7, 8, 9, 10])
     assert train_gpt.GPT(args).skip_weights.shape == (8, 512)
-    assert [b.residual == b.parallel_residual for b in train_gpt.GPT(args).blocks] == [False] * 7 + [True] * 4
+    assert [b.parallel for b in train_gpt.GPT(args).blocks] == [False] * 7 + [True] * 4
 
 
 def test_looping_runs_the_blocks_in_the_loop_order_with_shared_weights():
