@@ -752,6 +752,15 @@ def test_the_run_prints_its_scores_named_by_the_format_the_sliding_one_last(gptq
     assert scores["roundtrip"][1] == pytest.approx(float(last_val["val_bpb"]), abs=0.02)
 
 
+def test_the_scores_do_not_depend_on_the_compressor(tiny_data, data_folders, gptq_run, tmp_path):
+    """README (the golfer's loop): COMPRESSOR=zlib in an A/B leaves every score as the recipe's compressor gives it."""
+    run = launch(tiny_data, data_folders["main"], tmp_path, COMPRESSOR="zlib")
+    assert run.result.returncode == 0, run.result.stderr
+    ours = [line.replace("_zlib_", "_lzma_") for line in run.final_lines()]  # the names say the compressor
+    assert ours == gptq_run.final_lines() and len(ours) == 2  # GPTQ int6, round trip and sliding, every decimal
+    assert sha256(run.artifact_path) != sha256(gptq_run.artifact_path)  # other bytes, the same weights
+
+
 def test_the_run_logs_gptq_and_the_payload_it_writes(gptq_run):
     run = gptq_run
     [gptq] = run.events("gptq_hessians")
