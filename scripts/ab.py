@@ -1055,7 +1055,24 @@ def start(job: Job, slot: Slot, port: int, out: Path, slots: int) -> subprocess.
     env = run_environment(env, slot.cuda_visible, slot.nproc, slots)
     with open(console, "w") as f:
         cmd = command(job.script, slot, port)
-        return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=cwd,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
+
+
+def die_with_parent() -> None:
+    """In the trainer's process before it starts (Linux): SIGTERM when ab.py ends, even by SIGKILL, so no run is left
+    training on a GPU that a resumed ab.py hands to another (torchrun passes it to its workers). Elsewhere: nothing."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
 
 
 def run_all(pending: list[Job], slots: list[Slot], out: Path, save) -> bool:

@@ -10,6 +10,7 @@ Run: python3 -m pytest -q tests/test_ab.py   (CPU only; about 70 s of CPU time: 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -487,6 +488,43 @@ def test_ab_stdout_closed_stops_the_runs_under_way(tmp_path):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_ab_killed_by_sigkill_takes_its_runs_with_it(tmp_path):
+    """kill -9 of ab.py, which no handler sees: the trainer under way gets SIGTERM and ends, not left on its GPU."""
+    args = fake_runs(tmp_path, "a SLEEP=60", "b SLEEP=60 BPB=0.5") + ["--seeds", "1"]
+    proc = subprocess.Popen(
+        [sys.executable, str(AB), *args], cwd=tmp_path, env=environment(), stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    pid_file = tmp_path / "out" / "work" / "a_seed1" / "pid"
+    try:
+        assert any(line.startswith("start a_seed1") for line in proc.stdout), "ab.py ended before the run started"
+        deadline = time.time() + 30
+        while not pid_file.is_file() and time.time() < deadline:
+            time.sleep(0.1)
+        pid = int(pid_file.read_text())
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.time() + 30
+        while time.time() < deadline and Path(f"/proc/{pid}").exists() and not is_zombie(pid):
+            time.sleep(0.1)
+        assert not Path(f"/proc/{pid}").exists() or is_zombie(pid), "the trainer outlived ab.py"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if pid_file.is_file():
+            for pid_of in (pid_file, pid_file.parents[1] / "b_seed1" / "pid"):
+                with contextlib.suppress(ProcessLookupError, FileNotFoundError):
+                    os.kill(int(pid_of.read_text()), signal.SIGKILL)
+
+
+def is_zombie(pid: int) -> bool:  # ended, not yet reaped by its new parent
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def test_ab_resume_refuses_runs_made_by_another_trainer_or_shell_and_restart_starts_over(tmp_path):
