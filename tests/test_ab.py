@@ -461,45 +461,46 @@ def test_ab_says_when_a_seeds_variants_cannot_share_a_wave(tmp_path):
     assert "one compile cache for all runs of the experiment (TORCHINDUCTOR_CACHE_DIR=OUT/inductor_cache," in usage
 
 
+@contextlib.contextmanager
+def ab_process(tmp_path: Path, args: list[str], stderr=subprocess.PIPE):
+    """ab.py with args, running in tmp_path, its stdout a pipe; on leaving, it and every fake trainer it started
+    (out/work/RUN/pid) are killed, whatever the test found."""
+    proc = subprocess.Popen(
+        [sys.executable, str(AB), *args], cwd=tmp_path, env=environment(), stdout=subprocess.PIPE, stderr=stderr,
+        text=True,
+    )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid_file in (tmp_path / "out" / "work").glob("*/pid"):
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
 def test_ab_stdout_closed_stops_the_runs_under_way(tmp_path):
     """`ab.py ... | head -5`: once head has gone, ab.py's next line fails; the trainer still running is stopped."""
     args = fake_runs(tmp_path, "a SLEEP=1", "b SLEEP=60") + ["--seeds", "1"]
-    proc = subprocess.Popen(
-        [sys.executable, str(AB), *args], cwd=tmp_path, env=environment(), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    pid_file = tmp_path / "out" / "work" / "b_seed1" / "pid"
-    try:
+    with ab_process(tmp_path, args) as proc:
         for line in proc.stdout:
             if line.startswith("start b_seed1"):
                 break
         proc.stdout.close()  # as head does after its lines; a_seed1 ends a second later, and ab.py says so
         assert proc.wait(timeout=60) == 141, proc.stderr.read()
         assert "interrupted: stdout was closed; the runs under way were stopped" in proc.stderr.read()
-        pid = int(pid_file.read_text())
+        pid = int((tmp_path / "out" / "work" / "b_seed1" / "pid").read_text())
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)  # ended (and reaped by ab.py), not orphaned
         assert {r["name"]: r["status"] for r in results(tmp_path / "out")["runs"]}["b_seed1"] == "interrupted"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        if pid_file.is_file():
-            try:
-                os.kill(int(pid_file.read_text()), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 def test_ab_killed_by_sigkill_takes_its_runs_with_it(tmp_path):
     """kill -9 of ab.py, which no handler sees: the trainer under way gets SIGTERM and ends, not left on its GPU."""
     args = fake_runs(tmp_path, "a SLEEP=60", "b SLEEP=60 BPB=0.5") + ["--seeds", "1"]
-    proc = subprocess.Popen(
-        [sys.executable, str(AB), *args], cwd=tmp_path, env=environment(), stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
     pid_file = tmp_path / "out" / "work" / "a_seed1" / "pid"
-    try:
+    with ab_process(tmp_path, args, stderr=subprocess.DEVNULL) as proc:
         assert any(line.startswith("start a_seed1") for line in proc.stdout), "ab.py ended before the run started"
         deadline = time.time() + 30
         while not pid_file.is_file() and time.time() < deadline:
@@ -511,13 +512,6 @@ def test_ab_killed_by_sigkill_takes_its_runs_with_it(tmp_path):
         while time.time() < deadline and Path(f"/proc/{pid}").exists() and not is_zombie(pid):
             time.sleep(0.1)
         assert not Path(f"/proc/{pid}").exists() or is_zombie(pid), "the trainer outlived ab.py"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        if pid_file.is_file():
-            for pid_of in (pid_file, pid_file.parents[1] / "b_seed1" / "pid"):
-                with contextlib.suppress(ProcessLookupError, FileNotFoundError):
-                    os.kill(int(pid_of.read_text()), signal.SIGKILL)
 
 
 def is_zombie(pid: int) -> bool:  # ended, not yet reaped by its new parent
