@@ -5,6 +5,13 @@ projections give them. Each line also gives the largest difference from the firs
 
   python3 scripts/bench_attention.py                            # the record's micro-batch and the defaults'
   python3 scripts/bench_attention.py --shape 48x2048 --heads 8 --kv-heads 4 --head-dim 64 --autotune
+  python3 scripts/bench_attention.py --doc-mask --docs-from data/datasets/webmix_sp8192/fineweb_train_000000.bin
+
+With --doc-mask the implementations are DOC_MASK=1's in our record script (records/frontier/train_gpt.py, or --script):
+FlexAttention with the block mask of the documents, and the reference, SDPA with a (B, 1, T, T) mask; against plain
+causal SDPA (dense), each line's difference taken from the reference. The documents are the first B*T tokens of
+--docs-from (a shard: real document lengths), or random lengths of 64-2048 tokens. The block mask is made once a
+forward pass in the model, for every layer: its own time is a line of its own (mask_ms), not in the calls'.
 
 An implementation that has no kernel for a shape (SDPA's efficient backend has none for GQA) says so on its line.
 MEASUREMENTS.md ("Speed, issue 31", session 4) has the figures for one H100.
@@ -12,12 +19,17 @@ MEASUREMENTS.md ("Speed, issue 31", session 4) has the figures for one H100.
 
 import argparse
 import contextlib
+import importlib.util
 import statistics
 import sys
+from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+ROOT = Path(__file__).resolve().parents[1]
 
 BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
 BACKENDS["efficient"] = SDPBackend.EFFICIENT_ATTENTION
@@ -64,6 +76,51 @@ def implementations(heads: int, kv_heads: int, seq_len: int, device, autotune: b
     return found
 
 
+def doc_ids(batch: int, seq_len: int, docs_from: Path | None, bos: int) -> torch.Tensor:
+    """(batch, seq_len) ids: a shard's first tokens as they are, or random ids with a BOS every 64-2048 tokens."""
+    if docs_from is not None:
+        tokens = torch.from_numpy(
+            np.fromfile(docs_from, dtype="<u2", offset=1024, count=batch * seq_len).astype(np.int64)
+        )
+        if tokens.numel() < batch * seq_len:
+            sys.exit(f"error: --docs-from {docs_from} holds {tokens.numel()} tokens, fewer than {batch}x{seq_len}.")
+        return tokens.view(batch, seq_len)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(2, 1000, (batch * seq_len,), generator=g)
+    at = 0
+    while at < ids.numel():
+        ids[at] = bos
+        at += int(torch.randint(64, 2049, (), generator=g))
+    return ids.view(batch, seq_len)
+
+
+def load_script(path: Path):
+    spec = importlib.util.spec_from_file_location("record_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def doc_masked(script: Path, ids: torch.Tensor) -> dict:
+    """DOC_MASK=1's attention of the record script on these documents: flex, and the reference first."""
+    T = load_script(script)
+    ids = ids.cuda()
+    docs = int((ids == T.BOS_ID).sum()) + ids.size(0)
+    mask, block_mask = T.doc_causal_mask(ids), T.doc_block_mask(ids)
+    mask_ms = gpu_ms(lambda: T.doc_block_mask(ids), 20)
+    print(
+        f"shape:{ids.size(0)}x{ids.size(1)} documents_at_most:{docs} block_mask_sparsity:{block_mask.sparsity():.1f}% "
+        f"mask_ms:{mask_ms:.3f}",
+        flush=True,
+    )
+    flex = T.compiled_flex()
+    return {
+        "sdpa_doc_mask": lambda q, k, v: T.sdpa_attention(q, k, v, mask),
+        "dense_causal": sdpa(),
+        "flex_doc_mask": lambda q, k, v: T.flex_doc_attention(q, k, v, block_mask, flex),
+    }
+
+
 def qkv(batch, seq_len, heads, kv_heads, head_dim, device, dtype):
     """q (B, H, T, D), k and v (B, Hkv, T, D), each (B, T, heads, D) in memory as the projections write them (the model's
     rotary then copies q and k to (B, H, T, D))."""
@@ -96,6 +153,9 @@ def main() -> None:
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--reps", type=int, default=20, help="timed calls; the median is printed")
     parser.add_argument("--autotune", action="store_true", help="also flex_attention autotuned (minutes)")
+    parser.add_argument("--doc-mask", action="store_true", help="DOC_MASK=1's implementations (the docstring)")
+    parser.add_argument("--script", type=Path, default=ROOT / "records" / "frontier" / "train_gpt.py")
+    parser.add_argument("--docs-from", type=Path, help="--doc-mask: a shard whose documents to use")
     cli = parser.parse_args()
     if cli.heads <= 0 or cli.kv_heads <= 0 or cli.heads % cli.kv_heads:
         sys.exit(f"error: --kv-heads {cli.kv_heads} must be positive and divide --heads {cli.heads}.")
@@ -107,7 +167,11 @@ def main() -> None:
         grad = torch.randn_like(q)
         flops = 2 * batch * cli.heads * seq_len * seq_len * cli.head_dim  # causal forward: half of 4 B H T^2 D
         first = None
-        for name, attend in implementations(cli.heads, cli.kv_heads, seq_len, "cuda", cli.autotune).items():
+        if cli.doc_mask:
+            found = doc_masked(cli.script, doc_ids(batch, seq_len, cli.docs_from, 1))
+        else:
+            found = implementations(cli.heads, cli.kv_heads, seq_len, "cuda", cli.autotune)
+        for name, attend in found.items():
             try:
                 with torch.no_grad():
                     out = attend(q, k, v).float()

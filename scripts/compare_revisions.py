@@ -3,6 +3,11 @@ configurations, compared on every logged number and on the artifacts' bytes.
 
   python3 scripts/compare_revisions.py a24b18c                  # a24b18c against the working tree
   python3 scripts/compare_revisions.py a24b18c HEAD --only defaults,eval_only
+  python3 scripts/compare_revisions.py HEAD worktree:records/frontier/train_gpt.py   # our record script, switches off
+
+A side is a revision (its train_gpt.py) or REVISION:PATH, another script of that revision (`worktree:PATH`: the working
+tree's). The record script under records/frontier must give the root's numbers with its own switches off: the second
+line checks that (tests/test_frontier.py runs it on two configurations).
 
 Both sides run in folders of their own, on the same tiny data (tests/helpers.py builds it), with the same relative
 log and artifact paths, one CPU thread each. A log is compared from the line after the source it starts with; the
@@ -236,27 +241,35 @@ def common_config(log_a: list[str], log_b: list[str]) -> tuple[list[str], list[s
     return log_a, log_b, note
 
 
-def script_of(revision: str, work: Path) -> Path:
+def split_side(side: str) -> tuple[str, str]:
+    """REVISION[:PATH] -> (revision, path in it); the path defaults to the root's train_gpt.py."""
+    revision, _, path = side.partition(":")
+    return revision, path or "train_gpt.py"
+
+
+def script_of(side: str, work: Path) -> Path:
+    revision, path = split_side(side)
     if revision == "worktree":
-        return ROOT / "train_gpt.py"
-    path = work / f"train_gpt.{revision}.py"
-    path.write_bytes(
-        subprocess.run(["git", "show", f"{revision}:train_gpt.py"], cwd=ROOT, check=True, capture_output=True).stdout
+        return ROOT / path
+    copy = work / f"train_gpt.{revision}.{path.replace('/', '_')}"
+    copy.write_bytes(
+        subprocess.run(["git", "show", f"{revision}:{path}"], cwd=ROOT, check=True, capture_output=True).stdout
     )
-    return path
+    return copy
 
 
-def revision_error(revision: str) -> str | None:
-    """Why `revision` cannot be compared (not a commit here, or without train_gpt.py), or None if it can."""
+def revision_error(side: str) -> str | None:
+    """Why `side` cannot be compared (not a commit here, or without that script), or None if it can."""
+    revision, path = split_side(side)
     if revision == "worktree":
-        return None
+        return None if (ROOT / path).is_file() else f"the working tree has no {path}"
     found = subprocess.run(
         ["git", "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"], cwd=ROOT, text=True, capture_output=True
     )
     if found.returncode != 0:
         return f"{revision!r} is not a commit of this repository (git log --oneline lists them)"
-    if subprocess.run(["git", "cat-file", "-e", f"{revision}:train_gpt.py"], cwd=ROOT, capture_output=True).returncode:
-        return f"{revision} has no train_gpt.py"
+    if subprocess.run(["git", "cat-file", "-e", f"{revision}:{path}"], cwd=ROOT, capture_output=True).returncode:
+        return f"{revision} has no {path}"
     return None
 
 
@@ -266,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("base", help="a git revision, e.g. a24b18c")
+    parser.add_argument("base", help="a git revision, e.g. a24b18c (REVISION:PATH: another script of it)")
     parser.add_argument("other", nargs="?", default="worktree", help="another revision (default: the working tree)")
     parser.add_argument("--only", help=f"comma-separated names of {', '.join(CONFIGS)}")
     parser.add_argument("--keep", type=Path, help="run in this folder and keep it (default: a temporary one)")

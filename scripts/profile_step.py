@@ -3,6 +3,7 @@ time per step by kernel kind (attention, GEMMs, inductor's fused elementwise ker
 
   DATA_PATH=... TOKENIZER_PATH=... python3 scripts/profile_step.py            # the config from the environment
   RECIPE=record DATA_PATH=... python3 scripts/profile_step.py --trainer-dir DIR --steps 10
+  DOC_MASK=1 RECIPE=p180 DATA_PATH=... python3 scripts/profile_step.py --trainer-dir records/frontier   # our record script
 
 The trainer's pre-flight checks the inputs (it writes no log); the model, optimizers and loader are then built as
 train_gpt.py builds them (compiled). After --warmup steps (the compilation), --steps steps are timed between two
@@ -83,7 +84,9 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     torch.manual_seed(args.seed)
     loss_impl = run.loss_impl if isinstance(run.loss_impl, str) else run.loss_impl[0]  # (impl, why) in ours
-    model = T.GPT(args, loss_impl, torch.bfloat16).to(ctx.device)
+    attn_impl = getattr(run, "attn_impl", ("dense",))[0]  # DOC_MASK's attention, in our record script
+    chosen = {"attn_impl": attn_impl} if hasattr(run, "attn_impl") else {}
+    model = T.GPT(args, loss_impl, torch.bfloat16, **chosen).to(ctx.device)
     model.looping = cli.looping
     optimizers = T.build_optimizers(model, args, torch.compile(T.newton_schulz_orthogonalize, dynamic=False))
     state = T.TrainState(model, torch.compile(model, dynamic=False, fullgraph=True), optimizers)
@@ -130,7 +133,7 @@ def main() -> None:
         f"gpu:{torch.cuda.get_device_name().replace(' ', '_')} compile_warmup:{compile_s:.1f}s "
         f"step_avg:{step_ms:.1f}ms optimizers:{optimizer_ms:.1f}ms "
         f"gpu_per_step:{per_step(sum(kinds.values())):.1f}ms looping:{int(model.looping)} "
-        f"loss_impl:{loss_impl} mlp_impl:{getattr(args, 'mlp_impl', 'modules')}"
+        f"loss_impl:{loss_impl} mlp_impl:{getattr(args, 'mlp_impl', 'modules')} attn_impl:{attn_impl}"
     )
     for kind, us in kinds.most_common():
         print(f"kind:{kind} gpu_per_step:{per_step(us):.1f}ms")

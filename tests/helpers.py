@@ -228,9 +228,9 @@ class Run:
         return found
 
 
-def run_script(env_vars: dict[str, str], cwd: Path, nproc: int = 1, run_class: type = Run) -> Run:
-    """train_gpt.py in a subprocess with env_vars on top of a clean environment (none of our variables, no
-    torchrun ones), one thread; nproc > 1: under torchrun (gloo on CPU)."""
+def run_script(env_vars: dict[str, str], cwd: Path, nproc: int = 1, run_class: type = Run, script=SCRIPT) -> Run:
+    """train_gpt.py (or `script`, our record script) in a subprocess with env_vars on top of a clean environment
+    (none of our variables, no torchrun ones), one thread; nproc > 1: under torchrun (gloo on CPU)."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -238,7 +238,7 @@ def run_script(env_vars: dict[str, str], cwd: Path, nproc: int = 1, run_class: t
     }
     env.update(env_vars)
     env["OMP_NUM_THREADS"] = "1"
-    command = [sys.executable, str(SCRIPT)]
+    command = [sys.executable, str(script)]
     if nproc > 1:
         command[1:1] = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
