@@ -97,6 +97,7 @@ def doc_ids(batch: int, seq_len: int, docs_from: Path | None, bos: int) -> torch
 def load_script(path: Path):
     spec = importlib.util.spec_from_file_location("record_script", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules["record_script"] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

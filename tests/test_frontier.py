@@ -126,7 +126,8 @@ def test_reference_equals_a_loop_over_documents():
 @pytest.mark.parametrize("bos_share", [0.0, 0.003, 0.05, 0.5, 1.0])  # 1.0: every document is one token
 def test_flex_block_mask_equals_the_reference_for_any_document_lengths(bos_share):
     """The block mask's skipped, full and partial tiles, through FlexAttention's forward (eager: on a CPU it has no
-    backward), against the reference; rows of 3 tiles, documents from one token to longer than a row."""
+    backward), against the reference; rows of 3 tiles as one sequence, documents from one token to longer than a
+    row."""
     from torch.nn.attention.flex_attention import flex_attention
 
     g = torch.Generator().manual_seed(int(bos_share * 1000))
@@ -138,11 +139,14 @@ def test_flex_block_mask_equals_the_reference_for_any_document_lengths(bos_share
     block_mask = fg.doc_block_mask(ids)
     with warnings.catch_warnings():  # "without torch.compile": every score is built, as a check wants
         warnings.simplefilter("ignore", UserWarning)
-        fast = flex_attention(q, k, v, block_mask=block_mask, enable_gqa=True)
+        one = [t.transpose(0, 1).reshape(1, t.size(1), -1, t.size(3)) for t in (q, k, v)]  # (1, heads, B*T, hd)
+        fast = fg.flex_doc_attention(*one, block_mask, flex_attention)
+    fast = fast.view(q.size(1), 4, -1, q.size(3)).transpose(0, 1)  # (B, H, T, hd)
     torch.testing.assert_close(fast, per_document_attention(q, k, v, ids), rtol=1e-5, atol=1e-5)
-    dense = block_mask.to_dense()  # (B, 1, n, n): the tiles evaluated at all
-    tiles = fg.doc_causal_mask(ids).unflatten(2, (3, -1)).unflatten(4, (3, -1)).any(-1).any(3)
-    assert torch.equal(dense.bool(), tiles), "a tile with a visible pair is skipped, or an empty one is not"
+    n = ids.numel() // fg.FLEX_BLOCK
+    rows = torch.block_diag(*fg.doc_causal_mask(ids)[:, 0])  # (B*T, B*T): the rows as one sequence
+    tiles = rows.view(n, fg.FLEX_BLOCK, n, fg.FLEX_BLOCK).any(3).any(1)
+    assert torch.equal(block_mask.to_dense()[0, 0].bool(), tiles), "a tile with a visible pair is skipped, or not"
 
 
 def test_the_settings_choose_and_refuse_the_attention():
@@ -290,10 +294,11 @@ def test_flex_equals_the_reference_forward_and_backward():
         q, k, v = (t.bfloat16().requires_grad_() for t in qkv(B, T, H, Hkv, hd, device="cuda"))
         grad = torch.randn(B, H, T, hd, device="cuda", dtype=torch.bfloat16)
         results = []
-        for attend, mask_of in (fg.ATTENTION["flex"], fg.ATTENTION["sdpa"]):
-            kwargs = dict(flex=fg.compiled_flex()) if attend is fg.flex_doc_attention else {}
-            y = attend(q, k, v, mask_of(ids), **kwargs)
-            results.append([y.float(), *(g.float() for g in torch.autograd.grad(y, (q, k, v), grad))])
+        flat = [t.transpose(0, 1).reshape(1, t.size(1), -1, hd) for t in (q, k, v)]  # (1, heads, B*T, hd)
+        y = fg.flex_doc_attention(*flat, fg.doc_block_mask(ids), fg.compiled_flex()).view(H, B, T, hd).transpose(0, 1)
+        results.append([y.float(), *(g.float() for g in torch.autograd.grad(y, (q, k, v), grad))])
+        y = fg.sdpa_attention(q, k, v, fg.doc_causal_mask(ids))
+        results.append([y.float(), *(g.float() for g in torch.autograd.grad(y, (q, k, v), grad))])
         for name, fast, ref in zip(["y", "dq", "dk", "dv"], *results):
             assert torch.isfinite(fast).all(), f"{name} at {(B, T, H, Hkv, hd)} is not finite"
             err = ((fast - ref).norm() / ref.norm()).item()
@@ -301,18 +306,71 @@ def test_flex_equals_the_reference_forward_and_backward():
 
 
 @pytest.mark.skipif(not CUDA, reason="needs CUDA (FlexAttention has no backward on a CPU)")
-def test_flex_model_compiles_in_one_graph():
+def test_flex_model_compiles_in_one_graph_and_its_gradients_are_the_references():
+    """The whole model compiled as training compiles it (the block mask made inside the graph), in fp32 with every
+    matrix random (a zero-initialised projection would hide attention), against the SDPA reference run eagerly:
+    the loss and every parameter's gradient. On torch 2.11 a block mask of B rows with one head gave gradients
+    1e19 times too large here while the loss agreed (MEASUREMENTS.md)."""
     shape = dict(NUM_LAYERS=3, MODEL_DIM=256, NUM_HEADS=4, NUM_KV_HEADS=2, TRAIN_SEQ_LEN=512, VOCAB_SIZE=512)
-    args = tiny_args(**shape, TRAIN_BATCH_TOKENS=8 * 512, VAL_BATCH_SIZE=8 * 512)
-    model = fg.GPT(args, "torch", torch.bfloat16, False, "flex").cuda()
+    args = tiny_args(**shape, TRAIN_BATCH_TOKENS=8 * 512, VAL_BATCH_SIZE=8 * 512, XSA_LAST_N=1)
     ids = random_ids(4, 512, 5, vocab=512).cuda()
+    models = {}
+    for impl in ("flex", "sdpa"):
+        torch.manual_seed(0)
+        models[impl] = fg.GPT(args, "torch", torch.float32, False, impl).cuda()
+        with torch.no_grad():
+            for p in models[impl].parameters():
+                p.normal_(0, p.size(-1) ** -0.5) if p.ndim == 2 else None
     torch._dynamo.reset()
-    explained = torch._dynamo.explain(model)(ids, ids.roll(-1, 1))
+    explained = torch._dynamo.explain(models["flex"])(ids, ids.roll(-1, 1))
     assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
-    compiled = torch.compile(model, dynamic=False, fullgraph=True)
-    loss = compiled(ids, ids.roll(-1, 1))
-    loss.backward()
+    losses, tf32 = {}, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        for impl, model in models.items():
+            step = torch.compile(model, dynamic=False, fullgraph=True) if impl == "flex" else model
+            losses[impl] = step(ids, ids.roll(-1, 1))
+            losses[impl].backward()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.testing.assert_close(losses["flex"], losses["sdpa"], rtol=1e-4, atol=0)
+    for (name, p), q in zip(models["flex"].named_parameters(), models["sdpa"].parameters()):
+        err = ((p.grad - q.grad).norm() / q.grad.norm().clamp_min(1e-12)).item()
+        assert err < 1e-3, f"{name}: gradient {err:.2e} from the reference's"
+
+
+def test_flex_layout_of_the_model_equals_the_reference_model():
+    """GPT with ATTN_IMPL=flex (q, k, v kept (B, T, heads, hd) and seen as one row) against the SDPA reference model,
+    forward only (on a CPU FlexAttention has no backward), compiled flex as the model calls it."""
+    args = tiny_args(TRAIN_SEQ_LEN=256, VAL_BATCH_SIZE=2048, TRAIN_BATCH_TOKENS=2048, XSA_LAST_N=1)
+    flex, ref = model_with_weights(args), model_with_weights(args)
+    flex.blocks = fg.GPT(args, attn_impl="flex").blocks  # the same weights below, FlexAttention's layout
+    flex.mask_of = fg.doc_block_mask
+    flex.load_state_dict(ref.state_dict())
+    ids = random_ids(3, 256, 6, seed=7)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.testing.assert_close(flex.hidden(ids), ref.hidden(ids), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA (the model compiles only there)")
+def test_flex_scoring_graph_compiles_and_scores_as_the_reference():
+    """The scoring path's compiled graph (no gradients, scoring_hidden): on torch 2.11 it failed to lower when q, k
+    and v reached FlexAttention through a copy (MEASUREMENTS.md); now the same hidden states as the reference."""
+    shape = dict(NUM_LAYERS=2, MODEL_DIM=256, NUM_HEADS=4, NUM_KV_HEADS=2, TRAIN_SEQ_LEN=512, VOCAB_SIZE=512)
+    args = tiny_args(**shape, TRAIN_BATCH_TOKENS=8 * 512, VAL_BATCH_SIZE=8 * 512, XSA_LAST_N=1)
+    torch.manual_seed(0)
+    flex = fg.GPT(args, "torch", torch.float32, True, "flex").cuda()
     with torch.no_grad():
-        ref = fg.GPT(args, "torch", torch.bfloat16, False, "sdpa").cuda()
-        ref.load_state_dict(model.state_dict())
-        assert abs(ref(ids, ids.roll(-1, 1)).item() - loss.item()) < 2e-2
+        for p in flex.parameters():
+            p.normal_(0, p.size(-1) ** -0.5) if p.ndim == 2 else None
+    ref = fg.GPT(args, "torch", torch.float32, False, "sdpa").cuda()
+    ref.load_state_dict(flex.state_dict())
+    ids = random_ids(6, 512, 7, vocab=512).cuda()
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            torch.testing.assert_close(flex.scoring_hidden(ids), ref.hidden(ids), rtol=1e-3, atol=1e-4)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32

@@ -566,6 +566,11 @@ def softcap_ce_loss(x, weight, targets, softcap: float, chunk_tokens: int, impl:
 # documents a row holds. On CUDA, FlexAttention (compiled Triton) skips the
 # 128 x 128 tiles that cross documents, by a block mask made of each tile's first
 # and last document. Elsewhere, and as its reference: SDPA with a (B, 1, T, T) mask.
+# FlexAttention sees the B rows as one sequence of B*T tokens, each row's
+# documents numbered apart: its kernels find a batch's tiles by the block mask's
+# head stride, which a compiled graph may lay out otherwise for a head dim of 1
+# (gradients 1e19 times too large on torch 2.11, MEASUREMENTS.md); with one
+# batch and one head no stride is read.
 
 BOS_ID = 1  # the shards' document start (data/README.md)
 FLEX_BLOCK = 128  # FlexAttention's tile; sequences must be whole tiles
@@ -581,35 +586,38 @@ def doc_causal_mask(ids: Tensor) -> Tensor:
     return (same & (pos[:, None] >= pos))[:, None]
 
 def kv_tiles(tiles: Tensor) -> tuple[Tensor, Tensor]:
-    """(B, n, n) bool -> a BlockMask's counts (B, 1, n) and tile indices
-    (B, 1, n, n), the set tiles first."""
+    """(n, n) bool -> a BlockMask's counts (1, 1, n) and tile indices
+    (1, 1, n, n), the set tiles first."""
     as_int = tiles.to(torch.int8)
     order = torch.argsort(as_int, dim=-1, descending=True, stable=True)
     counts = tiles.sum(-1, dtype=torch.int32)
-    return counts[:, None], order.to(torch.int32)[:, None]
+    return counts[None, None], order.to(torch.int32)[None, None]
 
 def doc_block_mask(ids: Tensor):
-    """ids (B, T) -> FlexAttention's BlockMask. A pair of tiles is skipped if
-    no query of one sees a key of the other, and full (no mask evaluated) if
-    one document holds both and the keys' tile comes first."""
+    """ids (B, T) -> FlexAttention's BlockMask of the B*T tokens as one row.
+    A pair of tiles is skipped if no query of one sees a key of the other,
+    and full (no mask evaluated) if one document holds both and the keys'
+    tile comes first."""
     from torch.nn.attention.flex_attention import BlockMask
-    doc, T = doc_numbers(ids), ids.size(1)
-    starts = torch.arange(0, T, FLEX_BLOCK, device=ids.device)
-    first = doc[:, starts]  # (B, n): each tile's first document
-    last = doc[:, starts + FLEX_BLOCK - 1]  # and its last
+    B, T = ids.shape
+    rows = (T + 1) * torch.arange(B, device=ids.device)[:, None]
+    doc = (doc_numbers(ids) + rows).flatten()  # (B*T,): rows apart
+    starts = torch.arange(0, B * T, FLEX_BLOCK, device=ids.device)
+    first = doc[starts]  # (n,): each tile's first document
+    last = doc[starts + FLEX_BLOCK - 1]  # and its last
     n = len(starts)
     below = torch.ones(n, n, dtype=torch.bool, device=ids.device).tril()
-    # (B, n, n) [b, i, j]: query tile i sees key tile j (j <= i)
-    seen = below & (last[:, None, :] >= first[:, :, None])
+    # (n, n) [i, j]: query tile i sees key tile j (j <= i)
+    seen = below & (last[None, :] >= first[:, None])
     # one document from the start of key tile j to the end of query tile i
-    full = below.tril(-1) & (first[:, None, :] == last[:, :, None])
+    full = below.tril(-1) & (first[None, :] == last[:, None])
 
     def visible(b, h, q, k):  # inside tiles neither skipped nor full
-        return (doc[b, q] == doc[b, k]) & (q >= k)
+        return (doc[q] == doc[k]) & (q >= k)
     partial = kv_tiles(seen & ~full)
     return BlockMask.from_kv_blocks(
         *partial, *kv_tiles(full), BLOCK_SIZE=FLEX_BLOCK,
-        mask_mod=visible, seq_lengths=(T, T))
+        mask_mod=visible, seq_lengths=(B * T, B * T))
 
 def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask=None) -> Tensor:
     """q (B, H, T, hd), k, v (B, Hkv, T, hd) -> (B, H, T, hd). mask: a
@@ -624,7 +632,8 @@ def compiled_flex():  # compiled, once; eager, it would build every score
     return torch.compile(flex_attention, dynamic=False)
 
 def flex_doc_attention(q: Tensor, k: Tensor, v: Tensor, block_mask, flex):
-    gqa = k.size(1) != q.size(1)  # shapes as sdpa_attention's
+    """q (1, H, B*T, hd), k, v (1, Hkv, B*T, hd): the B rows as one."""
+    gqa = k.size(1) != q.size(1)
     return flex(q, k, v, block_mask=block_mask, enable_gqa=gqa)
 
 # ATTN_IMPL -> (attention, what it needs of the input ids): the second is
@@ -700,17 +709,39 @@ class CausalSelfAttention(nn.Module):
         self.attend = ATTENTION[attn_impl][0]
         if attn_impl == "flex":  # the compiled kernel, found once
             self.attend = functools.partial(self.attend, flex=compiled_flex())
+        self.rows_as_one = attn_impl == "flex"  # FlexAttention's layout
         # a table, not traced math: compiled, that made each rotary kernel recompute cos and sin
         rope = rotary_cos_sin(max(args.train_seq_len, args.val_seq_len), self.rope_dims, args.rope_base, "cpu")
         self.register_buffer("rope", torch.stack(rope), persistent=False)  # cos and sin; not saved
 
     def forward(self, x: Tensor, mask=None) -> Tensor:  # x (B, T, C)
+        if self.rows_as_one:
+            return self.forward_rows_as_one(x, mask)
         q, k, v = (m(x).unflatten(-1, (-1, self.head_dim)).transpose(1, 2) for m in (self.c_q, self.c_k, self.c_v))
         cos, sin = self.rope[..., : x.size(1), :].unbind(0)  # (1, 1, T, rope_dims/2) each
         q = apply_rotary(rms_norm(q), cos, sin) * self.q_gain.to(q.dtype)[None, :, None, None]
         k = apply_rotary(rms_norm(k), cos, sin)
         # q (B, H, T, hd), k, v (B, Hkv, T, hd); mask: ATTENTION's, of the ids
         y = self.attend(q, k, v, mask)  # (B, H, T, hd)
+        return self.proj(self.post(y, v).transpose(1, 2).flatten(2))  # (B, T, C)
+
+    def forward_rows_as_one(self, x: Tensor, block_mask) -> Tensor:
+        """DOC_MASK's FlexAttention: q, k, v stay (B, T, heads, hd) as the
+        projections make them, then are one row of B*T tokens, a view. From
+        (B, heads, T, hd), that view needs a copy, which a compiled scoring
+        graph (no gradients) failed to lower on torch 2.11."""
+        B, T, _ = x.shape
+        split = (-1, self.head_dim)
+        q, k, v = (m(x).unflatten(-1, split) for m in (self.c_q, self.c_k, self.c_v))
+        rope = self.rope[..., :T, :].transpose(2, 3)  # (2, 1, T, 1, rope_dims/2)
+        gain = self.q_gain.to(q.dtype)[:, None]  # (H, 1)
+        q = apply_rotary(rms_norm(q), *rope.unbind(0)) * gain
+        k = apply_rotary(rms_norm(k), *rope.unbind(0))
+        # (1, heads, B*T, hd) each
+        q, k, v = (t.reshape(1, B * T, -1, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        y = self.attend(q, k, v, block_mask)  # (1, H, B*T, hd)
+        y, v = (t.transpose(1, 2).reshape(B, T, -1, self.head_dim).transpose(1, 2)
+                for t in (y, v))  # (B, H, T, hd) and (B, Hkv, T, hd)
         return self.proj(self.post(y, v).transpose(1, 2).flatten(2))  # (B, T, C)
 
 MLP_SLOPES = {"relu2": 0.0, "leaky_relu2": 0.5}  # act(h) = leaky_relu(h, slope)^2
