@@ -585,6 +585,16 @@ def doc_causal_mask(ids: Tensor) -> Tensor:
     same = doc[:, :, None] == doc[:, None, :]
     return (same & (pos[:, None] >= pos))[:, None]
 
+@torch.library.custom_op("parameter_golf::doc_ids", mutates_args=())
+def doc_ids(ids: Tensor) -> Tensor:
+    """ids (B, T) -> (B*T,) int32: each token's document, the rows' numbered
+    apart. An op of its own: FlexAttention's mask reads it, and a compiled
+    scoring graph on torch 2.11 lowered no mask of a fused one."""
+    rows = (ids.size(1) + 1) * torch.arange(ids.size(0), device=ids.device)
+    return (doc_numbers(ids) + rows[:, None]).flatten().int()
+
+doc_ids.register_fake(lambda ids: ids.new_empty(ids.numel(), dtype=torch.int32))
+
 def kv_tiles(tiles: Tensor) -> tuple[Tensor, Tensor]:
     """(n, n) bool -> a BlockMask's counts (1, 1, n) and tile indices
     (1, 1, n, n), the set tiles first."""
@@ -600,8 +610,7 @@ def doc_block_mask(ids: Tensor):
     tile comes first."""
     from torch.nn.attention.flex_attention import BlockMask
     B, T = ids.shape
-    rows = (T + 1) * torch.arange(B, device=ids.device)[:, None]
-    doc = (doc_numbers(ids) + rows).flatten()  # (B*T,): rows apart
+    doc = doc_ids(ids)  # (B*T,)
     starts = torch.arange(0, B * T, FLEX_BLOCK, device=ids.device)
     first = doc[starts]  # (n,): each tile's first document
     last = doc[starts + FLEX_BLOCK - 1]  # and its last
