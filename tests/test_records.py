@@ -1372,6 +1372,45 @@ def test_the_maker_refuses_a_bad_date_a_nameless_name_a_packed_script_and_a_miss
     assert f"error: no such log: {tmp_path / 'nowhere.txt'}: give the log of every seed" in capsys.readouterr().err
 
 
+def test_the_maker_refuses_to_pack_what_is_not_python_with_an_error_line(tmp_path, capsys):
+    """Issue 55, medium 9: --pack of a non-Python file ended in a SyntaxError traceback."""
+    readme, blob = tmp_path / "README.md", tmp_path / "weights.bin"
+    readme.write_text("# My change\n\nIt trains faster.\n")
+    blob.write_bytes(b"\x80\x81\xfe\x00")
+    said = {
+        readme: f"error: --pack {readme}: not Python that Python {sys.version_info.major}.{sys.version_info.minor} "
+        "compiles (line 3: invalid syntax): give the training script, and pack it with the Python that will run it",
+        blob: f"error: --pack {blob}: not UTF-8 text, so not a Python script: give the training script",
+    }
+    for path, message in said.items():
+        assert make_submission.main(["--pack", str(path), "--output", str(tmp_path / "packed.py")]) == 2
+        assert capsys.readouterr().err == message + "\n"
+        assert not (tmp_path / "packed.py").exists()
+
+
+def test_the_plot_refuses_an_output_folder_that_does_not_exist_and_writes_nothing_it_cannot_draw(
+    runs, tmp_path, capsys
+):
+    """Issue 55: -o into a folder that does not exist ended in a traceback (medium 10); logs with nothing to draw wrote
+    an empty PNG and exited 0 (low #182). Both are an error line and exit 2, before matplotlib is needed."""
+    output = tmp_path / "missing" / "runs.png"
+    assert plot_runs.main([str(runs["seed1337"]), "-o", str(output)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --output {output}: the folder {output.parent} does not exist: make it first, or give another\n"
+    )
+    assert plot_runs.main([str(runs["seed1337"]), "-o", str(tmp_path)]) == 2
+    assert f"error: --output {tmp_path} is a folder: give the PNG's file name" in capsys.readouterr().err
+    bare = tmp_path / "bare.log"
+    bare.write_text("final_int8_zlib_roundtrip_exact val_loss:2.00000000 val_bpb:1.20000000\n")
+    assert plot_runs.main([str(bare), "-o", str(tmp_path / "runs.png")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: nothing to draw, so no {tmp_path / 'runs.png'} (bare.log: no validation line with a training time; "
+        "bare.log: no train_loss lines): give the logs of runs that trained (train_gpt.py's logs/RUN_ID.txt, or a "
+        "record's)\n"
+    )
+    assert not (tmp_path / "runs.png").exists() and not output.parent.exists()
+
+
 def test_the_plot_notes_runs_scored_on_different_validation_sets(runs, tmp_path):
     """Issue 34 row 24: two submissions scored on different validation sets were drawn side by side with no note."""
     text = runs["seed1338"].read_text(encoding="utf-8")
