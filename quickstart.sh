@@ -7,7 +7,7 @@ cd "$(dirname "$0")"
 
 usage() {
     cat <<'EOF'
-usage: bash quickstart.sh [--data {auto,fineweb,stdlib}] [--seconds S] [--rebuild] [--workers N]
+usage: bash quickstart.sh [--data {auto,fineweb,stdlib}] [--seconds S] [--rebuild] [--workers N] [--check]
 
 Installs requirements.txt (on a machine without a GPU, the CPU build of torch first, so that pip
 does not fetch the CUDA build, from QUICKSTART_TORCH_INDEX if set, else the PyTorch CPU index; where
@@ -16,16 +16,24 @@ then runs data/quickstart.py with these options:
   --data       auto: FineWeb sp1024 when it is in data/, else the standard-library text (default auto)
   --seconds    training wallclock cap, MAX_WALLCLOCK_SECONDS (default 120)
   --rebuild    rebuild the standard-library dataset
-  --workers    encoding processes (default: all cores)
+  --workers    encoding processes, at least 1 (default: all cores)
+  --check      check the options and stop (every run checks them first, before it installs anything)
 With the requirements installed, python3 data/quickstart.py takes the same options.
 EOF
 }
 
+check_only=0
 for arg in "$@"; do
     case "$arg" in
         -h|--help) usage; exit 0 ;;
+        --check) check_only=1 ;;
     esac
 done
+# The options are checked before anything is installed: quickstart.py's parser needs only the standard library.
+python3 data/quickstart.py --check "$@"
+if [ "$check_only" = 1 ]; then
+    exit 0
+fi
 
 # pip resolves plain "torch" to the CUDA build with about 15 nvidia-* packages (gigabytes). Without
 # a GPU, install the CPU build from the PyTorch CPU index first; where that fails, requirements.txt below

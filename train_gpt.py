@@ -181,13 +181,13 @@ class Hyperparameters:
         require(self.num_loops == 0 or 0 <= self.loop_start <= self.loop_end < self.num_layers, f"LOOP_START="
                 f"{self.loop_start} <= LOOP_END={self.loop_end} must be layers below {layers} if NUM_LOOPS > 0.")
         require(self.vocab_size <= 65_536, f"VOCAB_SIZE={self.vocab_size} must be <= 65536: shards store uint16 ids.")
-        n, seq = GRAD_ACCUM_TOTAL, f"{'EVAL_SEQ_LEN' if self.eval_seq_len else 'TRAIN_SEQ_LEN'}={self.val_seq_len}"
+        n, T, seq = GRAD_ACCUM_TOTAL, self.val_seq_len, "EVAL_SEQ_LEN" if self.eval_seq_len else "TRAIN_SEQ_LEN"
         require(self.train_batch_tokens % (n * self.train_seq_len) == 0, f"TRAIN_BATCH_TOKENS={self.train_batch_tokens}"
                 f" must be a multiple of {n}*TRAIN_SEQ_LEN={n * self.train_seq_len}: {n} micro-batches of sequences.")
-        require(self.val_batch_size >= n * self.val_seq_len, f"VAL_BATCH_SIZE={self.val_batch_size} < {n}*{seq}.")
-        require(self.eval_stride <= self.val_seq_len, f"EVAL_STRIDE={self.eval_stride} must be at most {seq}.")
-        require(not self.ttt_enabled or self.ttt_chunk_tokens >= self.val_seq_len,
-                f"TTT_CHUNK_TOKENS={self.ttt_chunk_tokens} must be >= {seq} with TTT_ENABLED={self.ttt_enabled}.")
+        require(self.val_batch_size >= n * T, f"VAL_BATCH_SIZE={self.val_batch_size} must be >= {n}*{seq}={n * T}.")
+        require(self.eval_stride <= T, f"EVAL_STRIDE={self.eval_stride} must be at most {seq}={T}.")
+        require(not self.ttt_enabled or self.ttt_chunk_tokens >= T,
+                f"TTT_CHUNK_TOKENS={self.ttt_chunk_tokens} must be >= {seq}={T} with TTT_ENABLED={self.ttt_enabled}.")
         for bits, sigmas in QUANT_GROUPS.values():  # the records: 12.85 for matrices, 20 for embeddings
             require(getattr(self, bits) == 8 or getattr(self, sigmas) > 0,
                     f"{bits.upper()}={getattr(self, bits)} needs {sigmas.upper()} > 0: the quantile clip is int8's.")
@@ -283,11 +283,14 @@ class DistContext:
         return time.perf_counter()
 
 def dist_context() -> DistContext:  # from torchrun's variables (one process without them)
-    rank, world_size, local_rank = (parse_env_value(name, os.environ.get(name, default), int)
-                                    for name, default in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")))
+    names = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+    rank, world_size, local_rank, local_size = (parse_env_value(k, os.environ.get(k, v), int) for k, v in names.items())
     require(world_size >= 1 and GRAD_ACCUM_TOTAL % world_size == 0,
             f"WORLD_SIZE={world_size} must divide {GRAD_ACCUM_TOTAL}: run with --nproc_per_node of 1, 2, 4 or 8.")
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    require((n := max(local_size, local_rank + 1)) <= (gpus := torch.cuda.device_count()) or device.type == "cpu",
+            f"LOCAL_WORLD_SIZE={n} processes (--nproc_per_node) but {gpus} GPU(s) here, CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}: run at most {gpus} per host.")
     return DistContext(rank, world_size, local_rank, device)
 
 def init_distributed(ctx: DistContext) -> None:  # this rank's GPU; the process group (NCCL or gloo)

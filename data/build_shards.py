@@ -192,20 +192,40 @@ def iter_documents(files: Iterable[Path], text_field: str = "text") -> Iterator[
                 for line_number, line in enumerate(f, 1):
                     if not line.strip():
                         continue
-                    try:
-                        text = json.loads(line)[text_field]
-                    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                        raise BuildError(
-                            f"{path}:{line_number}: not a JSON object with a {text_field!r} "
-                            f"field ({type(exc).__name__}: {exc}). Use --text-field to "
-                            "name the field that holds the text."
-                        ) from None
+                    text = json_text(line, text_field, f"{path}:{line_number}")
                     if not isinstance(text, str):
                         raise BuildError(f"{path}:{line_number}: field {text_field!r} is not a string.")
                     if text.strip():
                         yield text
         except UnicodeDecodeError as exc:
             raise BuildError(f"{path}: not UTF-8 text ({exc}). Pass only text or JSONL files.") from None
+
+
+def json_text(line: str, text_field: str, where: str):
+    """The `text_field` of one JSONL line; an error that says which of the three is wrong: the JSON, the object, or
+    the field's name."""
+    try:
+        record = json.loads(line.rstrip("\r\n"))  # its columns then count on this line alone
+    except json.JSONDecodeError as exc:
+        raise BuildError(
+            f"{where}: not valid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno}). A .jsonl file holds one JSON object a line, "
+            'such as {"text": "..."}; a file of plain text is one document: name it .txt.'
+        ) from None
+    if not isinstance(record, dict):
+        kind = {list: "array", str: "string", int: "number", float: "number", bool: "boolean"}.get(type(record), "null")
+        raise BuildError(f'{where}: a JSON {kind}, not an object such as {{"{text_field}": "..."}}.')
+    if text_field not in record:
+        fields = ", ".join(map(repr, list(record)[:8])) or "none"
+        raise BuildError(
+            f"{where}: no {text_field!r} field (its fields: {fields}). Use --text-field to name the field that "
+            "holds the text."
+        )
+    return record[text_field]
+
+
+def document_digest(text: str) -> bytes:
+    """What tells two documents apart: a hash of their UTF-8 text as read (blake2b, as the split's, 16 bytes)."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16, person=b"same-document").digest()
 
 
 def unit_hash(text: str, purpose: bytes) -> float:
@@ -584,6 +604,7 @@ def build(cfg: BuildConfig) -> dict:
     is written only once the shards are built, so a failed build leaves none."""
     check_config(cfg)
     files, val_files = list_input_files(cfg.inputs), list_input_files(cfg.val_inputs)
+    check_val_files(cfg, files, val_files)
     if cfg.tokenizer is not None:
         check_caseops_tokenizer(Path(cfg.tokenizer), load_tokenizer(Path(cfg.tokenizer)), cfg.caseops)
     trained = trained_tokenizer_path(cfg)
@@ -601,6 +622,36 @@ def build(cfg: BuildConfig) -> dict:
         if new_tokenizer:  # written just before the manifest, which then failed
             trained.unlink(missing_ok=True)
         raise
+
+
+def check_val_files(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> None:
+    """--val documents must not be training documents too: the trainer would train on the text it is scored on. A
+    file given both ways is refused at once; otherwise the inputs are read once to find documents of the --val files
+    among them (the same UTF-8 text; the hash split and --val-docs cannot put one text in both splits)."""
+    both = sorted({p.resolve() for p in files} & {p.resolve() for p in val_files})
+    if both:
+        raise BuildError(
+            f"{', '.join(map(str, both))}: both an input and a --val file, so its documents would be trained on and "
+            "scored. Give the validation documents in files of their own, or leave out --val (--val-fraction then "
+            "takes a share of the inputs by a hash of each document)."
+        )
+    val = {document_digest(text) for text in iter_documents(val_files, cfg.text_field)}
+    if not val:
+        return
+    seen = [text for text in iter_documents(files, cfg.text_field) if document_digest(text) in val]
+    if seen:
+        raise BuildError(
+            f"{len(seen)} document(s) of the inputs are also in the --val files ({len(val)} documents; the first "
+            f"begins {seen[0][:60]!r}): the trainer would train on the text it is scored on. Remove them from the "
+            "inputs (or from the --val files)."
+        )
+
+
+def no_documents(files: list[Path]) -> str:
+    """Why the inputs gave no document: the files that are empty, else every document blank."""
+    empty = [str(p) for p in files if p.stat().st_size == 0]
+    why = f"{', '.join(empty)} {'is' if len(empty) == 1 else 'are'} empty" if empty else "every document is blank"
+    return f'the inputs hold no document ({why}). Give files with text: JSONL ({{"text": ...}} a line) or text files.'
 
 
 def labelled_documents(cfg: BuildConfig, files: list[Path], val_files: list[Path]) -> Iterator[tuple[str, bool]]:
@@ -631,6 +682,8 @@ def choose_tokenizer(cfg: BuildConfig, documents, say) -> tuple[Path, spm.Senten
     for text, is_val in documents():
         total += 0 if is_val else len(text.encode("utf-8"))
         count += 1
+    if count == 0 or (cfg.val_inputs and total == 0):  # with --val, every document of the inputs trains
+        raise BuildError(no_documents(list_input_files(cfg.inputs)))
     if total == 0:
         raise BuildError(
             f"no training document to train the tokenizer on ({count} documents, all validation"
@@ -686,6 +739,8 @@ def check_splits(cfg: BuildConfig, writers: dict[str, SplitWriter], files: list[
     """Step 3: both splits hold documents, and --val-docs N took N of them. The advice names the flag that chose
     the validation split: --val-docs, --val or --val-fraction (the others are refused beside it)."""
     total = writers["val"].docs + writers["train"].docs
+    if (writers["train"].docs if cfg.val_inputs else total) == 0:  # with --val, every document of the inputs trains
+        raise BuildError(no_documents(files))
     if cfg.val_docs is not None and writers["val"].docs < cfg.val_docs:
         raise BuildError(
             f"--val-docs {cfg.val_docs}: the inputs hold only {total} documents (blank ones skipped). Give fewer, "

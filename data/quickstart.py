@@ -33,9 +33,13 @@ import threading
 import time
 from pathlib import Path
 
-import torch
+try:  # the requirements: quickstart.sh checks the options (--check) before it installs them, without these
+    import torch
 
-import build_shards
+    import build_shards
+except ImportError as exc:
+    torch = build_shards = None
+    NOT_INSTALLED = exc.name
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO_ROOT / "data"
@@ -409,6 +413,17 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def positive_workers(text: str) -> int:
+    """--workers: a whole number of encoding processes, at least 1."""
+    if not text.strip().isdecimal() or int(text) < 1:
+        cores = os.cpu_count() or 1
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of processes: give a whole number from 1 up (the default is this machine's "
+            f"{cores} cores)"
+        )
+    return int(text)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -419,12 +434,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seconds", type=positive_seconds, default=120, help="training wallclock cap, > 0 (seconds)")
     p.add_argument("--rebuild", action="store_true", help="rebuild the standard-library dataset")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="encoding processes")
+    p.add_argument("--workers", type=positive_workers, default=os.cpu_count() or 1, help="encoding processes, >= 1")
+    p.add_argument("--check", action="store_true", help="check the options and exit (quickstart.sh, before installing)")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.check:
+        return
+    if torch is None:
+        raise SystemExit(
+            f"quickstart: {NOT_INSTALLED} is not installed: bash quickstart.sh installs the requirements, or "
+            "python3 -m pip install -r requirements.txt"
+        )
     t0 = time.perf_counter()
     use_fineweb = args.data == "fineweb" or (args.data == "auto" and fineweb_present())
     if use_fineweb:

@@ -363,13 +363,22 @@ def write_folder(output: Path, files: dict[str, bytes], copies: dict[str, Path])
 
 
 def pack_file(script: Path, output: Path) -> str:
-    source = script.read_text(encoding="utf-8")
+    try:
+        source = script.read_text(encoding="utf-8")
+        compile(source, str(script), "exec")  # the wrapper runs it: it must be Python this interpreter takes
+    except UnicodeDecodeError:
+        raise MakeError(f"--pack {script}: not UTF-8 text, so not a Python script: give the training script") from None
+    except SyntaxError as exc:
+        here = f"Python {sys.version_info.major}.{sys.version_info.minor}"
+        raise MakeError(
+            f"--pack {script}: not Python that {here} compiles (line {exc.lineno}: {exc.msg}): give the training "
+            "script, and pack it with the Python that will run it"
+        ) from None
     if R.PACKED_DATA.search(source):  # packing it again would ship a wrapper of a wrapper
         raise MakeError(f"{script} is packed already: pack the readable script it came from")
     packed = R.pack_script(source)
     if R.unpack_script(packed) != source:  # never ship a wrapper that does not give back the source
         raise MakeError(f"packing {script} did not round-trip")
-    compile(source, str(script), "exec")
     if output.exists():
         raise MakeError(f"{output} already exists: give another --output")
     output.write_text(packed, encoding="utf-8")

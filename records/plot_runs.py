@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import check_submission
@@ -71,8 +72,42 @@ def y_range(curves: list[list[tuple[float, float]]], skip: float = 0.05) -> tupl
     return low - pad, high + pad
 
 
-def plot(logs: list[R.RunLog], output: Path) -> list[str]:
-    """Write the PNG; returns what could not be drawn."""
+@dataclass
+class Curves:
+    """What can be drawn: each run's validation bpb against training seconds and its training loss against steps (its
+    label with each), and what of each run cannot be."""
+
+    val: list[tuple[str, list[tuple[float, float]]]] = field(default_factory=list)
+    train: list[tuple[str, list[tuple[float, float]]]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def curves_of(logs: list[R.RunLog]) -> Curves:
+    curves = Curves()
+    for log in logs:
+        name = label(log, logs)
+        timed = [(p.train_ms / 1000, p.value) for p in log.val_bpb_curve if p.train_ms is not None]
+        if timed:
+            curves.val.append((name, timed))
+        else:
+            curves.skipped.append(f"{log.name}: no validation line with a training time")
+        if log.train_loss:
+            curves.train.append((name, [(p.step, p.value) for p in log.train_loss]))
+        else:
+            curves.skipped.append(f"{log.name}: no train_loss lines")
+    return curves
+
+
+def check_output(output: Path) -> None:
+    """Before any drawing: the PNG goes in a folder that exists, and is not a folder itself."""
+    if output.is_dir():
+        raise PlotError(f"--output {output} is a folder: give the PNG's file name, e.g. {output / 'runs.png'}")
+    if not output.parent.is_dir():
+        raise PlotError(f"--output {output}: the folder {output.parent} does not exist: make it first, or give another")
+
+
+def plot(curves: Curves, output: Path) -> None:
+    """Write the PNG of the curves."""
     try:
         import matplotlib
     except ImportError:
@@ -80,33 +115,21 @@ def plot(logs: list[R.RunLog], output: Path) -> list[str]:
     matplotlib.use("Agg")  # a file, no display
     import matplotlib.pyplot as plt
 
-    skipped = []
     fig, (val_ax, train_ax) = plt.subplots(1, 2, figsize=(13, 5))
-    val_curves, train_curves = [], []
-    for log in logs:
-        name = label(log, logs)
-        timed = [(p.train_ms / 1000, p.value) for p in log.val_bpb_curve if p.train_ms is not None]
-        if timed:
-            val_ax.plot(*zip(*timed), marker="o", markersize=3, label=name)
-            val_curves.append(timed)
-        else:
-            skipped.append(f"{log.name}: no validation line with a training time")
-        if log.train_loss:
-            train_ax.plot([p.step for p in log.train_loss], [p.value for p in log.train_loss], linewidth=1, label=name)
-            train_curves.append([(p.step, p.value) for p in log.train_loss])
-        else:
-            skipped.append(f"{log.name}: no train_loss lines")
+    for name, timed in curves.val:
+        val_ax.plot(*zip(*timed), marker="o", markersize=3, label=name)
+    for name, losses in curves.train:
+        train_ax.plot(*zip(*losses), linewidth=1, label=name)
     val_ax.set(xlabel="training time (s)", ylabel="val_bpb", title="validation bits per byte (before the round trip)")
     train_ax.set(xlabel="step", ylabel="train loss (nats per token)", title="training loss")
-    for ax, curves in ((val_ax, val_curves), (train_ax, train_curves)):
+    for ax, drawn in ((val_ax, curves.val), (train_ax, curves.train)):
         ax.grid(True, alpha=0.3)
-        if curves:
-            ax.set_ylim(*y_range(curves))
+        if drawn:
+            ax.set_ylim(*y_range([points for _, points in drawn]))
             ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(output, dpi=120)
     plt.close(fig)
-    return skipped
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,13 +140,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", "-o", type=Path, default=Path("runs.png"), help="the PNG (default: %(default)s)")
     args = parser.parse_args(argv)
     try:
+        check_output(args.output)
         groups = {path: read_runs([path]) for path in args.runs}
         logs = [log for group in groups.values() for log in group]
-        skipped = plot(logs, args.output)
-    except PlotError as exc:
+        curves = curves_of(logs)
+        if not curves.val and not curves.train:
+            raise PlotError(
+                f"nothing to draw, so no {args.output} ({'; '.join(curves.skipped)}): give the logs of runs that "
+                "trained (train_gpt.py's logs/RUN_ID.txt, or a record's)"
+            )
+        plot(curves, args.output)
+    except (PlotError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for line in skipped:
+    for line in curves.skipped:
         print(f"not drawn: {line}", file=sys.stderr)
     if note := validation_note(groups):
         print(f"note: {note}; their bpb do not compare", file=sys.stderr)

@@ -65,6 +65,7 @@ def same_setting(key: str, a, b) -> bool:
 
 STEP = re.compile(r"(?:^|\s)step:\s*(\d+)/(\d+)|^(\d+)/(\d+)\s")
 TRAIN_TIME = re.compile(r"(?:^|\s)train_time:\s*([0-9.]+)(ms|s|m)\b")
+STEP_AVG = re.compile(r"(?:^|\s)step_avg:\s*([0-9.]+)ms\b")  # ours and the 2026-03 records: train_time / step
 EVAL_TIME = re.compile(r"(?:^|\s)eval_time:\s*([0-9.]+)ms\b")
 # The 2026-04-10 records and later state their scoring's time once, excluding the "diagnostic" evaluations that
 # score nothing they submit: total_eval_time:500.1s.
@@ -78,6 +79,10 @@ VAL_BPB = re.compile(r"(?:^|\s)val_bpb:\s*([0-9.]+)")
 # legal_ttt_exact, the 2026-04 records quantized, quantized_sliding_window, quantized_ttt, quantized_ttt_lora,
 # quantized_ttt_phased. "diagnostic quantized ..." lines are not scores (they do not start the line).
 SCORE = re.compile(r"^((?:final|quantized|legal_ttt)\w*)(?: stride:\d+)? val_loss:\s*([0-9.]+) val_bpb:\s*([0-9.]+)")
+# A score's rounded twin, printed from the same two numbers just before the exact line: ours log
+# `roundtrip_val_loss:5.3505 roundtrip_val_bpb:3.1234 ...` before `final_int8_zlib_roundtrip_exact` (4 decimals against
+# 8), the 2026-03 records `final_int8_zlib_roundtrip val_loss:2.0727 val_bpb:1.2244` before `..._roundtrip_exact`.
+KIND_SCORE = re.compile(r"^(\w+)_val_loss:([0-9.]+) \1_val_bpb:([0-9.]+)(?:\s|$)")
 ARTIFACT = re.compile(r"^artifact:\S|^Total submission size \S+: \d+ bytes|^budget:\d+/")
 ARTIFACT_SHA256 = re.compile(r"^artifact:\S+ sha256:([0-9a-f]{64})\b")
 MODEL_BYTES = re.compile(r"(?:^|\s)model_bytes:(\d+)|^Serialized model \S+: (\d+) bytes")
@@ -141,10 +146,20 @@ class RunLog:
     claimed_note: str | None = None  # set by claim_scores where the score is not the log's last score line
     source_code: str | None = None  # the 2026-04 records' "Source code:" section: the script, where the head has none
     val_bpb_curve: list[Point] = field(default_factory=list)
+    step_avg_ms: float | None = None  # the last step_avg before the artifact, where the log states one
+    # (an exact score line's label, its val_loss, val_bpb; its rounded twin's text, val_loss and val_bpb as written)
+    score_twins: list[tuple[str, float, float, str, str, str]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
         return self.path.name
+
+    @property
+    def mean_step_ms(self) -> float | None:
+        """The run's mean step time: its own step_avg, else its last train_time over its steps."""
+        if self.step_avg_ms:
+            return self.step_avg_ms
+        return self.train_ms / self.steps if self.train_ms and self.steps else None
 
     @property
     def closing_step_ms(self) -> float | None:
@@ -244,7 +259,7 @@ def read_log(path: str | Path) -> RunLog:
     log = RunLog(path, script, config, source)
     log.source_code = logged_source(body) if script is None else None
     artifact_at = max((i for i, line in enumerate(lines) if ARTIFACT.search(line)), default=None)
-    eval_ms, stated_eval_ms = [], None
+    eval_ms, stated_eval_ms, twin = [], None, None
     for i, line in enumerate(lines):
         if FAILURE.match(line):
             log.failure = line
@@ -253,6 +268,13 @@ def read_log(path: str | Path) -> RunLog:
         if match := SCORE.match(line):
             log.score_label, log.val_loss, log.val_bpb = match.group(1), float(match.group(2)), float(match.group(3))
             log.scores.append((log.score_label, log.val_loss, log.val_bpb))
+            if twin is not None and log.score_label.endswith("_exact") and log.score_label.endswith(twin[0]):
+                log.score_twins.append((log.score_label, log.val_loss, log.val_bpb, *twin[1:]))
+            said = f"{match.group(1)} val_loss:{match.group(2)} val_bpb:{match.group(3)}"
+            twin = (match.group(1) + "_exact", said, match.group(2), match.group(3))
+        elif match := KIND_SCORE.match(line):
+            said = f"{match.group(1)}_val_loss:{match.group(2)} {match.group(1)}_val_bpb:{match.group(3)}"
+            twin = (f"_{match.group(1)}_exact", said, match.group(2), match.group(3))
         step = None
         if match := STEP.search(line):
             step = int(match.group(1) or match.group(3))
@@ -264,6 +286,8 @@ def read_log(path: str | Path) -> RunLog:
                 log.train_ms = time_ms
                 if step is not None:
                     log.clock.append((step, time_ms))
+                if match := STEP_AVG.search(line):
+                    log.step_avg_ms = float(match.group(1))
         if match := GPTQ_TIME.search(line):
             log.gptq_ms += float(match.group(1)) if match.group(1) else 1000 * float(match.group(2))
         if artifact_at is not None and i > artifact_at and not DIAGNOSTIC.match(line):
@@ -541,6 +565,18 @@ def local_modules(code: str, folder: Path) -> list[Path]:
     for name in sorted(set(NAMED_PY.findall(code)) - {"train_gpt.py", HUMAN_COPY}):  # a file it reads to run
         if (folder / name).is_file() and folder / name not in found:
             found.append(folder / name)
+    return found
+
+
+def run_modules(code: str, folder: Path) -> list[Path]:
+    """local_modules of `code`, then of each module found, until none is new: a module the script imports may import
+    another of the folder's, which runs with it and counts as well."""
+    found, queue = [], local_modules(code, folder)
+    while queue:
+        path = queue.pop(0)
+        if path not in found:
+            found.append(path)
+            queue += local_modules(path.read_text(encoding="utf-8", errors="replace"), folder)
     return found
 
 

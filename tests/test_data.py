@@ -387,6 +387,70 @@ def test_builder_errors_say_what_to_change(tmp_path, small_tokenizer):
         build_shards.build(build_shards.BuildConfig(inputs=[str(binary)], overwrite=True, **cfg))
 
 
+def test_validation_documents_that_are_also_training_documents_are_refused_with_their_count(tmp_path, small_tokenizer):
+    """Issue 55, medium 8: --val FILE whose documents are also in the inputs built silently, and the trainer then
+    trained on its own validation text. Low #165: the same file as input and --val built without a word."""
+    docs = english_docs(60, seed=7)
+    train = write_jsonl(tmp_path / "train.jsonl", docs)
+    val = write_jsonl(tmp_path / "val.jsonl", [docs[10], "A validation text of its own.", docs[3], docs[40]])
+    out = tmp_path / "out"
+    cfg = dict(output=out, tokenizer=small_tokenizer, quiet=True)
+    with pytest.raises(build_shards.BuildError) as error:
+        build_shards.build(build_shards.BuildConfig(inputs=[str(train)], val_inputs=[str(val)], **cfg))
+    assert str(error.value).startswith("3 document(s) of the inputs are also in the --val files (4 documents; the")
+    assert "the trainer would train on the text it is scored on. Remove them from the inputs" in str(error.value)
+    assert not out.exists()
+    for inputs in ([str(train)], [str(tmp_path)]):  # the file itself, or a folder that holds it
+        with pytest.raises(build_shards.BuildError, match=r"train\.jsonl: both an input and a --val file"):
+            build_shards.build(build_shards.BuildConfig(inputs=inputs, val_inputs=[str(train)], **cfg))
+    (tmp_path / "clean").mkdir()
+    clean = write_jsonl(tmp_path / "clean" / "val.jsonl", ["A validation text of its own."])
+    manifest = build_shards.build(build_shards.BuildConfig(inputs=[str(train)], val_inputs=[str(clean)], **cfg))
+    assert manifest["datasets"][0]["stats"]["docs_val"] == 1 and manifest["datasets"][0]["stats"]["docs_train"] == 60
+
+
+@pytest.mark.parametrize("tokenizer", [True, False], ids=["given", "trained"])
+def test_an_empty_input_is_said_to_be_empty(tmp_path, small_tokenizer, tokenizer):
+    """Issue 55, low #147: an empty input file was advised to use a smaller --val-fraction."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    blank = write_jsonl(tmp_path / "blank.jsonl", ["  ", "\n"])
+    chosen = dict(tokenizer=small_tokenizer) if tokenizer else dict(tokenizer_out=tmp_path / "t.model", vocab_size=300)
+    for inputs, why in (([empty], f"{empty} is empty"), ([blank], "every document is blank")):
+        cfg = build_shards.BuildConfig(inputs=[str(p) for p in inputs], output=tmp_path / "out", quiet=True, **chosen)
+        with pytest.raises(build_shards.BuildError) as error:
+            build_shards.build(cfg)
+        assert str(error.value).startswith(f"the inputs hold no document ({why}). Give files with text")
+        assert "--val-fraction" not in str(error.value)
+    val = write_jsonl(tmp_path / "val.jsonl", ["A validation text."])
+    cfg = build_shards.BuildConfig(inputs=[str(empty)], val_inputs=[str(val)], output=tmp_path / "out", quiet=True)
+    with pytest.raises(build_shards.BuildError, match=r"^the inputs hold no document \(.*empty\.jsonl is empty\)"):
+        build_shards.build(dataclasses.replace(cfg, **chosen))
+
+
+def test_a_line_that_is_not_json_is_said_so_with_its_line_and_column(tmp_path, small_tokenizer):
+    """Issue 55, low #164: invalid JSON was advised to use --text-field; the field's name is the advice only where the
+    field is missing."""
+    cfg = dict(output=tmp_path / "o", tokenizer=small_tokenizer, quiet=True)
+    for lines, said in (
+        (
+            '{"text": "fine"}\n{"text": "cut off"\n',
+            r"bad\.jsonl:2: not valid JSON \(Expecting ',' delimiter at column 19\)",
+        ),
+        (
+            '{"text": "fine"}\nplain prose\n',
+            r"bad\.jsonl:2: not valid JSON \(Expecting value at column 1\)\. A \.jsonl",
+        ),
+        ('["text"]\n', r'bad\.jsonl:1: a JSON array, not an object such as \{"text": "\.\.\."\}'),
+        ('{"body": "x", "id": 1}\n', r"bad\.jsonl:1: no 'text' field \(its fields: 'body', 'id'\)\. Use --text-field"),
+    ):
+        (tmp_path / "bad.jsonl").write_text(lines, encoding="utf-8")
+        with pytest.raises(build_shards.BuildError) as error:
+            build_shards.build(build_shards.BuildConfig(inputs=[str(tmp_path / "bad.jsonl")], **cfg))
+        assert re.search(said, str(error.value)), str(error.value)
+        assert ("--text-field" in str(error.value)) == ("no 'text' field" in str(error.value))
+
+
 @needs_fineweb
 def test_builder_on_real_fineweb_documents(tmp_path):
     """The published sp1024 tokenizer gives about 0.41-0.42 tokens per byte on FineWeb."""

@@ -110,6 +110,29 @@ def build_no_text_field(t: Trial):
     return build(t, str(t.tmp / "bad.jsonl"), "--tokenizer", str(t.tokenizer))
 
 
+def build_not_json(t: Trial):
+    (t.tmp / "bad.jsonl").write_text('{"text": "fine"}\n{"text": "cut off"\n', encoding="utf-8")
+    return build(t, str(t.tmp / "bad.jsonl"), "--tokenizer", str(t.tokenizer))
+
+
+def build_empty_input(t: Trial):
+    (t.tmp / "empty.jsonl").write_text("")
+    return build(t, str(t.tmp / "empty.jsonl"), "--vocab-size", "300", "--tokenizer-out", str(t.tmp / "t.model"))
+
+
+def build_val_in_inputs(t: Trial):
+    docs = english_docs(20)
+    train = write_jsonl(t.tmp / "train.jsonl", docs)
+    return build(
+        t, str(train), "--val", str(write_jsonl(t.tmp / "val.jsonl", docs[:2])), "--tokenizer", str(t.tokenizer)
+    )
+
+
+def build_val_is_input(t: Trial):
+    train = write_jsonl(t.tmp / "train.jsonl", english_docs(20))
+    return build(t, str(train), "--val", str(train), "--tokenizer", str(t.tokenizer))
+
+
 def build_not_utf8(t: Trial):
     (t.tmp / "blob.txt").write_bytes(b"\xff\xfe\x00binary")
     return build(t, str(t.tmp / "blob.txt"), "--tokenizer", str(t.tokenizer))
@@ -406,6 +429,10 @@ def quickstart_slow_machine(t: Trial):
 TRIGGERS = {
     "an input path that does not exist": build_missing_input,
     "a JSONL line without the text field": build_no_text_field,
+    "a JSONL line that is not valid JSON": build_not_json,
+    "an input file that is empty (or holds only blank documents)": build_empty_input,
+    "a `--val` file whose documents are also in the inputs": build_val_in_inputs,
+    "the same file as an input and with `--val`": build_val_is_input,
     "a file that is not UTF-8 text": build_not_utf8,
     "`--vocab-size` outside (260, 65536]": build_vocab_range,
     "a `--tokenizer` whose BOS id is not 1, or with over 65536 tokens": build_bad_tokenizer,

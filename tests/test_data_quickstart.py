@@ -104,6 +104,7 @@ def test_cpu_fineweb_validation_prefix_ends_at_a_document_boundary(tmp_path, mon
 
 SYSTEM_PATH = "/usr/bin:/bin"
 REQUIREMENTS = "-m pip install -r requirements.txt"
+CHECK = "data/quickstart.py --check"  # the options, checked by the real quickstart.py before anything is installed
 
 
 class IndexPage(http.server.BaseHTTPRequestHandler):
@@ -153,7 +154,8 @@ def run_quickstart_sh(
     The stub's pip succeeds, also with the CPU index (unless cpu_pip_fails), as the real one does where pip's
     configuration names other sources (find-links, extra-index-url): it then takes torch from those after
     minutes of retrying an index that does not answer. The script's probe of the index (python3 -c with
-    other code than "import torch") runs in the real Python, against the stand-in index."""
+    other code than "import torch") runs in the real Python, against the stand-in index, and so does the check of
+    the options (quickstart.py --check), recorded as a call."""
     stubs = tmp_path / "stubs"
     stubs.mkdir(parents=True, exist_ok=True)
     log = tmp_path / "python3_calls.txt"
@@ -161,6 +163,7 @@ def run_quickstart_sh(
         "#!/bin/sh\n"
         f'if [ "$1" = "-c" ] && [ "$2" != "import torch" ]; then exec "{sys.executable}" "$@"; fi\n'
         f'echo "$*" >> "{log}"\n'
+        f'if [ "$1 $2" = "{CHECK}" ]; then exec "{sys.executable}" "$@"; fi\n'
         f'if [ "$1" = "-c" ]; then exit {0 if torch_installed else 1}; fi\n'
         f'case "$*" in *--index-url*) exit {1 if cpu_pip_fails else 0};; esac\n'
         "exit 0\n"
@@ -198,15 +201,20 @@ def test_quickstart_sh_help_installs_nothing(tmp_path):
 def test_quickstart_sh_installs_the_cpu_torch_only_without_a_gpu(tmp_path):
     cpu_torch = re.compile(r"-m pip install torch --index-url http://127\.0\.0\.1:\d+/whl/cpu --timeout 10 --retries 1")
     _, calls = run_quickstart_sh(tmp_path / "a", "--seconds", "5", torch_installed=False)
-    assert len(calls) == 4 and cpu_torch.fullmatch(calls[1])
-    assert [calls[0], *calls[2:]] == ["-c import torch", REQUIREMENTS, "data/quickstart.py --seconds 5"]
+    assert len(calls) == 5 and cpu_torch.fullmatch(calls[2])
+    assert [*calls[:2], *calls[3:]] == [
+        f"{CHECK} --seconds 5",
+        "-c import torch",
+        REQUIREMENTS,
+        "data/quickstart.py --seconds 5",
+    ]
     result, calls = run_quickstart_sh(tmp_path / "b", torch_installed=False, cpu_pip_fails=True)
     assert result.returncode == 0 and "pip could not install torch from the PyTorch CPU index" in result.stdout
-    assert len(calls) == 4 and cpu_torch.fullmatch(calls[1]) and calls[2:] == [REQUIREMENTS, "data/quickstart.py"]
+    assert len(calls) == 5 and cpu_torch.fullmatch(calls[2]) and calls[3:] == [REQUIREMENTS, "data/quickstart.py"]
     _, calls = run_quickstart_sh(tmp_path / "c", torch_installed=True)
-    assert calls == ["-c import torch", REQUIREMENTS, "data/quickstart.py"]
+    assert calls == [CHECK, "-c import torch", REQUIREMENTS, "data/quickstart.py"]
     _, calls = run_quickstart_sh(tmp_path / "d", torch_installed=False, gpu=True)
-    assert calls == ["-c import torch", REQUIREMENTS, "data/quickstart.py"]
+    assert calls == [CHECK, "-c import torch", REQUIREMENTS, "data/quickstart.py"]
 
 
 @pytest.mark.parametrize("cpu_index, within_s", [("refuses", 10), ("silent", 30)])
@@ -219,7 +227,59 @@ def test_quickstart_sh_falls_back_fast_when_the_cpu_index_does_not_answer(tmp_pa
     assert time.perf_counter() - t0 < within_s
     assert result.returncode == 0, result.stderr
     assert "did not answer" in result.stdout and "installing torch from the default index" in result.stdout
-    assert calls == ["-c import torch", REQUIREMENTS, "data/quickstart.py"]
+    assert calls == [CHECK, "-c import torch", REQUIREMENTS, "data/quickstart.py"]
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--workers", "0"], "argument --workers: '0' is not a number of processes: give a whole number from 1 up"),
+        (["--seconds", "soon"], "argument --seconds: 'soon' is not a number of seconds above 0"),
+        (["--data", "web"], "argument --data: invalid choice: 'web'"),
+        (["--epochs", "3"], "unrecognized arguments: --epochs 3"),
+    ],
+)
+def test_quickstart_sh_checks_its_options_before_it_installs_anything(tmp_path, args, said):
+    """Issue 55, low #189: quickstart.sh installed the requirements (minutes: torch) before data/quickstart.py read
+    its options and refused a wrong one. It now asks quickstart.py to check them first, which needs no requirement."""
+    result, calls = run_quickstart_sh(tmp_path, *args, torch_installed=False)
+    assert result.returncode == 2 and said in result.stderr, result.stderr
+    assert calls == [f"{CHECK} {' '.join(args)}"]  # nothing installed, nothing run
+    result, calls = run_quickstart_sh(tmp_path / "ok", "--workers", "1", "--check", torch_installed=False)
+    assert result.returncode == 0 and calls == [f"{CHECK} --workers 1 --check"]
+
+
+def test_the_options_are_checked_without_the_requirements(tmp_path):
+    """What quickstart.sh runs before it installs anything: quickstart.py --check with no torch (nor build_shards'
+    numpy and sentencepiece) importable; without --check it says what to install instead of a traceback."""
+    script = ROOT / "data" / "quickstart.py"
+    block = "import runpy, sys; sys.modules.update(torch=None, numpy=None, sentencepiece=None); "
+    block += f"sys.argv = [{str(script)!r}] + sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-c", block, *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+    assert run("--check", "--workers", "2", "--seconds", "30").returncode == 0
+    refused = run("--check", "--workers", "-1")
+    assert refused.returncode == 2 and "argument --workers: '-1' is not a number of processes" in refused.stderr
+    missing = run("--seconds", "30")
+    assert missing.returncode == 1 and missing.stderr.strip() == (
+        "quickstart: torch is not installed: bash quickstart.sh installs the requirements, or python3 -m pip "
+        "install -r requirements.txt"
+    )
+
+
+@pytest.mark.parametrize("workers", ["0", "-2", "two", "1.5"])
+def test_workers_below_one_are_refused_with_the_valid_range(workers, capsys):
+    """Issue 55, low #190: --workers 0 was accepted."""
+    with pytest.raises(SystemExit) as exit_:
+        quickstart.parse_args(["--workers", workers])
+    assert exit_.value.code == 2
+    assert f"argument --workers: {workers!r} is not a number of processes: give a whole number from 1 up" in (
+        capsys.readouterr().err
+    )
+    assert quickstart.parse_args(["--workers", "3"]).workers == 3
 
 
 def test_the_printed_command_reruns_exactly_what_ran(tmp_path, monkeypatch, capsys):

@@ -382,11 +382,11 @@ def test_a_made_folder_passes_every_rule_once_its_readme_is_written(made, capsys
     assert failing(made["unfilled"]) == {"files"}
     assert "README.md still holds the maker's TODO" in evidence(made["unfilled"], "files")
     assert failing(made["non_record"]) == set()
-    for strict in ([], ["--strict"]):  # both tiers: the challenge's 12 rules and our 8
+    for strict in ([], ["--strict"]):  # both tiers: the challenge's 12 rules and our 9
         assert check_submission.main([str(made["non_record"])] + strict) == 0
         out = capsys.readouterr().out.splitlines()
-        assert len(out) == 1 + 12 + 8 + 1
-        assert out[-1] == "verdict: pass: 12 of 12 challenge rules pass; ours: all 8 pass"
+        assert len(out) == 1 + 12 + 9 + 1
+        assert out[-1] == "verdict: pass: 12 of 12 challenge rules pass; ours: all 9 pass"
         assert all(re.match(r"[a-z_]+ +pass +\S", line) for line in out[1:13])
         assert all(re.match(r"ours: [a-z_]+ +pass +\S", line) for line in out[13:-1])
 
@@ -561,12 +561,26 @@ def test_training_may_end_within_two_steps_past_the_limit(made, tmp_path):
         edit_log(
             folder / "train_seed1338.log", r"train_time:(\d+)ms", lambda m: f"train_time:{round(int(m[1]) * scale)}ms"
         )
+        edit_log(folder / "train_seed1338.log", r"step_avg:(\S+)ms", lambda m: f"step_avg:{float(m[1]) * scale:.2f}ms")
         assert ("train_time" in failing(folder)) == fails
         if not fails:
             said = re.search(
                 rf"past 600 s by \S+ s, {steps:.2f} of its ([0-9.]+) ms steps", evidence(folder, "train_time")
             )
             assert said and abs(float(said[1]) - step * scale) < 1  # the times are whole milliseconds
+
+
+def test_a_last_train_time_stretched_past_the_limit_is_bounded_by_the_runs_step_avg(made, tmp_path):
+    """Issue 55, medium 7: the last train_time edited to 700645 ms passed as "0.14 of its 700469.0 ms steps": the step
+    allowed past the clock was the closing interval's, which that one number makes. It is bounded by the run's own
+    step_avg (x1.5), so the run is 100 s over its 2 steps of ~50 ms."""
+    folder = broken(made, tmp_path, "stretched")
+    log = R.read_log(folder / "train_seed1338.log")
+    edit_log(folder / "train_seed1338.log", rf"^(step:{log.steps}/\d+ val_loss:.* train_time:)\d+ms", r"\g<1>700645ms")
+    assert R.read_log(folder / "train_seed1338.log").train_ms == 700_645
+    assert failing(folder) == CPU_FAILS | {"train_time", "time_with_gptq"}
+    step = check_submission.STEP_AVG_MARGIN * log.step_avg_ms
+    assert f"train_seed1338.log: 700.645 s > 600 s + 2 of its {step:.1f} ms steps" in evidence(folder, "train_time")
 
 
 def test_evaluation_over_its_limit_fails_eval_time(made, tmp_path):
@@ -649,6 +663,80 @@ def test_a_module_the_script_imports_from_the_folder_counts_as_code(tmp_path):
         tmp_path / "pkg" / "__init__.py",
         tmp_path / "pkg" / "inner.py",
     ]
+
+
+def test_a_hand_edited_score_line_fails_final_line_even_with_the_json_made_to_match(runs, made, tmp_path):
+    """Issue 55, medium 6: seed 1338's final_..._exact line edited to a better score, and the folder made from the edited
+    log (so submission.json agrees), passed every rule. The roundtrip_val_loss/_val_bpb line printed from the same two
+    numbers just before it still gives the run's score: the two must agree to its 4 decimals."""
+    edited = tmp_path / "edited" / "seed1338.txt"
+    edited.parent.mkdir()
+    shutil.copyfile(runs["seed1338"], edited)
+    bpb = R.read_log(edited).val_bpb
+    edit_log(edited, r"^(final_\w+_exact val_loss:\S+ val_bpb:)\S+$", lambda m: f"{m[1]}{bpb - 0.01:.8f}")
+    folder = make([runs["seed1337"], edited, runs["seed1339"]], tmp_path / "edited_score")
+    assert failing(folder) == CPU_FAILS | {"final_line"}  # the json was made from the edited log: it agrees
+    said = evidence(folder, "final_line")
+    assert re.search(
+        rf"train_seed1338\.log: its final_int8_zlib_roundtrip_exact val_loss:\S+ val_bpb:{bpb - 0.01:.8f} is not the "
+        r"roundtrip_val_loss:\S+ roundtrip_val_bpb:\S+ printed before it from the same numbers: the score line was edited",
+        said,
+    ), said
+    assert "train_seed1337.log" not in said and check_submission.main([str(folder)]) == 1
+
+
+def test_other_files_are_listed_and_one_over_1_mb_fails_files(made, tmp_path):
+    """Issue 55, medium 4: a 20 MB weights.bin or a 1 MiB helper.py beside the script was neither listed nor counted.
+    Every other file is now listed with its size; one over 1,000,000 bytes fails the challenge's files rule (the largest
+    an accepted record ships is a 370,917-byte tokenizer); code that the script does not run is ours: other_code."""
+    folder = broken(made, tmp_path, "blobs")
+    (folder / "plot.png").write_bytes(b"\x89PNG" + bytes(20_000))  # a picture for the README: listed, passes
+    assert failing(folder) == CPU_FAILS
+    assert evidence(folder, "files").endswith("; other files: plot.png (20,004 bytes)")
+    (folder / "tools").mkdir()
+    (folder / "tools" / "prepare.py").write_text("print('data preparation')\n")
+    assert challenge_failing(folder) == {"world_size"} and failing(folder) == CPU_FAILS | {"other_code"}
+    assert "tools/prepare.py (26 bytes, code the script does not run: not counted)" in evidence(folder, "files")
+    assert evidence(folder, "other_code").startswith("tools/prepare.py (26 bytes): code beside the script that it does")
+    for name, size in (("weights.bin", 20_000_000), ("helper.py", 1_048_576)):
+        with open(folder / name, "wb") as f:
+            f.truncate(size)  # a sparse file: its size without the disk
+    assert challenge_failing(folder) == {"world_size", "files"}
+    said = evidence(folder, "files")
+    assert said.startswith("helper.py (1,048,576 bytes), weights.bin (20,000,000 bytes): over 1,000,000 bytes, neither")
+    assert "if the run reads it, it is model bytes the size does not count" in said
+
+
+def test_a_module_that_a_counted_module_imports_counts_as_code(tmp_path):
+    """Issue 55, medium 4: helper.py imported by the module the script imports runs with the script: it counts."""
+    (tmp_path / "train_gpt.py").write_text("import golf_util\n")
+    (tmp_path / "golf_util.py").write_text("from helper import X\n")
+    (tmp_path / "helper.py").write_text("X = 1\n")
+    (tmp_path / "prepare_data.py").write_text("import helper\n")  # a tool the script does not run: not counted
+    s = check_submission.load(tmp_path)
+    assert s.code_files == [tmp_path / "train_gpt.py", tmp_path / "golf_util.py", tmp_path / "helper.py"]
+    assert check_submission.other_files(s) == [tmp_path / "prepare_data.py"]
+
+
+def test_a_link_to_a_file_outside_the_folder_fails_files(made, tmp_path):
+    """Issue 55, medium 5: a log that is a link to a file outside the folder passed; in a pull request it dangles (git
+    keeps the link). A link inside the folder stays a file of the pull request."""
+    folder = broken(made, tmp_path / "in", "linked")
+    outside = shutil.copyfile(folder / "train_seed1339.log", tmp_path / "seed1339_elsewhere.log")
+    (folder / "train_seed1339.log").unlink()
+    (folder / "train_seed1339.log").symlink_to(outside)
+    assert challenge_failing(folder) == {"world_size", "files"}
+    assert evidence(folder, "files") == (
+        f"train_seed1339.log is a link to {outside}: outside the folder, so in a pull request it dangles (git keeps "
+        "the link, not the file): copy the file in its place"
+    )
+    (folder / "train_seed1339.log").unlink()
+    shutil.move(outside, folder / "seed1339_kept.txt")  # inside now, and a log of train_gpt.py's own name
+    (folder / "train_seed1339.log").symlink_to("seed1339_kept.txt")
+    assert "files" not in failing(folder)
+    (folder / "README.md").rename(tmp_path / "README.md")
+    (folder / "README.md").symlink_to(tmp_path / "gone.md")  # dangling
+    assert f"README.md is a link to {tmp_path / 'gone.md'} (missing)" in evidence(folder, "files")
 
 
 def test_a_missing_final_line_fails_final_line(made, tmp_path):
@@ -904,7 +992,7 @@ def test_the_checker_cli_on_a_published_folder(capsys):
     assert check_submission.main([str(LOOP45)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == (
-        "verdict: pass: 10 of 12 challenge rules pass (script_matches_logs, significance not checked); ours: 2 of 8 "
+        "verdict: pass: 10 of 12 challenge rules pass (script_matches_logs, significance not checked); ours: 2 of 9 "
         "noted (script_in_logs, readable_copy), failing only with --strict"
     )
     assert out[1].startswith(
@@ -914,7 +1002,7 @@ def test_the_checker_cli_on_a_published_folder(capsys):
     assert check_submission.main([str(LOOP45), "--strict"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out[-1].startswith(
-        "verdict: FAIL: 10 of 12 challenge rules pass (script_matches_logs, significance not checked); --strict: 2 of 8"
+        "verdict: FAIL: 10 of 12 challenge rules pass (script_matches_logs, significance not checked); --strict: 2 of 9"
     )
 
 
@@ -922,8 +1010,9 @@ def test_the_checker_cli_on_a_published_folder(capsys):
 # records/track_10min_16mb (at 4908dc4) with its README.md, submission json and logs (the script at a log's head, the
 # 2026-04 logs' "Source code:" section and TTT progress lines left out), and the head of each train_gpt.py over 50
 # lines (whole where shorter: the packed ones) and of the folder modules it runs; cut_scripts.json gives each cut
-# file's size, to which `corpus` pads it again. Every accepted record passes the challenge's rules but these, which
-# each genuinely fails (records/README.md gives the figures):
+# file's size, to which `corpus` pads it again; other_files.json names the other files (requirements.txt, tokenizers,
+# data preparation, pictures) and their sizes, which `corpus` writes as filler. Every accepted record passes the
+# challenge's rules but these, which each genuinely fails (records/README.md gives the figures):
 CORPUS = ROOT / "tests" / "data" / "records_corpus"
 UNMET = {
     # train_v1.txt: 2400.107 s on world_size 2 (another config), and every log ran a script with one more line
@@ -973,6 +1062,11 @@ def corpus(tmp_path_factory) -> Path:
     for folder in root.iterdir():
         if folder.is_dir():
             restore_logged_scripts(folder, json.loads((root / "cut_scripts.json").read_text()).get(folder.name, {}))
+    for folder, files in json.loads((root / "other_files.json").read_text()).items():
+        for name, size in files.items():  # what the folder ships beside its code and logs, as filler of its size
+            path = root / folder / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"#" * (size - 1) + b"\n")
     return root
 
 
@@ -1019,6 +1113,24 @@ def test_every_published_record_gets_the_maintainers_verdict_alone_and_against_i
                 {"significance"} - ({"significance"} if folder.name in CLEARS_PREDECESSOR else set())
             )
             assert challenge_failing(folder, before) == expected, folder.name
+
+
+def test_the_files_published_records_ship_beside_their_code_are_listed_and_pass(corpus):
+    """Issue 55, medium 4: the accepted records ship requirements.txt, tokenizers (370,917 bytes at most), pictures and
+    their data preparation (CaseOps' prepare_caseops_data.py and lossless_caps.py, which the script does not run).
+    The challenge's files rule lists them and passes (the maintainers accepted them); ours: other_code notes the code."""
+    sizes = [
+        size for files in json.loads((CORPUS / "other_files.json").read_text()).values() for size in files.values()
+    ]
+    assert max(sizes) == 370_917 < check_submission.OTHER_FILE_BYTES
+    caseops = corpus / "2026-04-19_SP8192_CaseOps_GatedAttn_QuantGate_Loop45_PhasedTTT"
+    assert evidence(caseops, "files").endswith(
+        "; other files: lossless_caps.py (28,917 bytes, code the script does not run: not counted), "
+        "prepare_caseops_data.py (8,786 bytes, code the script does not run: not counted), "
+        "tokenizers/fineweb_8192_bpe_lossless_caps_caseops_v1_reserved.model (366,510 bytes)"
+    )
+    assert challenge_failing(caseops) == set() and "other_code" in failing(caseops)
+    assert evidence(corpus / "2026-03-17_LoRA_TTT", "files").endswith("; other files: ablations.png (281,924 bytes)")
 
 
 def test_every_published_log_format_is_read(corpus):
@@ -1258,6 +1370,45 @@ def test_the_maker_refuses_a_bad_date_a_nameless_name_a_packed_script_and_a_miss
     assert not (tmp_path / "again.py").exists()
     assert make_submission.main(maker_cli([tmp_path / "nowhere.txt"], tmp_path / "g")) == 2
     assert f"error: no such log: {tmp_path / 'nowhere.txt'}: give the log of every seed" in capsys.readouterr().err
+
+
+def test_the_maker_refuses_to_pack_what_is_not_python_with_an_error_line(tmp_path, capsys):
+    """Issue 55, medium 9: --pack of a non-Python file ended in a SyntaxError traceback."""
+    readme, blob = tmp_path / "README.md", tmp_path / "weights.bin"
+    readme.write_text("# My change\n\nIt trains faster.\n")
+    blob.write_bytes(b"\x80\x81\xfe\x00")
+    said = {
+        readme: f"error: --pack {readme}: not Python that Python {sys.version_info.major}.{sys.version_info.minor} "
+        "compiles (line 3: invalid syntax): give the training script, and pack it with the Python that will run it",
+        blob: f"error: --pack {blob}: not UTF-8 text, so not a Python script: give the training script",
+    }
+    for path, message in said.items():
+        assert make_submission.main(["--pack", str(path), "--output", str(tmp_path / "packed.py")]) == 2
+        assert capsys.readouterr().err == message + "\n"
+        assert not (tmp_path / "packed.py").exists()
+
+
+def test_the_plot_refuses_an_output_folder_that_does_not_exist_and_writes_nothing_it_cannot_draw(
+    runs, tmp_path, capsys
+):
+    """Issue 55: -o into a folder that does not exist ended in a traceback (medium 10); logs with nothing to draw wrote
+    an empty PNG and exited 0 (low #182). Both are an error line and exit 2, before matplotlib is needed."""
+    output = tmp_path / "missing" / "runs.png"
+    assert plot_runs.main([str(runs["seed1337"]), "-o", str(output)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --output {output}: the folder {output.parent} does not exist: make it first, or give another\n"
+    )
+    assert plot_runs.main([str(runs["seed1337"]), "-o", str(tmp_path)]) == 2
+    assert f"error: --output {tmp_path} is a folder: give the PNG's file name" in capsys.readouterr().err
+    bare = tmp_path / "bare.log"
+    bare.write_text("final_int8_zlib_roundtrip_exact val_loss:2.00000000 val_bpb:1.20000000\n")
+    assert plot_runs.main([str(bare), "-o", str(tmp_path / "runs.png")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: nothing to draw, so no {tmp_path / 'runs.png'} (bare.log: no validation line with a training time; "
+        "bare.log: no train_loss lines): give the logs of runs that trained (train_gpt.py's logs/RUN_ID.txt, or a "
+        "record's)\n"
+    )
+    assert not (tmp_path / "runs.png").exists() and not output.parent.exists()
 
 
 def test_the_plot_notes_runs_scored_on_different_validation_sets(runs, tmp_path):

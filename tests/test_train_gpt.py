@@ -163,6 +163,31 @@ def test_dims_that_do_not_divide_are_a_config_error_naming_both(env, named):
 
 
 @pytest.mark.parametrize(
+    "env, product",
+    [
+        (
+            {"TRAIN_SEQ_LEN": "64", "TRAIN_BATCH_TOKENS": "1000"},
+            f"{GRAD_ACCUM_TOTAL}*TRAIN_SEQ_LEN={GRAD_ACCUM_TOTAL * 64}",
+        ),
+        (
+            {"TRAIN_SEQ_LEN": "1024", "VAL_BATCH_SIZE": "4096"},
+            f"{GRAD_ACCUM_TOTAL}*TRAIN_SEQ_LEN={GRAD_ACCUM_TOTAL * 1024}",
+        ),
+        (
+            {"EVAL_SEQ_LEN": "2048", "VAL_BATCH_SIZE": "8192"},
+            f"{GRAD_ACCUM_TOTAL}*EVAL_SEQ_LEN={GRAD_ACCUM_TOTAL * 2048}",
+        ),
+    ],
+)
+def test_batch_size_errors_print_the_product_of_micro_batches_and_sequence_length(env, product):
+    """Issue 55 low #32: VAL_BATCH_SIZE said `8*TRAIN_SEQ_LEN=1024` (the sequence length) where the
+    TRAIN_BATCH_TOKENS message says `8*TRAIN_SEQ_LEN=8192` (the product, the number to compare with)."""
+    with pytest.raises(ConfigError) as error:
+        Hyperparameters.from_env(env)
+    assert product in str(error.value)
+
+
+@pytest.mark.parametrize(
     "typo, near",
     [
         ("NUM_LAYER", "NUM_LAYERS"),
@@ -223,6 +248,51 @@ def test_dist_context_reads_torchruns_variables_and_forms_no_process_group(monke
     ctx = train_gpt.dist_context()
     assert ctx == DistContext(3, 4, 1, CPU) and ctx.distributed and ctx.grad_accum_steps == GRAD_ACCUM_TOTAL // 4
     assert not torch.distributed.is_initialized()  # the pre-flight runs before any process group
+
+
+def fake_gpus(monkeypatch, count: int, env: dict[str, str]) -> None:
+    """A host that shows `count` CUDA devices, under torchrun's variables `env`: no GPU is touched."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_more_processes_than_visible_gpus_is_a_config_error_on_every_rank(monkeypatch, rank):
+    """Issue 55: torchrun --nproc_per_node=2 on a 1-GPU host crashed in init_distributed with CUDA's
+    `invalid device ordinal`. Rank 0 (which has a GPU) must fail too: it is the rank that prints the error."""
+    fake_gpus(monkeypatch, 1, {"RANK": rank, "WORLD_SIZE": "2", "LOCAL_RANK": rank, "LOCAL_WORLD_SIZE": "2"})
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    with pytest.raises(ConfigError) as error:
+        train_gpt.dist_context()
+    message = str(error.value)
+    for text in ("LOCAL_WORLD_SIZE=2", "--nproc_per_node", "1 GPU", "CUDA_VISIBLE_DEVICES=3", "at most 1 per host"):
+        assert text in message, message
+
+
+def test_a_local_rank_without_local_world_size_is_counted_against_the_gpus(monkeypatch):
+    fake_gpus(monkeypatch, 2, {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "2"})  # launched by hand, no torchrun
+    with pytest.raises(ConfigError, match="LOCAL_WORLD_SIZE=3 processes .* 2 GPU.*CUDA_VISIBLE_DEVICES=unset"):
+        train_gpt.dist_context()
+
+
+@pytest.mark.parametrize(
+    "gpus, env, device",
+    [
+        (2, {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, "cuda:1"),
+        (4, {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}, "cuda:0"),  # GPUs to spare
+        (2, {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, "cuda:1"),  # 2 hosts x 2
+        (0, {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, "cpu"),  # gloo on CPU
+    ],
+)
+def test_processes_within_the_visible_gpus_of_their_host_get_their_own(monkeypatch, gpus, env, device):
+    """The check is per host: LOCAL_WORLD_SIZE against this host's GPUs, so WORLD_SIZE may exceed them."""
+    fake_gpus(monkeypatch, gpus, env)
+    assert train_gpt.dist_context().device == torch.device(device)
 
 
 # =================================================================================================
