@@ -21,7 +21,7 @@ import torch
 
 import train_gpt
 import helpers
-from helpers import EVENT_LINE, SCRIPT, TinyData, tiny_env
+from helpers import EVENT_LINE, SCRIPT, TinyData, runs_processes, tiny_env
 
 FINAL_LINE = re.compile(r"final_int8_zlib_roundtrip_exact val_loss:\d+\.\d{8} val_bpb:\d+\.\d{8}")
 # The run that the happy-path tests share, with 1 and with 2 processes. MODEL_DIM=144 puts the
@@ -136,6 +136,7 @@ def test_val_loss_falls_from_ln_vocab_and_the_round_trip_costs_little(one_proces
 # =================================================================================================
 
 
+@runs_processes(2)
 def test_two_processes_train_the_same_model_as_one(one_process, two_processes):
     [header] = two_processes.events("world_size")
     assert (header["world_size"], header["grad_accum_steps"]) == ("2", "4")
