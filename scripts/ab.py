@@ -917,6 +917,8 @@ def experiment_of(cli, variants: list[Variant]) -> dict:
 def check_out(out: Path, experiment: dict, restart: bool) -> None:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file: name a folder, new or one ab.py made.")
+    if why := cannot_write(out):
+        raise UsageError(f"--out {out}: {why}: name a folder you can write in.")
     path = out / "results.json"
     if path.is_file():
         before = json.loads(path.read_text())["experiment"]
@@ -928,6 +930,21 @@ def check_out(out: Path, experiment: dict, restart: bool) -> None:
             )
     elif out.is_dir() and any(out.iterdir()):
         raise UsageError(f"--out {out} is not empty and holds no ab.py results.json: choose a new or empty folder.")
+
+
+def cannot_write(out: Path) -> str:
+    """Why ab.py could not make folder `out` or write in it ("" if it can), tried in the folder or its nearest
+    existing parent with a temporary folder made and removed: --plan leaves nothing behind."""
+    where = out.absolute()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        return f"{where} is a file, not a folder"
+    try:
+        tempfile.TemporaryDirectory(dir=where, prefix=".ab_probe_").cleanup()
+    except OSError as exc:
+        return f"cannot write in {where} ({exc.strerror})"
+    return ""
 
 
 def identity_of(jobs: list[Job], resolved: dict, trained: list[dict]) -> dict:
@@ -1147,7 +1164,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], epilog=__doc__[__doc__.index("\n\n") :], formatter_class=Raw
     )
-    parser.add_argument("--out", type=Path, required=True, help="folder of this experiment's runs and report")
+    parser.add_argument("--out", required=True, help="folder of this experiment's runs and report")
     parser.add_argument(
         "--variant",
         nargs="+",
@@ -1179,6 +1196,9 @@ class Raw(argparse.RawDescriptionHelpFormatter):
 def prepare(cli) -> tuple[list[Variant], list[Job], dict, list[str]]:
     """Everything checked before any run: (variants, jobs, results.json's header, lines to print); a UsageError
     otherwise."""
+    if not cli.out.strip():
+        raise UsageError(f"--out {cli.out!r} names no folder: give the experiment's, e.g. --out ab/lr04.")
+    cli.out = Path(cli.out)
     variants = parse_variants(cli)
     cli.common_env = parse_assignments(cli.common, "--common")
     trained = []

@@ -19,6 +19,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -257,6 +258,33 @@ def test_ab_out_naming_a_file_is_one_error_line_whether_it_runs_or_plans(tmp_pat
         run = ab_run(["--slots", "1", "--out", "notes.txt", "--variant", "a", "--variant", "b", "X=1", *plan], tmp_path)
         assert run.returncode == 2, run.stdout + run.stderr
         assert run.stderr == "error: --out notes.txt is a file: name a folder, new or one ab.py made.\n"
+
+
+UNWRITABLE = [  # --out, and the error's words after it
+    ("notes.txt/ab", "notes.txt/ab: {cwd}/notes.txt is a file, not a folder: name a folder you can write in."),
+    ("", "'' names no folder: give the experiment's, e.g. --out ab/lr04."),
+]
+try:  # /proc on Linux: no folder can be made there, not even by root (chmod does not stop root)
+    tempfile.TemporaryDirectory(dir="/proc").cleanup()
+except OSError as exc:
+    UNWRITABLE.append(
+        ("/proc/ab", f"/proc/ab: cannot write in /proc ({exc.strerror}): name a folder you can write in.")
+    )
+
+
+@pytest.mark.parametrize("out, message", UNWRITABLE, ids=["under_a_file", "empty", "read_only"][: len(UNWRITABLE)])
+def test_ab_out_that_cannot_be_written_is_one_error_line_whether_it_runs_or_plans(out, message, tmp_path):
+    """Issue 55, medium 2 and low #53/#54: --out under a file or where no folder can be made (/proc, a read-only
+    mount) was a traceback from the mkdir once every check had passed, and --plan said nothing; --out '' was taken as
+    --out . (the folder ab.py runs in)."""
+    (tmp_path / "notes.txt").write_text("x")
+    args = fake_runs(tmp_path, "a", "b BPB=0.5") + ["--seeds", "1"]
+    args[args.index("--out") + 1] = out
+    for plan in ([], ["--plan"]):
+        run = ab_run(args + plan, tmp_path)
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert run.stderr == "error: --out " + message.format(cwd=tmp_path) + "\n"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["fake.py", "notes.txt"]
 
 
 def test_ab_a_trainer_refusal_while_running_ends_that_run_with_the_trainers_message(tiny_data, tmp_path):
