@@ -119,7 +119,7 @@ SDPA_SHIM = (
 # resolves each (ours: from_env(env); a record's: its class body reads os.environ, so the script is run again for each
 # environment). One JSON line out, a result for each environment.
 RESOLVE = r"""
-import dataclasses, importlib.util, json, os, sys
+import dataclasses, importlib.machinery, importlib.util, json, os, sys
 sys.path.insert(0, os.path.dirname(sys.argv[1]))
 module, results = None, []
 for env in json.load(open(sys.argv[2])):
@@ -128,7 +128,8 @@ for env in json.load(open(sys.argv[2])):
     try:
         hp = getattr(module, "Hyperparameters", None)
         if not hasattr(hp, "from_env"):
-            spec = importlib.util.spec_from_file_location("trainer", sys.argv[1])
+            loader = importlib.machinery.SourceFileLoader("trainer", sys.argv[1])  # any name: old.py.bak too
+            spec = importlib.util.spec_from_file_location("trainer", sys.argv[1], loader=loader)
             module = sys.modules["trainer"] = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
             hp = getattr(module, "Hyperparameters", None)
@@ -226,8 +227,25 @@ def parse_variants(cli) -> list[Variant]:
             raise UsageError(f"--script {spec!r} must be VARIANT=PATH with VARIANT one of {names(variants)}.")
         if not Path(path).is_file():
             raise UsageError(f"--script {spec}: {path} is not a file: point it at the variant's trainer script.")
+        if why := not_python(Path(path)):
+            raise UsageError(
+                f"--script {spec}: {path} is not a Python trainer ({why}): point it at the variant's script."
+            )
         match[0].script = Path(path).resolve()
     return variants
+
+
+def not_python(path: Path) -> str:
+    """Why a --script file is not Python source this interpreter compiles ("" if it is), a packed record unpacked."""
+    try:
+        compile(record_source(path), str(path), "exec")
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    except SyntaxError as exc:
+        return f"Python {sys.version.split()[0]} cannot compile it: {exc.msg}, line {exc.lineno}"
+    except ValueError as exc:  # null bytes
+        return str(exc)
+    return ""
 
 
 def names(items) -> str:

@@ -483,6 +483,29 @@ def test_ab_a_run_killed_after_its_round_trip_score_is_not_finished_and_reruns(t
     assert "start b_seed1" in again.stdout, again.stdout
 
 
+def test_ab_script_that_is_not_python_is_named_and_any_python_file_name_runs(tmp_path):
+    """Issue 55, low #66: a --script that is no Python (notes, a binary) was the trainer's 'refusal' with an internal
+    AttributeError; a Python trainer whose name does not end in .py (an older revision kept as .bak) was the same."""
+    args = fake_runs(tmp_path, "a", "b BPB=0.5") + ["--seeds", "1", "--plan"]
+    (tmp_path / "notes.txt").write_text("the lr04 run looked better\n")
+    (tmp_path / "weights.bin").write_bytes(bytes(range(256)))
+    python = sys.version.split()[0]
+    for name, why in (
+        ("notes.txt", f"Python {python} cannot compile it: invalid syntax, line 1"),
+        ("weights.bin", "not UTF-8 text"),
+    ):
+        run = ab_run([a if a != "b=fake.py" else f"b={name}" for a in args], tmp_path)
+        assert run.returncode == 2 and run.stdout == "", run.stdout + run.stderr
+        assert (
+            run.stderr
+            == f"error: --script b={name}: {name} is not a Python trainer ({why}): point it at the variant's script.\n"
+        )
+    (tmp_path / "fake.py.bak").write_text(FAKE_RUNNER)
+    run = ab_run([a if a != "b=fake.py" else "b=fake.py.bak" for a in args], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "config b vs a: set by the variants: BPB 1.0 -> 0.5" in run.stdout
+
+
 def test_ab_says_when_a_seeds_variants_cannot_share_a_wave(tmp_path):
     args = fake_runs(tmp_path, "a", "b BPB=0.5", "c BPB=0.25") + ["--seeds", "1", "--plan"]
     run = ab_run(args, tmp_path)
