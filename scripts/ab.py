@@ -414,10 +414,12 @@ def resolve_configs(jobs: list[Job]) -> dict[tuple[str, str], dict]:
 
 def compare_configs(variants: list[Variant], jobs: list[Job], resolved: dict) -> list[str]:
     """Lines saying how each variant's config differs from the baseline's; an error for a refused or twin one."""
-    for (variant, trained), out in resolved.items():
-        if "error" in out:
-            on = f" (on {trained})" if trained else ""
-            raise UsageError(f"variant {variant}{on}: the trainer refuses its settings: {out['error']}")
+    refused = {key: out["error"] for key, out in resolved.items() if "error" in out}
+    if len(refused) == len(resolved) and len(set(refused.values())) == 1:  # not a variant's own setting
+        raise UsageError(f"the trainer refuses what every variant shares (--common, the shell): {refused.popitem()[1]}")
+    for (variant, trained), error in refused.items():
+        on = f" (on {trained})" if trained else ""
+        raise UsageError(f"variant {variant}{on}: the trainer refuses its settings: {error}")
     scripts = {v.name: next(j.script for j in jobs if j.variant == v.name) for v in variants}
     base, lines = variants[0], []
     for trained in dict.fromkeys(t for _, t in resolved):
@@ -447,7 +449,26 @@ def compare_configs(variants: list[Variant], jobs: list[Job], resolved: dict) ->
             lines.append(f"config {v.name} vs {base.name}{on}: set by the variants: {', '.join(shown) or 'none'}")
             if others:
                 lines.append(f"config {v.name} vs {base.name}{on}: ALSO DIFFERS (not set by them): {', '.join(others)}")
+            off = inert(ca)
+            if scripts[v.name] == scripts[base.name] and keys and set(keys) <= set(off) & set(inert(cb)):
+                switches = ", ".join(f"{k.upper()}={ca[k]!r}" for k in sorted({off[k] for k in keys}))
+                lines.append(
+                    f"WARNING: {v.name} differs from {base.name}{on} only in settings that do nothing with {switches} "
+                    f"({', '.join(k.upper() for k in keys)}): the A/B would measure noise. Turn that on in --common, "
+                    "or drop the variant."
+                )
     return lines
+
+
+INERT_UNLESS = {  # train_gpt.py's settings that act only when a switch is on, by switch
+    "ttt_enabled": ("ttt_lr", "ttt_epochs", "ttt_momentum", "ttt_chunk_tokens"),
+    "num_loops": ("loop_start", "loop_end", "enable_looping_at"),
+}
+
+
+def inert(config: dict) -> dict[str, str]:
+    """The settings of a resolved config that do nothing in it, each with the switch that is off."""
+    return {k: switch for switch, keys in INERT_UNLESS.items() if switch in config and not config[switch] for k in keys}
 
 
 def check_val_vocabulary(cli, jobs: list[Job], resolved: dict) -> None:

@@ -352,6 +352,33 @@ def test_ab_refuses_twin_variants_and_settings_the_trainer_refuses_before_runnin
     assert "did you mean TTT_EPOCHS?" in run.stderr and not (tmp_path / "out").exists()
 
 
+def test_ab_a_setting_every_variant_shares_is_refused_as_theirs_not_the_baselines(tiny_data, tmp_path):
+    """Issue 55, low #88: a typo in --common was blamed on the first variant ('variant base: the trainer refuses its
+    settings')."""
+    args = ["--slots", "1", "--out", "out", "--plan", *common(tiny_data, tmp_path), "--common", "TTT_EPOCH=1"]
+    run = ab_run(args + ["--variant", "base", "--variant", "lr03", "MATRIX_LR=0.03"], tmp_path)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert run.stderr.startswith(
+        "error: the trainer refuses what every variant shares (--common, the shell): unknown environment variable "
+        "TTT_EPOCH='1': did you mean TTT_EPOCHS?"
+    )
+
+
+def test_ab_warns_when_a_variant_differs_only_in_settings_its_switch_leaves_off(tiny_data, tmp_path):
+    """Issue 55, low #82: TTT_LR with TTT off spent a whole A/B on two runs of one model and one score."""
+    args = ["--slots", "1", "--out", "out", "--plan", *common(tiny_data, tmp_path)]
+    args += ["--variant", "base", "--variant", "tttlr", "TTT_LR=0.01"]
+    run = ab_run(args, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (
+        "WARNING: tttlr differs from base only in settings that do nothing with TTT_ENABLED=False (TTT_LR): the A/B "
+        "would measure noise. Turn that on in --common, or drop the variant." in run.stdout
+    )
+    run = ab_run(args + ["--common", "TTT_ENABLED=1"], tmp_path)
+    assert run.returncode == 0 and "WARNING" not in run.stdout, run.stdout + run.stderr
+    assert "config tttlr vs base: set by the variants: TTT_LR 0.005 -> 0.01" in run.stdout
+
+
 def test_ab_plan_shows_what_differs_besides_what_the_variants_set(tiny_data, tmp_path):
     args = ["--slots", "1", "--out", "out", "--plan", *common(tiny_data, tmp_path)]
     run = ab_run(args + ["--variant", "ours", "--variant", "p180", "RECIPE=p180"], tmp_path)
