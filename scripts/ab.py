@@ -472,27 +472,52 @@ def inert(config: dict) -> dict[str, str]:
 
 
 def check_val_vocabulary(cli, jobs: list[Job], resolved: dict) -> None:
-    """--val: every token id of its validation shards under the trained runs' VOCAB_SIZE, checked once here rather
-    than by each run, which would start and fail in seconds ("token id 1023 >= VOCAB_SIZE=512")."""
+    """--val: every token id of its validation shards under the trained runs' VOCAB_SIZE, and their documents made by
+    the trained runs' TOKENIZER_PATH (decoded and encoded again, they give their own ids, as the trainer checks),
+    checked once here rather than by each run, which would start and fail in seconds."""
     import numpy as np
 
     checked = set()
     for job in jobs:
         path = cli.val_for(job.pair_key[0]) if job.trained else None
-        vocab = (resolved[(job.variant, job.pair_key[0])].get("config") or {}).get("vocab_size")
-        if path is None or not vocab or (path, vocab) in checked:
+        config = resolved[(job.variant, job.pair_key[0])].get("config") or {}
+        vocab, tokenizer = config.get("vocab_size"), config.get("tokenizer_path")
+        if path is None or not vocab or (path, vocab, tokenizer) in checked:
             continue
-        checked.add((path, vocab))
+        checked.add((path, vocab, tokenizer))
         for shard in sorted(Path(path).glob("fineweb_val_*.bin")):
             if "fineweb_val_bytes_" in shard.name or shard.stat().st_size <= SHARD_HEADER_BYTES:
                 continue  # a sidecar, or no tokens: the trainer says what is wrong with it
-            top = int(np.memmap(shard, np.uint16, "r", SHARD_HEADER_BYTES).max())
+            tokens = np.memmap(shard, np.uint16, "r", SHARD_HEADER_BYTES)
+            top = int(tokens.max())
             if top >= int(vocab):
                 raise UsageError(
                     f"--val {path}: {shard.name} holds token id {top} >= VOCAB_SIZE={vocab}, the vocabulary of "
                     f"{job.pair_key[0]}'s runs: made with another tokenizer. Give shards of their tokenizer "
                     f"(--val {job.pair_key[0]}=PATH for that trained variant alone)."
                 )
+            same, docs = round_trips(tokens, tokenizer)
+            if same < docs:
+                raise UsageError(
+                    f"--val {path}: {shard.name} was not made by {tokenizer}, the tokenizer of {job.pair_key[0]}'s "
+                    f"runs: {same} of {docs} documents decode and encode again to their own ids. Give shards of "
+                    f"their tokenizer (--val {job.pair_key[0]}=PATH for that trained variant alone)."
+                )
+
+
+def round_trips(tokens, tokenizer: str | None, docs: int = 32) -> tuple[int, int]:
+    """(how many, of the first `docs` whole documents of a shard) give their own ids decoded and encoded again by
+    the tokenizer; (0, 0) where it cannot be loaded here (the run says why)."""
+    import numpy as np
+    import sentencepiece as spm
+
+    try:
+        sp = spm.SentencePieceProcessor(model_file=str(tokenizer))
+    except (OSError, RuntimeError, TypeError):
+        return 0, 0
+    bos = np.flatnonzero(tokens[: 1 << 22] == sp.bos_id())[: docs + 1]  # a prefix: FineWeb's split is 62M tokens
+    ids = [tokens[a + 1 : b].tolist() for a, b in zip(bos[:-1], bos[1:])]
+    return sum(sp.encode(sp.decode(doc)) == doc for doc in ids), len(ids)
 
 
 def compared(config: dict | None) -> dict | None:

@@ -252,6 +252,27 @@ def test_ab_val_of_another_vocabulary_is_refused_before_any_run(trained, tmp_pat
     assert not (tmp_path / "ev").exists()
 
 
+def test_ab_val_of_another_tokenizer_of_the_same_vocabulary_is_refused_before_any_run(trained, tiny_data, tmp_path):
+    """Issue 55, low #78: shards of another 512-piece tokenizer pass the vocabulary check, and every run then started
+    and failed on the trainer's own check of its shards."""
+    from helpers import encode_documents, train_tokenizer
+
+    out, _, _, _ = trained
+    other = train_tokenizer([doc[::-1] for doc in tiny_data.train_docs], tmp_path / "other.model")  # 512 pieces too
+    (tmp_path / "other").mkdir()
+    build_shards.write_data_shard(
+        tmp_path / "other" / "fineweb_val_000000.bin", encode_documents(other, tiny_data.val_docs)
+    )
+    args = ["--slots", "2", "--eval-only", str(out), "--out", "ev", "--seeds", "1", "--val", "other"]
+    run = ab_run(args + ["--variant", "nottt", "--variant", "ttt", "TTT_ENABLED=1"], tmp_path)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stdout + run.stderr
+    assert run.stderr.startswith(
+        f"error: --val other: fineweb_val_000000.bin was not made by {tiny_data.tokenizer_path}, the tokenizer of "
+        "base's runs: "
+    )
+    assert not (tmp_path / "ev").exists()
+
+
 def test_ab_out_naming_a_file_is_one_error_line_whether_it_runs_or_plans(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     for plan in ([], ["--plan"]):
