@@ -180,6 +180,7 @@ class Job:
     rc: int | None = None
     metrics: dict = field(default_factory=dict)
     artifact_sha256: str = ""  # of the artifact a finished run wrote (or scored), as ab.py found it then
+    threads: str = ""  # the OMP_NUM_THREADS it was given: CPU runs' speed and summation order depend on it
 
     @property
     def pair_key(self) -> tuple[str, int]:  # the runs of one key, one a variant, are a pair
@@ -1110,7 +1111,9 @@ def write_results(out: Path, header: dict, jobs: list[Job], rows: list[dict]) ->
     for j in jobs:
         run = dict(name=j.name, variant=j.variant, seed=j.seed, trained=j.trained, status=j.status, reason=j.reason)
         artifact = j.env.get("ARTIFACT_PATH", "")
-        run.update(rc=j.rc, env=j.env, script=str(j.script), script_in_out=inside(j.script, out))
+        run.update(
+            rc=j.rc, env=j.env, script=str(j.script), script_in_out=inside(j.script, out), omp_num_threads=j.threads
+        )
         run.update(artifact=artifact, artifact_in_out=inside(artifact, out), artifact_sha256=j.artifact_sha256)
         run.update(console=str(console_path(out, j)), log=str(out / "logs" / f"{j.name}.txt"))
         run["metrics"] = {k: v for k, v in j.metrics.items() if k not in ("train_loss", "val_loss")}  # curves: the logs
@@ -1134,6 +1137,7 @@ def start(job: Job, slot: Slot, port: int, out: Path, slots: int) -> subprocess.
             (cwd / "data").symlink_to(Path("data").resolve())
         env = {k: str(Path(v).resolve()) if "/" in v and os.path.exists(v) else v for k, v in env.items()}
     env = run_environment(env, slot.cuda_visible, slot.nproc, slots)
+    job.threads = env.get("OMP_NUM_THREADS") or ("1 (torchrun's)" if slot.nproc > 1 else "unset (torch's: a core each)")
     with open(console, "w") as f:
         cmd = command(job.script, slot, port)
         return subprocess.Popen(
@@ -1354,6 +1358,7 @@ def run_experiment(cli, argv, slots, where, variants, jobs, header, config_lines
     recorded = {r["name"]: r for r in before}
     for job in [] if cli.restart else jobs:  # --restart: every run is to run
         job.rc = recorded.get(job.name, {}).get("rc")  # a run is finished only if it exited 0
+        job.threads = recorded.get(job.name, {}).get("omp_num_threads", "")
         job.status, job.reason, job.metrics = read_run(console_path(out, job), job.rc)
         if job.status == "finished":
             job.artifact_sha256 = recorded[job.name].get("artifact_sha256") or artifact_sha256(job)

@@ -554,6 +554,24 @@ def test_ab_script_that_is_not_python_is_named_and_any_python_file_name_runs(tmp
     assert "config b vs a: set by the variants: BPB 1.0 -> 0.5" in run.stdout
 
 
+def test_ab_records_the_threads_each_run_was_given(tmp_path):
+    """Issue 55, low #83: OMP_NUM_THREADS (the shell's, or ab.py's share of the cores for each CPU run) was recorded
+    nowhere, and a CPU run's speed and summation order depend on it."""
+    args = fake_runs(tmp_path, "a", "b BPB=0.5") + ["--seeds", "1"]
+    unset = {k: v for k, v in environment().items() if k != "OMP_NUM_THREADS"}
+    share = str(max(1, (os.cpu_count() or 1) // 2))  # not set in the shell: ab.py's, the cores over 2 runs at a time
+    for shell, given in ((dict(unset, OMP_NUM_THREADS="3"), "3"), (unset, share)):
+        run = ab_run(args + ["--restart"], tmp_path, env=shell)
+        assert run.returncode == 0, run.stdout + run.stderr
+        threads = {r["name"]: r["omp_num_threads"] for r in results(tmp_path / "out")["runs"]}
+        assert threads == dict(a_seed1=given, b_seed1=given)
+    run = ab_run(args, tmp_path)  # resumed: the finished runs keep what they were given
+    assert (
+        "done before: finished a_seed1" in run.stdout
+        and results(tmp_path / "out")["runs"][0]["omp_num_threads"] == given
+    )
+
+
 def test_ab_says_when_a_seeds_variants_cannot_share_a_wave(tmp_path):
     args = fake_runs(tmp_path, "a", "b BPB=0.5", "c BPB=0.25") + ["--seeds", "1", "--plan"]
     run = ab_run(args, tmp_path)
