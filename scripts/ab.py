@@ -42,9 +42,12 @@ and train_loss.png (with matplotlib: train loss against step and training time, 
 
 Running the same command again skips the finished runs (exit 0 and a score line) and reruns the others, saying why
 they failed; more --seeds may be added. results.json records what made the runs (each variant's trainer sha256, its
-resolved config, python and torch, the shell's values of the trainer's variables that no flag sets): if any differs
-now (an edited train_gpt.py, MATRIX_LR=0.03 in the shell), ab.py stops and says what changed; another experiment
-needs another --out, or --restart to discard the folder's runs and start over. --script VARIANT=PATH runs that variant
+resolved config, its DATA_PATH's shards by size, manifest and tokenizer by sha256, python and torch, the shell's values
+of the trainer's variables that no flag sets): if any differs now (an edited train_gpt.py, MATRIX_LR=0.03 in the
+shell, shards rebuilt in place), ab.py stops and says what changed; another experiment needs another --out, or
+--restart to discard the folder's runs and start over. The runs of train_gpt.py run OUT/trainers/train_gpt.py, a copy
+made when the command starts, so an edit while they run reaches none; a run whose log shows another source or config
+than the experiment's (a fork edited meanwhile), or whose DATA_PATH changed while the command ran, is not counted. --script VARIANT=PATH runs that variant
 with another trainer (a fork, an older revision, a record's train_gpt.py: unpacked if packed, its FlashAttention 3
 call replaced by SDPA where FA3 is not installed, each run in out/work/RUN/ since a record writes its artifact where
 it runs). --eval-only re-scores the trained runs' artifacts (EVAL_ONLY=1, each trained run's settings, then --common
@@ -181,6 +184,8 @@ class Job:
     metrics: dict = field(default_factory=dict)
     artifact_sha256: str = ""  # of the artifact a finished run wrote (or scored), as ab.py found it then
     threads: str = ""  # the OMP_NUM_THREADS it was given: CPU runs' speed and summation order depend on it
+    config: dict | None = None  # its config as the trainer resolved it before any run: what its log must say
+    data: dict = field(default_factory=dict)  # its data's identity (data_identity) when the command started
 
     @property
     def pair_key(self) -> tuple[str, int]:  # the runs of one key, one a variant, are a pair
@@ -1029,6 +1034,7 @@ def identity_of(jobs: list[Job], resolved: dict, trained: list[dict]) -> dict:
                 sha256=script_sha256(job.script),
                 config=compared(found.get("config")),
                 versions=found.get("versions"),
+                data=data_identity(found.get("config")),
             )
     names = {k.upper() for found in resolved.values() for k in found.get("config") or {}}
     names |= {k for k in os.environ if k.startswith("TORCHINDUCTOR_") and k not in COMPILE_CACHE}
@@ -1038,11 +1044,41 @@ def identity_of(jobs: list[Job], resolved: dict, trained: list[dict]) -> dict:
     return json.loads(json.dumps(dict(made=made, environment=environment, artifacts=artifacts), default=str))
 
 
-def script_sha256(script: Path) -> str:
-    """The sha256 of what a variant runs: a prepared record's source, or the script's bytes."""
+SOURCES: dict[Path, bytes] = {}  # each script's bytes as this command first read them: what its runs run
+
+
+def script_bytes(script: Path) -> bytes:
+    """What a variant runs: a prepared record's source, or the script's bytes as this command first read them."""
     if script in PREPARED:
-        return hashlib.sha256(PREPARED[script].encode()).hexdigest()
-    return file_sha256(script)
+        return PREPARED[script].encode()
+    if script not in SOURCES:
+        SOURCES[script] = script.read_bytes()
+    return SOURCES[script]
+
+
+def script_sha256(script: Path) -> str:
+    return hashlib.sha256(script_bytes(script)).hexdigest()
+
+
+def data_identity(config: dict | None) -> dict:
+    """What a run's data is, read cheaply: DATA_PATH's shards by name and size (a split rebuilt in place changes
+    them), the sha256 of its manifest where it has one (data/build_shards.py's, with each shard's sha256) and of
+    TOKENIZER_PATH. {} for a script whose config names no DATA_PATH."""
+    if not (config or {}).get("data_path"):
+        return {}
+    folder, tokenizer = Path(config["data_path"]), Path(config.get("tokenizer_path") or "")
+    found = {p.name: p.stat().st_size for p in sorted(folder.glob("fineweb_*.bin"))} if folder.is_dir() else {}
+    if (folder / "manifest.json").is_file():
+        found["manifest.json sha256"] = file_sha256(folder / "manifest.json")[:12]
+    if tokenizer.is_file():
+        found[f"{tokenizer} sha256"] = file_sha256(tokenizer)[:12]
+    return found
+
+
+def data_changes(before: dict, now: dict) -> str:
+    """How DATA_PATH's identity changed: each file, its size (or sha256) before and now."""
+    keys = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+    return ", ".join(f"{k} {before.get(k, 'absent')} -> {now.get(k, 'absent')}" for k in keys)
 
 
 def identity_changes(before: dict, now: dict) -> list[str]:
@@ -1059,6 +1095,8 @@ def identity_changes(before: dict, now: dict) -> list[str]:
             keys = sorted(k for k in set(a["config"]) | set(b["config"]) if a["config"].get(k) != b["config"].get(k))
             diff = ", ".join(f"{k.upper()} {a['config'].get(k)!r} -> {b['config'].get(k)!r}" for k in keys)
             changes.append(f"{label}'s config resolves otherwise: {diff}")
+        if a.get("data") and b.get("data") and a["data"] != b["data"]:  # older results.json: none recorded
+            changes.append(f"{label}'s DATA_PATH is other data: {data_changes(a['data'], b['data'])}")
         for name, version in (b.get("versions") or {}).items():
             if (a.get("versions") or {}).get(name, version) != version:
                 changes.append(f"{label}'s {name} {a['versions'][name]} -> {version}")
@@ -1092,7 +1130,8 @@ def check_identity(out: Path, identity: dict, restart: bool) -> list[str]:
     return []
 
 
-RESULTS = ("results.json", "report.md", "train_loss.png", "console", "logs", "artifacts", "work", "scripts")
+RESULTS = ("results.json", "report.md", "train_loss.png", "console", "logs", "artifacts", "work", "scripts", "trainers")
+TRAINER_COPY = Path("trainers") / "train_gpt.py"  # in --out: the runs of train_gpt.py run this copy, made at the start
 
 
 def discard_runs(out: Path) -> None:
@@ -1139,7 +1178,7 @@ def start(job: Job, slot: Slot, port: int, out: Path, slots: int) -> subprocess.
     env = run_environment(env, slot.cuda_visible, slot.nproc, slots)
     job.threads = env.get("OMP_NUM_THREADS") or ("1 (torchrun's)" if slot.nproc > 1 else "unset (torch's: a core each)")
     with open(console, "w") as f:
-        cmd = command(job.script, slot, port)
+        cmd = command(out.resolve() / TRAINER_COPY if job.script == TRAINER else job.script, slot, port)
         return subprocess.Popen(
             cmd,
             env=env,
@@ -1175,8 +1214,7 @@ def run_all(pending: list[Job], slots: list[Slot], out: Path, save) -> bool:
                     if proc.poll() is not None:
                         del running[name]
                         job.rc = proc.returncode
-                        job.status, job.reason, job.metrics = read_run(console_path(out, job), job.rc)
-                        job.artifact_sha256 = artifact_sha256(job)
+                        judge(job, out)
                         print(line_of(job, time.time() - t0), flush=True)
                         save()
     except BaseException as exc:  # the runs under way are stopped as the trainer stops on SIGTERM (it logs where):
@@ -1191,8 +1229,7 @@ def run_all(pending: list[Job], slots: list[Slot], out: Path, save) -> bool:
                 with_signal(proc, signal.SIGKILL)
                 proc.wait()
             job.rc = proc.returncode
-            job.status, job.reason, job.metrics = read_run(console_path(out, job), job.rc)
-            job.artifact_sha256 = artifact_sha256(job)
+            judge(job, out)
             if job.status != "finished":
                 job.status, job.reason = "interrupted", job.reason or "stopped by ab.py"
         save()
@@ -1200,6 +1237,40 @@ def run_all(pending: list[Job], slots: list[Slot], out: Path, save) -> bool:
             return False
         raise
     return True
+
+
+def judge(job: Job, out: Path) -> None:
+    """A run that has ended, read from its output: finished only if its log does not say that another trainer,
+    config or data made it (not_this_experiments); the sha256 of the artifact a finished one wrote."""
+    job.status, job.reason, job.metrics = read_run(console_path(out, job), job.rc)
+    if job.status == "finished" and (why := not_this_experiments(job, out)):
+        job.status, job.reason = "failed", why
+    job.artifact_sha256 = artifact_sha256(job)
+
+
+def not_this_experiments(job: Job, out: Path) -> str:
+    """Why a run that finished is not one of this experiment's ("" if it is): the source at the head of its log is
+    not its script as this command read it (the trainer was edited while the experiment ran: the runs of ours run a
+    copy, a fork runs where it is), its logged config is not the one resolved for it, or its DATA_PATH has changed
+    since the command started. A log without a source head or a config line (a record's) is not checked for it."""
+    path = out / "logs" / f"{job.name}.txt"
+    log = recordlib.read_log(path) if path.is_file() else None
+    if log is not None and log.script is not None:
+        logged, source = log.script.splitlines(), script_bytes(job.script).decode("utf-8", "replace").splitlines()
+        if logged != source:
+            line = next(i for i, (a, b) in enumerate(zip(logged + [None], source + [None]), 1) if a != b)
+            return f"the source in its log is not {job.script} as this experiment read it (from line {line}): an edited trainer ran"
+    if log is not None and job.config is not None and log.config_source == "config:{json} line":
+        config = compared(log.config)
+        keys = sorted(
+            k for k in set(config) | set(job.config) if not recordlib.same_setting(k, job.config.get(k), config.get(k))
+        )
+        if keys:
+            diff = ", ".join(f"{k.upper()} {job.config.get(k)!r} -> {config.get(k)!r}" for k in keys)
+            return f"its log's config is not the one resolved for it: {diff}"
+    if job.data and (now := data_identity(job.config)) != job.data:
+        return f"its DATA_PATH changed since this command started: {data_changes(job.data, now)}"
+    return ""
 
 
 def artifact_sha256(job: Job) -> str:
@@ -1294,12 +1365,19 @@ def prepare(cli) -> tuple[list[Variant], list[Job], dict, list[str]]:
     jobs = plan_jobs(cli, variants, seeds, trained)
     experiment = experiment_of(cli, variants)
     check_out(cli.out, experiment, cli.restart)
+    for job in jobs:  # each script read once, now: what its runs run (ours: a copy) and what their logs must say
+        script_bytes(job.script)
     resolved = resolve_configs(jobs)
     lines = compare_configs(variants, jobs, resolved)
     check_val_vocabulary(cli, jobs, resolved)
     identity = identity_of(jobs, resolved, trained)
     lines += check_identity(cli.out, identity, cli.restart)
+    for job in jobs:
+        job.config = compared(resolved[(job.variant, job.pair_key[0])].get("config"))
+        job.data = data_identity(job.config)
     header = dict(experiment=experiment, identity=identity, compile_cache=cli.compile_cache)
+    if any(job.script == TRAINER for job in jobs):  # what the runs of train_gpt.py run
+        header["trainer_copy"] = dict(path=str(TRAINER_COPY), sha256=script_sha256(TRAINER))
     if cli.eval_only:
         header["trained_from"] = str(cli.eval_only.resolve())  # where it was then: the artifacts' sha256 say which
     if cli.compile_cache:
@@ -1360,6 +1438,8 @@ def run_experiment(cli, argv, slots, where, variants, jobs, header, config_lines
         job.rc = recorded.get(job.name, {}).get("rc")  # a run is finished only if it exited 0
         job.threads = recorded.get(job.name, {}).get("omp_num_threads", "")
         job.status, job.reason, job.metrics = read_run(console_path(out, job), job.rc)
+        if job.status == "finished" and (why := not_this_experiments(job, out)):  # made by an edited trainer
+            job.status, job.reason = "failed", why
         if job.status == "finished":
             job.artifact_sha256 = recorded[job.name].get("artifact_sha256") or artifact_sha256(job)
     pending = [j for j in jobs if j.status != "finished"]
@@ -1387,6 +1467,9 @@ def run_experiment(cli, argv, slots, where, variants, jobs, header, config_lines
     for path, source in PREPARED.items():
         path.parent.mkdir(exist_ok=True)
         path.write_text(source, encoding="utf-8")
+    if "trainer_copy" in header:  # train_gpt.py as the command read it: an edit while the runs go on changes none
+        (out / TRAINER_COPY).parent.mkdir(exist_ok=True)
+        (out / TRAINER_COPY).write_bytes(script_bytes(TRAINER))
     cmd = "python3 scripts/ab.py " + shlex.join(sys.argv[1:] if argv is None else argv)
 
     def save():

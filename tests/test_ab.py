@@ -676,6 +676,133 @@ def test_ab_resume_refuses_runs_made_by_another_trainer_or_shell_and_restart_sta
     assert "val_bpb:1.15500000" in (tmp_path / "out" / "console" / "a_seed1.txt").read_text()  # 1 + 0.03 + 1/8
 
 
+# A trainer that logs as train_gpt.py does (its source, a separator, the versions, its config as one JSON line) and can play the user
+# who edits the trainer (EDIT=PATH: LR's default 0.02 -> 0.05) or rebuilds DATA_PATH's validation shard in place
+# (REBUILD=1: 50 more tokens) while the experiment's first run goes on, once.
+FAKE_LOGGER = """
+import dataclasses, json, os
+import numpy as np
+LR = 0.02
+@dataclasses.dataclass
+class Hyperparameters:
+    bpb: float = 1.0
+    lr: float = LR
+    seed: int = 0
+    run_id: str = ""
+    log_dir: str = ""
+    data_path: str = ""
+    @classmethod
+    def from_env(cls, env):
+        get = lambda name, default: type(default)(env.get(name, default))
+        return cls(*(get(f.name.upper(), f.default) for f in dataclasses.fields(cls)))
+if __name__ == "__main__":
+    args = Hyperparameters.from_env(os.environ)
+    with open(os.path.join(args.log_dir, f"{args.run_id}.txt"), "w") as log:
+        log.write(open(__file__).read() + "\\n" + "=" * 100 + "\\n" + "python:3 torch:none\\n")
+        log.write("config:" + json.dumps(dataclasses.asdict(args), sort_keys=True) + "\\n")
+    edit, once = os.environ.get("EDIT"), os.path.join(args.log_dir, "..", "edited")
+    if (edit or os.environ.get("REBUILD")) and not os.path.exists(once):
+        open(once, "w").close()
+        if edit:
+            text = open(edit).read()
+            open(edit, "w").write(text.replace("LR = 0.02", "LR = 0.05"))
+        else:
+            val = os.path.join(args.data_path, "fineweb_val_000000.bin")
+            open(val, "ab").write(np.ones(50, np.uint16).tobytes())
+    print(f"final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:{args.bpb + args.lr + args.seed / 8:.8f}")
+"""
+# LR 0.02: base + 0.02 + seed / 8 (exact in binary)
+LOGGER_SCORES = dict(a_seed1=1.145, b_seed1=0.645, a_seed2=1.27, b_seed2=0.77)
+
+
+def ab_with_trainer(trainer: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """ab.py with `trainer` in train_gpt.py's place (ab.TRAINER): what it does with runs of ours."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(AB.parent)!r}); import ab; from pathlib import Path; "
+        f"ab.TRAINER = Path({str(trainer)!r}); sys.exit(ab.main({args!r}))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=environment(), capture_output=True, text=True, timeout=300
+    )
+
+
+def scores(out: Path) -> dict[str, float]:
+    return {r["name"]: r["metrics"].get("score") for r in results(out)["runs"]}
+
+
+def test_ab_runs_train_gpt_as_it_was_when_the_command_started(tmp_path):
+    """Issue 55, high 1: train_gpt.py edited while wave 1 ran (MATRIX_LR's default 0.02 -> 0.05): seed 2's runs ran
+    the edited file and were pooled with seed 1's, and a resume after the file was restored kept them. Each run of
+    ours now runs OUT/trainers/train_gpt.py, the copy made when the command started."""
+    trainer = tmp_path / "train_gpt.py"
+    trainer.write_text(FAKE_LOGGER)
+    args = ["--slots", "1", "--out", "out", "--seeds", "1", "2", "--common", f"EDIT={trainer}"]
+    run = ab_with_trainer(trainer, args + ["--variant", "a", "--variant", "b", "BPB=0.5"], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "LR = 0.05" in trainer.read_text()  # edited while a_seed1 ran
+    assert scores(tmp_path / "out") == LOGGER_SCORES  # every run with LR 0.02: the trainer as the command read it
+    assert (tmp_path / "out" / "trainers" / "train_gpt.py").read_text() == FAKE_LOGGER
+    sha256 = hashlib.sha256(FAKE_LOGGER.encode()).hexdigest()
+    assert results(tmp_path / "out")["trainer_copy"] == dict(path="trainers/train_gpt.py", sha256=sha256)
+
+
+def test_ab_does_not_count_a_run_whose_log_shows_another_trainer_or_config(tmp_path):
+    """Issue 55, high 1: a fork runs where it is (beside its own modules), so an edit while the experiment runs
+    reaches its later runs: their logs, which start with the source they ran, are not counted, and say why; a
+    resume reruns them, and any finished run whose log shows another source or config."""
+    fork = tmp_path / "fake.py"
+    fork.write_text(FAKE_LOGGER)
+    args = ["--slots", "1", "--out", "out", "--seeds", "1", "2", "--common", f"EDIT={fork}"]
+    args += ["--variant", "a", "--script", "a=fake.py", "--variant", "b", "BPB=0.5", "--script", "b=fake.py"]
+    run = ab_run(args, tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    why = f"the source in its log is not {fork} as this experiment read it (from line 4): an edited trainer ran"
+    for name in ("b_seed1", "a_seed2", "b_seed2"):
+        assert f"not finished: {name}: {why}" in run.stdout
+    assert {r["name"]: r["status"] for r in results(tmp_path / "out")["runs"]}["a_seed1"] == "finished"
+    assert results(tmp_path / "out")["comparisons"] == []  # nothing pooled
+    fork.write_text(FAKE_LOGGER)  # restored: the same command reruns the three
+    run = ab_run(args, tmp_path)
+    assert run.returncode == 0 and f"rerun a_seed2: it failed: {why}" in run.stdout, run.stdout + run.stderr
+    assert scores(tmp_path / "out") == LOGGER_SCORES
+    # logs of runs made by another config, or another source (as an older ab.py kept them): rerun, each saying why
+    log = tmp_path / "out" / "logs" / "a_seed1.txt"
+    log.write_text(log.read_text().replace('"lr": 0.02', '"lr": 0.05'))
+    log = tmp_path / "out" / "logs" / "b_seed2.txt"
+    log.write_text(log.read_text().replace("LR = 0.02", "LR = 0.05"))
+    run = ab_run(args, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "rerun a_seed1: it failed: its log's config is not the one resolved for it: LR 0.02 -> 0.05" in run.stdout
+    assert f"rerun b_seed2: it failed: {why}" in run.stdout and "done before: finished b_seed1" in run.stdout
+
+
+def test_ab_refuses_runs_of_data_rebuilt_under_the_same_data_path(tmp_path):
+    """Issue 55, medium 3: the validation split rebuilt in place (54K -> 170K tokens), then --seeds 1 2: seed 1's
+    runs and seed 2's were pooled. DATA_PATH's shards (name, size), manifest and tokenizer are the experiment's."""
+    import numpy as np
+
+    data = tmp_path / "shards"
+    data.mkdir()
+    for split in ("train", "val"):
+        build_shards.write_data_shard(data / f"fineweb_{split}_000000.bin", np.ones(100, np.uint16))
+    (tmp_path / "fake.py").write_text(FAKE_LOGGER)
+    args = ["--slots", "1", "--common", f"DATA_PATH={data}", "--variant", "a", "--script", "a=fake.py"]
+    args += ["--variant", "b", "BPB=0.5", "--script", "b=fake.py"]
+    run = ab_run(args + ["--out", "out", "--seeds", "1"], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    size = (data / "fineweb_val_000000.bin").stat().st_size
+    build_shards.write_data_shard(data / "fineweb_val_000000.bin", np.ones(300, np.uint16))  # rebuilt in place
+    run = ab_run(args + ["--out", "out", "--seeds", "1", "2"], tmp_path)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stdout + run.stderr
+    assert f"a's DATA_PATH is other data: fineweb_val_000000.bin {size} -> {size + 400}" in run.stderr
+    assert not (tmp_path / "out" / "console" / "a_seed2.txt").exists()
+    # rebuilt while the experiment runs: no run counts from then on
+    run = ab_run(args + ["--out", "out2", "--seeds", "1", "--common", "REBUILD=1"], tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    why = f"its DATA_PATH changed since this command started: fineweb_val_000000.bin {size + 400} -> {size + 500}"
+    assert f"not finished: a_seed1: {why}" in run.stdout and f"not finished: b_seed1: {why}" in run.stdout
+
+
 def test_ab_identity_holds_the_shells_settings_that_change_a_run_and_no_flag_sets(tmp_path, monkeypatch):
     (tmp_path / "t.py").write_text("x = 1\n")
     jobs = [ab.Job("a", 1, "a_seed1", dict(BPB="0.5", SEED="1"), tmp_path / "t.py")]
@@ -692,6 +819,7 @@ def test_ab_identity_holds_the_shells_settings_that_change_a_run_and_no_flag_set
         sha256=hashlib.sha256(b"x = 1\n").hexdigest(),
         config=dict(bpb=0.5, lr=0.03),  # less what names a run
         versions=dict(python="3", torch=None),
+        data={},  # its config names no DATA_PATH
     )
 
 
