@@ -42,17 +42,18 @@ and train_loss.png (with matplotlib: train loss against step and training time, 
 
 Running the same command again skips the finished runs (exit 0 and a score line) and reruns the others, saying why
 they failed; more --seeds may be added. results.json records what made the runs (each variant's trainer sha256, its
-resolved config, its DATA_PATH's shards by size, manifest and tokenizer by sha256, python and torch, the shell's values
-of the trainer's variables that no flag sets): if any differs now (an edited train_gpt.py, MATRIX_LR=0.03 in the
-shell, shards rebuilt in place), ab.py stops and says what changed; another experiment needs another --out, or
+resolved config, its DATA_PATH's shards by size, manifest and tokenizer by sha256, python and torch, the shell's
+values of the trainer's variables that no flag sets): if any differs now (an edited train_gpt.py, MATRIX_LR=0.03 in
+the shell, shards rebuilt in place), ab.py stops and says what changed; another experiment needs another --out, or
 --restart to discard the folder's runs and start over. The runs of train_gpt.py run OUT/trainers/train_gpt.py, a copy
 made when the command starts, so an edit while they run reaches none; a run whose log shows another source or config
-than the experiment's (a fork edited meanwhile), or whose DATA_PATH changed while the command ran, is not counted. --script VARIANT=PATH runs that variant
-with another trainer (a fork, an older revision, a record's train_gpt.py: unpacked if packed, its FlashAttention 3
-call replaced by SDPA where FA3 is not installed, each run in out/work/RUN/ since a record writes its artifact where
-it runs). --eval-only re-scores the trained runs' artifacts (EVAL_ONLY=1, each trained run's settings, then --common
-and the variant's), found in that folder wherever it has moved and checked by sha256; --val [TRAINED_VARIANT=]PATH
-scores them on another validation set of the same tokenizer (its token ids are checked first).
+than the experiment's (a fork edited meanwhile), or whose DATA_PATH changed while the command ran, is not counted.
+--script VARIANT=PATH runs that variant with another trainer (a fork, an older revision, a record's train_gpt.py:
+unpacked if packed, its FlashAttention 3 call replaced by SDPA where FA3 is not installed, each run in out/work/RUN/
+since a record writes its artifact where it runs). --eval-only re-scores the trained runs' artifacts (EVAL_ONLY=1,
+each trained run's settings, then --common and the variant's), found in that folder wherever it has moved and checked
+by sha256; --val [TRAINED_VARIANT=]PATH scores them on another validation set of the same tokenizer (its token ids and
+documents are checked against it first).
 """
 
 from __future__ import annotations
@@ -1259,7 +1260,10 @@ def not_this_experiments(job: Job, out: Path) -> str:
         logged, source = log.script.splitlines(), script_bytes(job.script).decode("utf-8", "replace").splitlines()
         if logged != source:
             line = next(i for i, (a, b) in enumerate(zip(logged + [None], source + [None]), 1) if a != b)
-            return f"the source in its log is not {job.script} as this experiment read it (from line {line}): an edited trainer ran"
+            return (
+                f"the source in its log is not {job.script} as this experiment read it (from line {line}): an edited "
+                "trainer ran"
+            )
     if log is not None and job.config is not None and log.config_source == "config:{json} line":
         config = compared(log.config)
         keys = sorted(

@@ -676,9 +676,9 @@ def test_ab_resume_refuses_runs_made_by_another_trainer_or_shell_and_restart_sta
     assert "val_bpb:1.15500000" in (tmp_path / "out" / "console" / "a_seed1.txt").read_text()  # 1 + 0.03 + 1/8
 
 
-# A trainer that logs as train_gpt.py does (its source, a separator, the versions, its config as one JSON line) and can play the user
-# who edits the trainer (EDIT=PATH: LR's default 0.02 -> 0.05) or rebuilds DATA_PATH's validation shard in place
-# (REBUILD=1: 50 more tokens) while the experiment's first run goes on, once.
+# A trainer that logs as train_gpt.py does (its source, a separator, the versions, its config as one JSON line) and
+# can play the user who edits the trainer (EDIT=PATH: LR's default 0.02 -> 0.05) or rebuilds DATA_PATH's validation
+# shard in place (REBUILD=1: 50 more tokens) while the experiment's first run goes on, once.
 FAKE_LOGGER = """
 import dataclasses, json, os
 import numpy as np
