@@ -1370,7 +1370,13 @@ def prepare(cli) -> tuple[list[Variant], list[Job], dict, list[str]]:
     experiment = experiment_of(cli, variants)
     check_out(cli.out, experiment, cli.restart)
     for job in jobs:  # each script read once, now: what its runs run (ours: a copy) and what their logs must say
-        script_bytes(job.script)
+        try:
+            script_bytes(job.script)
+        except OSError as exc:  # --eval-only: the trained runs' script, where they recorded it
+            raise UsageError(
+                f"variant {job.variant}: its trainer {job.script} cannot be read ({exc.strerror}): give the one to "
+                f"run with --script {job.variant}=PATH."
+            ) from None
     resolved = resolve_configs(jobs)
     lines = compare_configs(variants, jobs, resolved)
     check_val_vocabulary(cli, jobs, resolved)

@@ -235,6 +235,15 @@ def test_ab_eval_only_finds_the_artifacts_in_the_folder_wherever_it_moved_and_ch
         f"error: --eval-only archive: {Path('archive') / 'artifacts' / 'base_seed1.ptz'} is not the artifact run"
     )
     assert "put that run's artifact back, or re-train it in a new --out" in run.stderr
+    swapped.write_bytes((out / "artifacts" / "base_seed1.ptz").read_bytes())
+    for r in data["runs"]:  # trained by a train_gpt.py that is not where they recorded it (another checkout)
+        r["script"] = "/gone/train_gpt.py"
+    (archive / "results.json").write_text(json.dumps(data))
+    run = ab_run(args, tmp_path)
+    assert run.returncode == 2 and run.stderr == (
+        "error: variant nottt: its trainer /gone/train_gpt.py cannot be read (No such file or directory): give the one "
+        "to run with --script nottt=PATH.\n"
+    )
 
 
 def test_ab_val_of_another_vocabulary_is_refused_before_any_run(trained, tmp_path):
