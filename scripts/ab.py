@@ -42,14 +42,18 @@ and train_loss.png (with matplotlib: train loss against step and training time, 
 
 Running the same command again skips the finished runs (exit 0 and a score line) and reruns the others, saying why
 they failed; more --seeds may be added. results.json records what made the runs (each variant's trainer sha256, its
-resolved config, python and torch, the shell's values of the trainer's variables that no flag sets): if any differs
-now (an edited train_gpt.py, MATRIX_LR=0.03 in the shell), ab.py stops and says what changed; another experiment
-needs another --out, or --restart to discard the folder's runs and start over. --script VARIANT=PATH runs that variant
-with another trainer (a fork, an older revision, a record's train_gpt.py: unpacked if packed, its FlashAttention 3
-call replaced by SDPA where FA3 is not installed, each run in out/work/RUN/ since a record writes its artifact where
-it runs). --eval-only re-scores the trained runs' artifacts (EVAL_ONLY=1, each trained run's settings, then --common
-and the variant's), found in that folder wherever it has moved and checked by sha256; --val [TRAINED_VARIANT=]PATH
-scores them on another validation set of the same tokenizer (its token ids are checked first).
+resolved config, its DATA_PATH's shards by size, manifest and tokenizer by sha256, python and torch, the shell's
+values of the trainer's variables that no flag sets): if any differs now (an edited train_gpt.py, MATRIX_LR=0.03 in
+the shell, shards rebuilt in place), ab.py stops and says what changed; another experiment needs another --out, or
+--restart to discard the folder's runs and start over. The runs of train_gpt.py run OUT/trainers/train_gpt.py, a copy
+made when the command starts, so an edit while they run reaches none; a run whose log shows another source or config
+than the experiment's (a fork edited meanwhile), or whose DATA_PATH changed while the command ran, is not counted.
+--script VARIANT=PATH runs that variant with another trainer (a fork, an older revision, a record's train_gpt.py:
+unpacked if packed, its FlashAttention 3 call replaced by SDPA where FA3 is not installed, each run in out/work/RUN/
+since a record writes its artifact where it runs). --eval-only re-scores the trained runs' artifacts (EVAL_ONLY=1,
+each trained run's settings, then --common and the variant's), found in that folder wherever it has moved and checked
+by sha256; --val [TRAINED_VARIANT=]PATH scores them on another validation set of the same tokenizer (its token ids and
+documents are checked against it first).
 """
 
 from __future__ import annotations
@@ -119,7 +123,7 @@ SDPA_SHIM = (
 # resolves each (ours: from_env(env); a record's: its class body reads os.environ, so the script is run again for each
 # environment). One JSON line out, a result for each environment.
 RESOLVE = r"""
-import dataclasses, importlib.util, json, os, sys
+import dataclasses, importlib.machinery, importlib.util, json, os, sys
 sys.path.insert(0, os.path.dirname(sys.argv[1]))
 module, results = None, []
 for env in json.load(open(sys.argv[2])):
@@ -128,7 +132,8 @@ for env in json.load(open(sys.argv[2])):
     try:
         hp = getattr(module, "Hyperparameters", None)
         if not hasattr(hp, "from_env"):
-            spec = importlib.util.spec_from_file_location("trainer", sys.argv[1])
+            loader = importlib.machinery.SourceFileLoader("trainer", sys.argv[1])  # any name: old.py.bak too
+            spec = importlib.util.spec_from_file_location("trainer", sys.argv[1], loader=loader)
             module = sys.modules["trainer"] = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
             hp = getattr(module, "Hyperparameters", None)
@@ -179,6 +184,9 @@ class Job:
     rc: int | None = None
     metrics: dict = field(default_factory=dict)
     artifact_sha256: str = ""  # of the artifact a finished run wrote (or scored), as ab.py found it then
+    threads: str = ""  # the OMP_NUM_THREADS it was given: CPU runs' speed and summation order depend on it
+    config: dict | None = None  # its config as the trainer resolved it before any run: what its log must say
+    data: dict = field(default_factory=dict)  # its data's identity (data_identity) when the command started
 
     @property
     def pair_key(self) -> tuple[str, int]:  # the runs of one key, one a variant, are a pair
@@ -226,8 +234,25 @@ def parse_variants(cli) -> list[Variant]:
             raise UsageError(f"--script {spec!r} must be VARIANT=PATH with VARIANT one of {names(variants)}.")
         if not Path(path).is_file():
             raise UsageError(f"--script {spec}: {path} is not a file: point it at the variant's trainer script.")
+        if why := not_python(Path(path)):
+            raise UsageError(
+                f"--script {spec}: {path} is not a Python trainer ({why}): point it at the variant's script."
+            )
         match[0].script = Path(path).resolve()
     return variants
+
+
+def not_python(path: Path) -> str:
+    """Why a --script file is not Python source this interpreter compiles ("" if it is), a packed record unpacked."""
+    try:
+        compile(record_source(path), str(path), "exec")
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    except SyntaxError as exc:
+        return f"Python {sys.version.split()[0]} cannot compile it: {exc.msg}, line {exc.lineno}"
+    except ValueError as exc:  # null bytes
+        return str(exc)
+    return ""
 
 
 def names(items) -> str:
@@ -396,10 +421,12 @@ def resolve_configs(jobs: list[Job]) -> dict[tuple[str, str], dict]:
 
 def compare_configs(variants: list[Variant], jobs: list[Job], resolved: dict) -> list[str]:
     """Lines saying how each variant's config differs from the baseline's; an error for a refused or twin one."""
-    for (variant, trained), out in resolved.items():
-        if "error" in out:
-            on = f" (on {trained})" if trained else ""
-            raise UsageError(f"variant {variant}{on}: the trainer refuses its settings: {out['error']}")
+    refused = {key: out["error"] for key, out in resolved.items() if "error" in out}
+    if len(refused) == len(resolved) and len(set(refused.values())) == 1:  # not a variant's own setting
+        raise UsageError(f"the trainer refuses what every variant shares (--common, the shell): {refused.popitem()[1]}")
+    for (variant, trained), error in refused.items():
+        on = f" (on {trained})" if trained else ""
+        raise UsageError(f"variant {variant}{on}: the trainer refuses its settings: {error}")
     scripts = {v.name: next(j.script for j in jobs if j.variant == v.name) for v in variants}
     base, lines = variants[0], []
     for trained in dict.fromkeys(t for _, t in resolved):
@@ -429,31 +456,75 @@ def compare_configs(variants: list[Variant], jobs: list[Job], resolved: dict) ->
             lines.append(f"config {v.name} vs {base.name}{on}: set by the variants: {', '.join(shown) or 'none'}")
             if others:
                 lines.append(f"config {v.name} vs {base.name}{on}: ALSO DIFFERS (not set by them): {', '.join(others)}")
+            off = inert(ca)
+            if scripts[v.name] == scripts[base.name] and keys and set(keys) <= set(off) & set(inert(cb)):
+                switches = ", ".join(f"{k.upper()}={ca[k]!r}" for k in sorted({off[k] for k in keys}))
+                lines.append(
+                    f"WARNING: {v.name} differs from {base.name}{on} only in settings that do nothing with {switches} "
+                    f"({', '.join(k.upper() for k in keys)}): the A/B would measure noise. Turn that on in --common, "
+                    "or drop the variant."
+                )
     return lines
 
 
+INERT_UNLESS = {  # train_gpt.py's settings that act only when a switch is on, by switch
+    "ttt_enabled": ("ttt_lr", "ttt_epochs", "ttt_momentum", "ttt_chunk_tokens"),
+    "num_loops": ("loop_start", "loop_end", "enable_looping_at"),
+}
+
+
+def inert(config: dict) -> dict[str, str]:
+    """The settings of a resolved config that do nothing in it, each with the switch that is off."""
+    return {k: switch for switch, keys in INERT_UNLESS.items() if switch in config and not config[switch] for k in keys}
+
+
 def check_val_vocabulary(cli, jobs: list[Job], resolved: dict) -> None:
-    """--val: every token id of its validation shards under the trained runs' VOCAB_SIZE, checked once here rather
-    than by each run, which would start and fail in seconds ("token id 1023 >= VOCAB_SIZE=512")."""
+    """--val: every token id of its validation shards under the trained runs' VOCAB_SIZE, and their documents made by
+    the trained runs' TOKENIZER_PATH (decoded and encoded again, they give their own ids, as the trainer checks),
+    checked once here rather than by each run, which would start and fail in seconds."""
     import numpy as np
 
     checked = set()
     for job in jobs:
         path = cli.val_for(job.pair_key[0]) if job.trained else None
-        vocab = (resolved[(job.variant, job.pair_key[0])].get("config") or {}).get("vocab_size")
-        if path is None or not vocab or (path, vocab) in checked:
+        config = resolved[(job.variant, job.pair_key[0])].get("config") or {}
+        vocab, tokenizer = config.get("vocab_size"), config.get("tokenizer_path")
+        if path is None or not vocab or (path, vocab, tokenizer) in checked:
             continue
-        checked.add((path, vocab))
+        checked.add((path, vocab, tokenizer))
         for shard in sorted(Path(path).glob("fineweb_val_*.bin")):
             if "fineweb_val_bytes_" in shard.name or shard.stat().st_size <= SHARD_HEADER_BYTES:
                 continue  # a sidecar, or no tokens: the trainer says what is wrong with it
-            top = int(np.memmap(shard, np.uint16, "r", SHARD_HEADER_BYTES).max())
+            tokens = np.memmap(shard, np.uint16, "r", SHARD_HEADER_BYTES)
+            top = int(tokens.max())
             if top >= int(vocab):
                 raise UsageError(
                     f"--val {path}: {shard.name} holds token id {top} >= VOCAB_SIZE={vocab}, the vocabulary of "
                     f"{job.pair_key[0]}'s runs: made with another tokenizer. Give shards of their tokenizer "
                     f"(--val {job.pair_key[0]}=PATH for that trained variant alone)."
                 )
+            same, docs = round_trips(tokens, tokenizer)
+            if same < docs:
+                raise UsageError(
+                    f"--val {path}: {shard.name} was not made by {tokenizer}, the tokenizer of {job.pair_key[0]}'s "
+                    f"runs: {same} of {docs} documents decode and encode again to their own ids. Give shards of "
+                    f"their tokenizer (--val {job.pair_key[0]}=PATH for that trained variant alone)."
+                )
+
+
+def round_trips(tokens, tokenizer: str | None, docs: int = 32) -> tuple[int, int]:
+    """(how many, of the first `docs` whole documents of a shard) give their own ids decoded and encoded again by
+    the tokenizer; (0, 0) where it cannot be loaded here (the run says why)."""
+    import numpy as np
+    import sentencepiece as spm
+
+    try:
+        sp = spm.SentencePieceProcessor(model_file=str(tokenizer))
+    except (OSError, RuntimeError, TypeError):
+        return 0, 0
+    bos = np.flatnonzero(tokens[: 1 << 22] == sp.bos_id())[: docs + 1]  # a prefix: FineWeb's split is 62M tokens
+    ids = [tokens[a + 1 : b].tolist() for a, b in zip(bos[:-1], bos[1:])]
+    return sum(sp.encode(sp.decode(doc)) == doc for doc in ids), len(ids)
 
 
 def compared(config: dict | None) -> dict | None:
@@ -917,6 +988,8 @@ def experiment_of(cli, variants: list[Variant]) -> dict:
 def check_out(out: Path, experiment: dict, restart: bool) -> None:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file: name a folder, new or one ab.py made.")
+    if why := cannot_write(out):
+        raise UsageError(f"--out {out}: {why}: name a folder you can write in.")
     path = out / "results.json"
     if path.is_file():
         before = json.loads(path.read_text())["experiment"]
@@ -928,6 +1001,21 @@ def check_out(out: Path, experiment: dict, restart: bool) -> None:
             )
     elif out.is_dir() and any(out.iterdir()):
         raise UsageError(f"--out {out} is not empty and holds no ab.py results.json: choose a new or empty folder.")
+
+
+def cannot_write(out: Path) -> str:
+    """Why ab.py could not make folder `out` or write in it ("" if it can), tried in the folder or its nearest
+    existing parent with a temporary folder made and removed: --plan leaves nothing behind."""
+    where = out.absolute()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        return f"{where} is a file, not a folder"
+    try:
+        tempfile.TemporaryDirectory(dir=where, prefix=".ab_probe_").cleanup()
+    except OSError as exc:
+        return f"cannot write in {where} ({exc.strerror})"
+    return ""
 
 
 def identity_of(jobs: list[Job], resolved: dict, trained: list[dict]) -> dict:
@@ -947,6 +1035,7 @@ def identity_of(jobs: list[Job], resolved: dict, trained: list[dict]) -> dict:
                 sha256=script_sha256(job.script),
                 config=compared(found.get("config")),
                 versions=found.get("versions"),
+                data=data_identity(found.get("config")),
             )
     names = {k.upper() for found in resolved.values() for k in found.get("config") or {}}
     names |= {k for k in os.environ if k.startswith("TORCHINDUCTOR_") and k not in COMPILE_CACHE}
@@ -956,11 +1045,41 @@ def identity_of(jobs: list[Job], resolved: dict, trained: list[dict]) -> dict:
     return json.loads(json.dumps(dict(made=made, environment=environment, artifacts=artifacts), default=str))
 
 
-def script_sha256(script: Path) -> str:
-    """The sha256 of what a variant runs: a prepared record's source, or the script's bytes."""
+SOURCES: dict[Path, bytes] = {}  # each script's bytes as this command first read them: what its runs run
+
+
+def script_bytes(script: Path) -> bytes:
+    """What a variant runs: a prepared record's source, or the script's bytes as this command first read them."""
     if script in PREPARED:
-        return hashlib.sha256(PREPARED[script].encode()).hexdigest()
-    return file_sha256(script)
+        return PREPARED[script].encode()
+    if script not in SOURCES:
+        SOURCES[script] = script.read_bytes()
+    return SOURCES[script]
+
+
+def script_sha256(script: Path) -> str:
+    return hashlib.sha256(script_bytes(script)).hexdigest()
+
+
+def data_identity(config: dict | None) -> dict:
+    """What a run's data is, read cheaply: DATA_PATH's shards by name and size (a split rebuilt in place changes
+    them), the sha256 of its manifest where it has one (data/build_shards.py's, with each shard's sha256) and of
+    TOKENIZER_PATH. {} for a script whose config names no DATA_PATH."""
+    if not (config or {}).get("data_path"):
+        return {}
+    folder, tokenizer = Path(config["data_path"]), Path(config.get("tokenizer_path") or "")
+    found = {p.name: p.stat().st_size for p in sorted(folder.glob("fineweb_*.bin"))} if folder.is_dir() else {}
+    if (folder / "manifest.json").is_file():
+        found["manifest.json sha256"] = file_sha256(folder / "manifest.json")[:12]
+    if tokenizer.is_file():
+        found[f"{tokenizer} sha256"] = file_sha256(tokenizer)[:12]
+    return found
+
+
+def data_changes(before: dict, now: dict) -> str:
+    """How DATA_PATH's identity changed: each file, its size (or sha256) before and now."""
+    keys = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+    return ", ".join(f"{k} {before.get(k, 'absent')} -> {now.get(k, 'absent')}" for k in keys)
 
 
 def identity_changes(before: dict, now: dict) -> list[str]:
@@ -977,6 +1096,8 @@ def identity_changes(before: dict, now: dict) -> list[str]:
             keys = sorted(k for k in set(a["config"]) | set(b["config"]) if a["config"].get(k) != b["config"].get(k))
             diff = ", ".join(f"{k.upper()} {a['config'].get(k)!r} -> {b['config'].get(k)!r}" for k in keys)
             changes.append(f"{label}'s config resolves otherwise: {diff}")
+        if a.get("data") and b.get("data") and a["data"] != b["data"]:  # older results.json: none recorded
+            changes.append(f"{label}'s DATA_PATH is other data: {data_changes(a['data'], b['data'])}")
         for name, version in (b.get("versions") or {}).items():
             if (a.get("versions") or {}).get(name, version) != version:
                 changes.append(f"{label}'s {name} {a['versions'][name]} -> {version}")
@@ -1010,7 +1131,8 @@ def check_identity(out: Path, identity: dict, restart: bool) -> list[str]:
     return []
 
 
-RESULTS = ("results.json", "report.md", "train_loss.png", "console", "logs", "artifacts", "work", "scripts")
+RESULTS = ("results.json", "report.md", "train_loss.png", "console", "logs", "artifacts", "work", "scripts", "trainers")
+TRAINER_COPY = Path("trainers") / "train_gpt.py"  # in --out: the runs of train_gpt.py run this copy, made at the start
 
 
 def discard_runs(out: Path) -> None:
@@ -1029,7 +1151,9 @@ def write_results(out: Path, header: dict, jobs: list[Job], rows: list[dict]) ->
     for j in jobs:
         run = dict(name=j.name, variant=j.variant, seed=j.seed, trained=j.trained, status=j.status, reason=j.reason)
         artifact = j.env.get("ARTIFACT_PATH", "")
-        run.update(rc=j.rc, env=j.env, script=str(j.script), script_in_out=inside(j.script, out))
+        run.update(
+            rc=j.rc, env=j.env, script=str(j.script), script_in_out=inside(j.script, out), omp_num_threads=j.threads
+        )
         run.update(artifact=artifact, artifact_in_out=inside(artifact, out), artifact_sha256=j.artifact_sha256)
         run.update(console=str(console_path(out, j)), log=str(out / "logs" / f"{j.name}.txt"))
         run["metrics"] = {k: v for k, v in j.metrics.items() if k not in ("train_loss", "val_loss")}  # curves: the logs
@@ -1053,8 +1177,9 @@ def start(job: Job, slot: Slot, port: int, out: Path, slots: int) -> subprocess.
             (cwd / "data").symlink_to(Path("data").resolve())
         env = {k: str(Path(v).resolve()) if "/" in v and os.path.exists(v) else v for k, v in env.items()}
     env = run_environment(env, slot.cuda_visible, slot.nproc, slots)
+    job.threads = env.get("OMP_NUM_THREADS") or ("1 (torchrun's)" if slot.nproc > 1 else "unset (torch's: a core each)")
     with open(console, "w") as f:
-        cmd = command(job.script, slot, port)
+        cmd = command(out.resolve() / TRAINER_COPY if job.script == TRAINER else job.script, slot, port)
         return subprocess.Popen(
             cmd,
             env=env,
@@ -1090,8 +1215,7 @@ def run_all(pending: list[Job], slots: list[Slot], out: Path, save) -> bool:
                     if proc.poll() is not None:
                         del running[name]
                         job.rc = proc.returncode
-                        job.status, job.reason, job.metrics = read_run(console_path(out, job), job.rc)
-                        job.artifact_sha256 = artifact_sha256(job)
+                        judge(job, out)
                         print(line_of(job, time.time() - t0), flush=True)
                         save()
     except BaseException as exc:  # the runs under way are stopped as the trainer stops on SIGTERM (it logs where):
@@ -1106,8 +1230,7 @@ def run_all(pending: list[Job], slots: list[Slot], out: Path, save) -> bool:
                 with_signal(proc, signal.SIGKILL)
                 proc.wait()
             job.rc = proc.returncode
-            job.status, job.reason, job.metrics = read_run(console_path(out, job), job.rc)
-            job.artifact_sha256 = artifact_sha256(job)
+            judge(job, out)
             if job.status != "finished":
                 job.status, job.reason = "interrupted", job.reason or "stopped by ab.py"
         save()
@@ -1115,6 +1238,43 @@ def run_all(pending: list[Job], slots: list[Slot], out: Path, save) -> bool:
             return False
         raise
     return True
+
+
+def judge(job: Job, out: Path) -> None:
+    """A run that has ended, read from its output: finished only if its log does not say that another trainer,
+    config or data made it (not_this_experiments); the sha256 of the artifact a finished one wrote."""
+    job.status, job.reason, job.metrics = read_run(console_path(out, job), job.rc)
+    if job.status == "finished" and (why := not_this_experiments(job, out)):
+        job.status, job.reason = "failed", why
+    job.artifact_sha256 = artifact_sha256(job)
+
+
+def not_this_experiments(job: Job, out: Path) -> str:
+    """Why a run that finished is not one of this experiment's ("" if it is): the source at the head of its log is
+    not its script as this command read it (the trainer was edited while the experiment ran: the runs of ours run a
+    copy, a fork runs where it is), its logged config is not the one resolved for it, or its DATA_PATH has changed
+    since the command started. A log without a source head or a config line (a record's) is not checked for it."""
+    path = out / "logs" / f"{job.name}.txt"
+    log = recordlib.read_log(path) if path.is_file() else None
+    if log is not None and log.script is not None:
+        logged, source = log.script.splitlines(), script_bytes(job.script).decode("utf-8", "replace").splitlines()
+        if logged != source:
+            line = next(i for i, (a, b) in enumerate(zip(logged + [None], source + [None]), 1) if a != b)
+            return (
+                f"the source in its log is not {job.script} as this experiment read it (from line {line}): an edited "
+                "trainer ran"
+            )
+    if log is not None and job.config is not None and log.config_source == "config:{json} line":
+        config = compared(log.config)
+        keys = sorted(
+            k for k in set(config) | set(job.config) if not recordlib.same_setting(k, job.config.get(k), config.get(k))
+        )
+        if keys:
+            diff = ", ".join(f"{k.upper()} {job.config.get(k)!r} -> {config.get(k)!r}" for k in keys)
+            return f"its log's config is not the one resolved for it: {diff}"
+    if job.data and (now := data_identity(job.config)) != job.data:
+        return f"its DATA_PATH changed since this command started: {data_changes(job.data, now)}"
+    return ""
 
 
 def artifact_sha256(job: Job) -> str:
@@ -1147,7 +1307,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], epilog=__doc__[__doc__.index("\n\n") :], formatter_class=Raw
     )
-    parser.add_argument("--out", type=Path, required=True, help="folder of this experiment's runs and report")
+    parser.add_argument("--out", required=True, help="folder of this experiment's runs and report")
     parser.add_argument(
         "--variant",
         nargs="+",
@@ -1179,6 +1339,9 @@ class Raw(argparse.RawDescriptionHelpFormatter):
 def prepare(cli) -> tuple[list[Variant], list[Job], dict, list[str]]:
     """Everything checked before any run: (variants, jobs, results.json's header, lines to print); a UsageError
     otherwise."""
+    if not cli.out.strip():
+        raise UsageError(f"--out {cli.out!r} names no folder: give the experiment's, e.g. --out ab/lr04.")
+    cli.out = Path(cli.out)
     variants = parse_variants(cli)
     cli.common_env = parse_assignments(cli.common, "--common")
     trained = []
@@ -1206,12 +1369,25 @@ def prepare(cli) -> tuple[list[Variant], list[Job], dict, list[str]]:
     jobs = plan_jobs(cli, variants, seeds, trained)
     experiment = experiment_of(cli, variants)
     check_out(cli.out, experiment, cli.restart)
+    for job in jobs:  # each script read once, now: what its runs run (ours: a copy) and what their logs must say
+        try:
+            script_bytes(job.script)
+        except OSError as exc:  # --eval-only: the trained runs' script, where they recorded it
+            raise UsageError(
+                f"variant {job.variant}: its trainer {job.script} cannot be read ({exc.strerror}): give the one to "
+                f"run with --script {job.variant}=PATH."
+            ) from None
     resolved = resolve_configs(jobs)
     lines = compare_configs(variants, jobs, resolved)
     check_val_vocabulary(cli, jobs, resolved)
     identity = identity_of(jobs, resolved, trained)
     lines += check_identity(cli.out, identity, cli.restart)
+    for job in jobs:
+        job.config = compared(resolved[(job.variant, job.pair_key[0])].get("config"))
+        job.data = data_identity(job.config)
     header = dict(experiment=experiment, identity=identity, compile_cache=cli.compile_cache)
+    if any(job.script == TRAINER for job in jobs):  # what the runs of train_gpt.py run
+        header["trainer_copy"] = dict(path=str(TRAINER_COPY), sha256=script_sha256(TRAINER))
     if cli.eval_only:
         header["trained_from"] = str(cli.eval_only.resolve())  # where it was then: the artifacts' sha256 say which
     if cli.compile_cache:
@@ -1270,7 +1446,10 @@ def run_experiment(cli, argv, slots, where, variants, jobs, header, config_lines
     recorded = {r["name"]: r for r in before}
     for job in [] if cli.restart else jobs:  # --restart: every run is to run
         job.rc = recorded.get(job.name, {}).get("rc")  # a run is finished only if it exited 0
+        job.threads = recorded.get(job.name, {}).get("omp_num_threads", "")
         job.status, job.reason, job.metrics = read_run(console_path(out, job), job.rc)
+        if job.status == "finished" and (why := not_this_experiments(job, out)):  # made by an edited trainer
+            job.status, job.reason = "failed", why
         if job.status == "finished":
             job.artifact_sha256 = recorded[job.name].get("artifact_sha256") or artifact_sha256(job)
     pending = [j for j in jobs if j.status != "finished"]
@@ -1298,6 +1477,9 @@ def run_experiment(cli, argv, slots, where, variants, jobs, header, config_lines
     for path, source in PREPARED.items():
         path.parent.mkdir(exist_ok=True)
         path.write_text(source, encoding="utf-8")
+    if "trainer_copy" in header:  # train_gpt.py as the command read it: an edit while the runs go on changes none
+        (out / TRAINER_COPY).parent.mkdir(exist_ok=True)
+        (out / TRAINER_COPY).write_bytes(script_bytes(TRAINER))
     cmd = "python3 scripts/ab.py " + shlex.join(sys.argv[1:] if argv is None else argv)
 
     def save():

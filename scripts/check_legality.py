@@ -1546,6 +1546,8 @@ def check(
                          "machine, or leave --device out for the CPU check.")  # fmt: skip
     if not Path(script).is_file():
         raise CheckError(f"--script {script}: no such file: point it at a copy of train_gpt.py.")
+    if Path(script).suffix != ".py":  # a text or a binary was "raises when it is loaded (AttributeError: ...)"
+        raise CheckError(f"--script {script}: not a Python file (.py): point it at a copy of train_gpt.py.")
     chosen = resolve_geometries(environ, device, geometries)
     data = user_data(environ)
     lines = [f"checking {script} on {device}" + (" with a BROKEN TTT (trains before it scores)" if broken else "")]

@@ -194,8 +194,20 @@ def cpu_run(
 
 SCRIPT = ROOT / "train_gpt.py"
 RUN_TIMEOUT_S = 300
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0  # those the trainer's processes see
 EVENT_LINE = re.compile(r"[a-z0-9_]+:\S+( [a-z0-9_]+:\S+)*")
 OUR_NAMES = {f.name.upper() for f in dataclasses.fields(train_gpt.Hyperparameters)}
+
+
+def runs_processes(n: int):
+    """The condition of a test that runs train_gpt.py in n processes: where CUDA is visible the trainer gives each
+    process a GPU of its own, so it needs n of them; on the CPU (gloo, CUDA hidden or absent) it runs anywhere. The
+    test's other runs are then on the same device, as its comparisons (1 process against n) assume."""
+    return pytest.mark.skipif(
+        0 < GPUS < n,
+        reason=f"{n} processes, a GPU each, and CUDA shows {GPUS} GPU(s): run it on a host with {n}, or on the CPU "
+        "with CUDA_VISIBLE_DEVICES= (the whole file: its 1-process runs are what it compares with)",
+    )
 
 
 @dataclass

@@ -19,6 +19,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -234,6 +235,15 @@ def test_ab_eval_only_finds_the_artifacts_in_the_folder_wherever_it_moved_and_ch
         f"error: --eval-only archive: {Path('archive') / 'artifacts' / 'base_seed1.ptz'} is not the artifact run"
     )
     assert "put that run's artifact back, or re-train it in a new --out" in run.stderr
+    swapped.write_bytes((out / "artifacts" / "base_seed1.ptz").read_bytes())
+    for r in data["runs"]:  # trained by a train_gpt.py that is not where they recorded it (another checkout)
+        r["script"] = "/gone/train_gpt.py"
+    (archive / "results.json").write_text(json.dumps(data))
+    run = ab_run(args, tmp_path)
+    assert run.returncode == 2 and run.stderr == (
+        "error: variant nottt: its trainer /gone/train_gpt.py cannot be read (No such file or directory): give the one "
+        "to run with --script nottt=PATH.\n"
+    )
 
 
 def test_ab_val_of_another_vocabulary_is_refused_before_any_run(trained, tmp_path):
@@ -251,12 +261,60 @@ def test_ab_val_of_another_vocabulary_is_refused_before_any_run(trained, tmp_pat
     assert not (tmp_path / "ev").exists()
 
 
+def test_ab_val_of_another_tokenizer_of_the_same_vocabulary_is_refused_before_any_run(trained, tiny_data, tmp_path):
+    """Issue 55, low #78: shards of another 512-piece tokenizer pass the vocabulary check, and every run then started
+    and failed on the trainer's own check of its shards."""
+    from helpers import encode_documents, train_tokenizer
+
+    out, _, _, _ = trained
+    other = train_tokenizer([doc[::-1] for doc in tiny_data.train_docs], tmp_path / "other.model")  # 512 pieces too
+    (tmp_path / "other").mkdir()
+    build_shards.write_data_shard(
+        tmp_path / "other" / "fineweb_val_000000.bin", encode_documents(other, tiny_data.val_docs)
+    )
+    args = ["--slots", "2", "--eval-only", str(out), "--out", "ev", "--seeds", "1", "--val", "other"]
+    run = ab_run(args + ["--variant", "nottt", "--variant", "ttt", "TTT_ENABLED=1"], tmp_path)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stdout + run.stderr
+    assert run.stderr.startswith(
+        f"error: --val other: fineweb_val_000000.bin was not made by {tiny_data.tokenizer_path}, the tokenizer of "
+        "base's runs: "
+    )
+    assert not (tmp_path / "ev").exists()
+
+
 def test_ab_out_naming_a_file_is_one_error_line_whether_it_runs_or_plans(tmp_path):
     (tmp_path / "notes.txt").write_text("x")
     for plan in ([], ["--plan"]):
         run = ab_run(["--slots", "1", "--out", "notes.txt", "--variant", "a", "--variant", "b", "X=1", *plan], tmp_path)
         assert run.returncode == 2, run.stdout + run.stderr
         assert run.stderr == "error: --out notes.txt is a file: name a folder, new or one ab.py made.\n"
+
+
+UNWRITABLE = [  # --out, and the error's words after it
+    ("notes.txt/ab", "notes.txt/ab: {cwd}/notes.txt is a file, not a folder: name a folder you can write in."),
+    ("", "'' names no folder: give the experiment's, e.g. --out ab/lr04."),
+]
+try:  # /proc on Linux: no folder can be made there, not even by root (chmod does not stop root)
+    tempfile.TemporaryDirectory(dir="/proc").cleanup()
+except OSError as exc:
+    UNWRITABLE.append(
+        ("/proc/ab", f"/proc/ab: cannot write in /proc ({exc.strerror}): name a folder you can write in.")
+    )
+
+
+@pytest.mark.parametrize("out, message", UNWRITABLE, ids=["under_a_file", "empty", "read_only"][: len(UNWRITABLE)])
+def test_ab_out_that_cannot_be_written_is_one_error_line_whether_it_runs_or_plans(out, message, tmp_path):
+    """Issue 55, medium 2 and low #53/#54: --out under a file or where no folder can be made (/proc, a read-only
+    mount) was a traceback from the mkdir once every check had passed, and --plan said nothing; --out '' was taken as
+    --out . (the folder ab.py runs in)."""
+    (tmp_path / "notes.txt").write_text("x")
+    args = fake_runs(tmp_path, "a", "b BPB=0.5") + ["--seeds", "1"]
+    args[args.index("--out") + 1] = out
+    for plan in ([], ["--plan"]):
+        run = ab_run(args + plan, tmp_path)
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert run.stderr == "error: --out " + message.format(cwd=tmp_path) + "\n"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["fake.py", "notes.txt"]
 
 
 def test_ab_a_trainer_refusal_while_running_ends_that_run_with_the_trainers_message(tiny_data, tmp_path):
@@ -324,6 +382,33 @@ def test_ab_refuses_twin_variants_and_settings_the_trainer_refuses_before_runnin
     assert "did you mean TTT_EPOCHS?" in run.stderr and not (tmp_path / "out").exists()
 
 
+def test_ab_a_setting_every_variant_shares_is_refused_as_theirs_not_the_baselines(tiny_data, tmp_path):
+    """Issue 55, low #88: a typo in --common was blamed on the first variant ('variant base: the trainer refuses its
+    settings')."""
+    args = ["--slots", "1", "--out", "out", "--plan", *common(tiny_data, tmp_path), "--common", "TTT_EPOCH=1"]
+    run = ab_run(args + ["--variant", "base", "--variant", "lr03", "MATRIX_LR=0.03"], tmp_path)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert run.stderr.startswith(
+        "error: the trainer refuses what every variant shares (--common, the shell): unknown environment variable "
+        "TTT_EPOCH='1': did you mean TTT_EPOCHS?"
+    )
+
+
+def test_ab_warns_when_a_variant_differs_only_in_settings_its_switch_leaves_off(tiny_data, tmp_path):
+    """Issue 55, low #82: TTT_LR with TTT off spent a whole A/B on two runs of one model and one score."""
+    args = ["--slots", "1", "--out", "out", "--plan", *common(tiny_data, tmp_path)]
+    args += ["--variant", "base", "--variant", "tttlr", "TTT_LR=0.01"]
+    run = ab_run(args, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (
+        "WARNING: tttlr differs from base only in settings that do nothing with TTT_ENABLED=False (TTT_LR): the A/B "
+        "would measure noise. Turn that on in --common, or drop the variant." in run.stdout
+    )
+    run = ab_run(args + ["--common", "TTT_ENABLED=1"], tmp_path)
+    assert run.returncode == 0 and "WARNING" not in run.stdout, run.stdout + run.stderr
+    assert "config tttlr vs base: set by the variants: TTT_LR 0.005 -> 0.01" in run.stdout
+
+
 def test_ab_plan_shows_what_differs_besides_what_the_variants_set(tiny_data, tmp_path):
     args = ["--slots", "1", "--out", "out", "--plan", *common(tiny_data, tmp_path)]
     run = ab_run(args + ["--variant", "ours", "--variant", "p180", "RECIPE=p180"], tmp_path)
@@ -352,7 +437,7 @@ if __name__ == "__main__" and os.environ.get("RANK", "0") == "0":
     args = Hyperparameters.from_env(os.environ)
     keys = ("CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE", "MASTER_PORT", "WORLD_SIZE", "TORCHINDUCTOR_CACHE_DIR",
             "TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE")
-    json.dump(sorted(os.environ), open("env.json", "w"))
+    json.dump(dict(os.environ), open("env.json", "w"))
     print("fake " + " ".join(f"{k.lower()}:{os.environ.get(k)}" for k in keys) + f" cwd:{os.getcwd()}", flush=True)
     print(f"final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:{args.bpb + 0.25 * args.seed:.8f}")
 """
@@ -383,11 +468,18 @@ def test_ab_on_gpus_runs_each_seeds_pair_at_once_on_its_own_gpu_groups_under_tor
         assert fake["torchinductor_cache_dir"] == cache and fake["torchinductor_fx_graph_cache"] == "0"
         assert fake["torchinductor_autograd_cache"] == "1"
         seen[name] = int(fake["master_port"])
-    extra = set(json.loads((tmp_path / "out" / "work" / "a_seed1" / "env.json").read_text())) - set(fake_host)
-    torchrun = {name for name in extra if name.startswith(TORCHRUN_PREFIXES)}  # what torchrun adds
-    ours = {"BPB", "SEED", "RUN_ID", "LOG_DIR", "ARTIFACT_PATH", "CUDA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE"}
-    ours |= {"TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_AUTOGRAD_CACHE"}
-    assert extra - torchrun == ours  # the variant's, the run's and the GPU group's: nothing of ab.py's own
+    # what the trainer saw that the shell did not have, or had otherwise; a GPU host's shell may hold some of ours
+    # already (the 2-GPU machines set NCCL_NVLS_ENABLE=0, as ab.py does): those then do not differ
+    given = json.loads((tmp_path / "out" / "work" / "a_seed1" / "env.json").read_text())
+    changed = {name for name, value in given.items() if fake_host.get(name) != value}
+    torchrun = {name for name in changed if name.startswith(TORCHRUN_PREFIXES)}  # what torchrun adds
+    ours = dict(
+        BPB="1.0", SEED="1", RUN_ID="a_seed1", LOG_DIR=str(tmp_path / "out" / "logs"), CUDA_VISIBLE_DEVICES="0,1"
+    )
+    ours |= dict(ARTIFACT_PATH=str(tmp_path / "out" / "artifacts" / "a_seed1.ptz"), NCCL_NVLS_ENABLE="0")
+    ours |= dict(TORCHINDUCTOR_CACHE_DIR=cache, TORCHINDUCTOR_AUTOGRAD_CACHE="1")
+    assert {name: given.get(name) for name in ours} == ours  # the variant's, the run's and the GPU group's...
+    assert changed - torchrun <= set(ours)  # ...and nothing of ab.py's own
     assert seen["a_seed1"] != seen["b_seed1"] and seen["a_seed2"] != seen["b_seed2"]  # one rendezvous each
     # b - a = -0.5 on both seeds: no spread, so no t-test (p=0 would claim a certainty that two pairs cannot give)
     assert (
@@ -446,6 +538,47 @@ def test_ab_a_run_killed_after_its_round_trip_score_is_not_finished_and_reruns(t
     assert "done before: finished a_seed1" in again.stdout and "start a_seed1" not in again.stdout
     assert "rerun b_seed1: it failed: exit -9 (SIGKILL): after its round trip score" in again.stdout
     assert "start b_seed1" in again.stdout, again.stdout
+
+
+def test_ab_script_that_is_not_python_is_named_and_any_python_file_name_runs(tmp_path):
+    """Issue 55, low #66: a --script that is no Python (notes, a binary) was the trainer's 'refusal' with an internal
+    AttributeError; a Python trainer whose name does not end in .py (an older revision kept as .bak) was the same."""
+    args = fake_runs(tmp_path, "a", "b BPB=0.5") + ["--seeds", "1", "--plan"]
+    (tmp_path / "notes.txt").write_text("the lr04 run looked better\n")
+    (tmp_path / "weights.bin").write_bytes(bytes(range(256)))
+    python = sys.version.split()[0]
+    for name, why in (
+        ("notes.txt", f"Python {python} cannot compile it: invalid syntax, line 1"),
+        ("weights.bin", "not UTF-8 text"),
+    ):
+        run = ab_run([a if a != "b=fake.py" else f"b={name}" for a in args], tmp_path)
+        assert run.returncode == 2 and run.stdout == "", run.stdout + run.stderr
+        assert (
+            run.stderr
+            == f"error: --script b={name}: {name} is not a Python trainer ({why}): point it at the variant's script.\n"
+        )
+    (tmp_path / "fake.py.bak").write_text(FAKE_RUNNER)
+    run = ab_run([a if a != "b=fake.py" else "b=fake.py.bak" for a in args], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "config b vs a: set by the variants: BPB 1.0 -> 0.5" in run.stdout
+
+
+def test_ab_records_the_threads_each_run_was_given(tmp_path):
+    """Issue 55, low #83: OMP_NUM_THREADS (the shell's, or ab.py's share of the cores for each CPU run) was recorded
+    nowhere, and a CPU run's speed and summation order depend on it."""
+    args = fake_runs(tmp_path, "a", "b BPB=0.5") + ["--seeds", "1"]
+    unset = {k: v for k, v in environment().items() if k != "OMP_NUM_THREADS"}
+    share = str(max(1, (os.cpu_count() or 1) // 2))  # not set in the shell: ab.py's, the cores over 2 runs at a time
+    for shell, given in ((dict(unset, OMP_NUM_THREADS="3"), "3"), (unset, share)):
+        run = ab_run(args + ["--restart"], tmp_path, env=shell)
+        assert run.returncode == 0, run.stdout + run.stderr
+        threads = {r["name"]: r["omp_num_threads"] for r in results(tmp_path / "out")["runs"]}
+        assert threads == dict(a_seed1=given, b_seed1=given)
+    run = ab_run(args, tmp_path)  # resumed: the finished runs keep what they were given
+    assert (
+        "done before: finished a_seed1" in run.stdout
+        and results(tmp_path / "out")["runs"][0]["omp_num_threads"] == given
+    )
 
 
 def test_ab_says_when_a_seeds_variants_cannot_share_a_wave(tmp_path):
@@ -552,6 +685,133 @@ def test_ab_resume_refuses_runs_made_by_another_trainer_or_shell_and_restart_sta
     assert "val_bpb:1.15500000" in (tmp_path / "out" / "console" / "a_seed1.txt").read_text()  # 1 + 0.03 + 1/8
 
 
+# A trainer that logs as train_gpt.py does (its source, a separator, the versions, its config as one JSON line) and
+# can play the user who edits the trainer (EDIT=PATH: LR's default 0.02 -> 0.05) or rebuilds DATA_PATH's validation
+# shard in place (REBUILD=1: 50 more tokens) while the experiment's first run goes on, once.
+FAKE_LOGGER = """
+import dataclasses, json, os
+import numpy as np
+LR = 0.02
+@dataclasses.dataclass
+class Hyperparameters:
+    bpb: float = 1.0
+    lr: float = LR
+    seed: int = 0
+    run_id: str = ""
+    log_dir: str = ""
+    data_path: str = ""
+    @classmethod
+    def from_env(cls, env):
+        get = lambda name, default: type(default)(env.get(name, default))
+        return cls(*(get(f.name.upper(), f.default) for f in dataclasses.fields(cls)))
+if __name__ == "__main__":
+    args = Hyperparameters.from_env(os.environ)
+    with open(os.path.join(args.log_dir, f"{args.run_id}.txt"), "w") as log:
+        log.write(open(__file__).read() + "\\n" + "=" * 100 + "\\n" + "python:3 torch:none\\n")
+        log.write("config:" + json.dumps(dataclasses.asdict(args), sort_keys=True) + "\\n")
+    edit, once = os.environ.get("EDIT"), os.path.join(args.log_dir, "..", "edited")
+    if (edit or os.environ.get("REBUILD")) and not os.path.exists(once):
+        open(once, "w").close()
+        if edit:
+            text = open(edit).read()
+            open(edit, "w").write(text.replace("LR = 0.02", "LR = 0.05"))
+        else:
+            val = os.path.join(args.data_path, "fineweb_val_000000.bin")
+            open(val, "ab").write(np.ones(50, np.uint16).tobytes())
+    print(f"final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:{args.bpb + args.lr + args.seed / 8:.8f}")
+"""
+# LR 0.02: base + 0.02 + seed / 8 (exact in binary)
+LOGGER_SCORES = dict(a_seed1=1.145, b_seed1=0.645, a_seed2=1.27, b_seed2=0.77)
+
+
+def ab_with_trainer(trainer: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """ab.py with `trainer` in train_gpt.py's place (ab.TRAINER): what it does with runs of ours."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(AB.parent)!r}); import ab; from pathlib import Path; "
+        f"ab.TRAINER = Path({str(trainer)!r}); sys.exit(ab.main({args!r}))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=environment(), capture_output=True, text=True, timeout=300
+    )
+
+
+def scores(out: Path) -> dict[str, float]:
+    return {r["name"]: r["metrics"].get("score") for r in results(out)["runs"]}
+
+
+def test_ab_runs_train_gpt_as_it_was_when_the_command_started(tmp_path):
+    """Issue 55, high 1: train_gpt.py edited while wave 1 ran (MATRIX_LR's default 0.02 -> 0.05): seed 2's runs ran
+    the edited file and were pooled with seed 1's, and a resume after the file was restored kept them. Each run of
+    ours now runs OUT/trainers/train_gpt.py, the copy made when the command started."""
+    trainer = tmp_path / "train_gpt.py"
+    trainer.write_text(FAKE_LOGGER)
+    args = ["--slots", "1", "--out", "out", "--seeds", "1", "2", "--common", f"EDIT={trainer}"]
+    run = ab_with_trainer(trainer, args + ["--variant", "a", "--variant", "b", "BPB=0.5"], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "LR = 0.05" in trainer.read_text()  # edited while a_seed1 ran
+    assert scores(tmp_path / "out") == LOGGER_SCORES  # every run with LR 0.02: the trainer as the command read it
+    assert (tmp_path / "out" / "trainers" / "train_gpt.py").read_text() == FAKE_LOGGER
+    sha256 = hashlib.sha256(FAKE_LOGGER.encode()).hexdigest()
+    assert results(tmp_path / "out")["trainer_copy"] == dict(path="trainers/train_gpt.py", sha256=sha256)
+
+
+def test_ab_does_not_count_a_run_whose_log_shows_another_trainer_or_config(tmp_path):
+    """Issue 55, high 1: a fork runs where it is (beside its own modules), so an edit while the experiment runs
+    reaches its later runs: their logs, which start with the source they ran, are not counted, and say why; a
+    resume reruns them, and any finished run whose log shows another source or config."""
+    fork = tmp_path / "fake.py"
+    fork.write_text(FAKE_LOGGER)
+    args = ["--slots", "1", "--out", "out", "--seeds", "1", "2", "--common", f"EDIT={fork}"]
+    args += ["--variant", "a", "--script", "a=fake.py", "--variant", "b", "BPB=0.5", "--script", "b=fake.py"]
+    run = ab_run(args, tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    why = f"the source in its log is not {fork} as this experiment read it (from line 4): an edited trainer ran"
+    for name in ("b_seed1", "a_seed2", "b_seed2"):
+        assert f"not finished: {name}: {why}" in run.stdout
+    assert {r["name"]: r["status"] for r in results(tmp_path / "out")["runs"]}["a_seed1"] == "finished"
+    assert results(tmp_path / "out")["comparisons"] == []  # nothing pooled
+    fork.write_text(FAKE_LOGGER)  # restored: the same command reruns the three
+    run = ab_run(args, tmp_path)
+    assert run.returncode == 0 and f"rerun a_seed2: it failed: {why}" in run.stdout, run.stdout + run.stderr
+    assert scores(tmp_path / "out") == LOGGER_SCORES
+    # logs of runs made by another config, or another source (as an older ab.py kept them): rerun, each saying why
+    log = tmp_path / "out" / "logs" / "a_seed1.txt"
+    log.write_text(log.read_text().replace('"lr": 0.02', '"lr": 0.05'))
+    log = tmp_path / "out" / "logs" / "b_seed2.txt"
+    log.write_text(log.read_text().replace("LR = 0.02", "LR = 0.05"))
+    run = ab_run(args, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "rerun a_seed1: it failed: its log's config is not the one resolved for it: LR 0.02 -> 0.05" in run.stdout
+    assert f"rerun b_seed2: it failed: {why}" in run.stdout and "done before: finished b_seed1" in run.stdout
+
+
+def test_ab_refuses_runs_of_data_rebuilt_under_the_same_data_path(tmp_path):
+    """Issue 55, medium 3: the validation split rebuilt in place (54K -> 170K tokens), then --seeds 1 2: seed 1's
+    runs and seed 2's were pooled. DATA_PATH's shards (name, size), manifest and tokenizer are the experiment's."""
+    import numpy as np
+
+    data = tmp_path / "shards"
+    data.mkdir()
+    for split in ("train", "val"):
+        build_shards.write_data_shard(data / f"fineweb_{split}_000000.bin", np.ones(100, np.uint16))
+    (tmp_path / "fake.py").write_text(FAKE_LOGGER)
+    args = ["--slots", "1", "--common", f"DATA_PATH={data}", "--variant", "a", "--script", "a=fake.py"]
+    args += ["--variant", "b", "BPB=0.5", "--script", "b=fake.py"]
+    run = ab_run(args + ["--out", "out", "--seeds", "1"], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    size = (data / "fineweb_val_000000.bin").stat().st_size
+    build_shards.write_data_shard(data / "fineweb_val_000000.bin", np.ones(300, np.uint16))  # rebuilt in place
+    run = ab_run(args + ["--out", "out", "--seeds", "1", "2"], tmp_path)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stdout + run.stderr
+    assert f"a's DATA_PATH is other data: fineweb_val_000000.bin {size} -> {size + 400}" in run.stderr
+    assert not (tmp_path / "out" / "console" / "a_seed2.txt").exists()
+    # rebuilt while the experiment runs: no run counts from then on
+    run = ab_run(args + ["--out", "out2", "--seeds", "1", "--common", "REBUILD=1"], tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    why = f"its DATA_PATH changed since this command started: fineweb_val_000000.bin {size + 400} -> {size + 500}"
+    assert f"not finished: a_seed1: {why}" in run.stdout and f"not finished: b_seed1: {why}" in run.stdout
+
+
 def test_ab_identity_holds_the_shells_settings_that_change_a_run_and_no_flag_sets(tmp_path, monkeypatch):
     (tmp_path / "t.py").write_text("x = 1\n")
     jobs = [ab.Job("a", 1, "a_seed1", dict(BPB="0.5", SEED="1"), tmp_path / "t.py")]
@@ -568,6 +828,7 @@ def test_ab_identity_holds_the_shells_settings_that_change_a_run_and_no_flag_set
         sha256=hashlib.sha256(b"x = 1\n").hexdigest(),
         config=dict(bpb=0.5, lr=0.03),  # less what names a run
         versions=dict(python="3", torch=None),
+        data={},  # its config names no DATA_PATH
     )
 
 

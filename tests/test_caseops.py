@@ -26,7 +26,7 @@ import build_shards  # noqa: E402
 import caseops  # noqa: E402
 import train_gpt  # noqa: E402
 from caseops import ALLCAPS, CAPNEXT, ESC, TITLE  # noqa: E402
-from helpers import TinyData, run_script, tiny_env  # noqa: E402
+from helpers import TinyData, run_script, runs_processes, tiny_env  # noqa: E402
 from train_gpt import Hyperparameters  # noqa: E402
 
 ONE_CPU = train_gpt.DistContext(0, 1, 0, torch.device("cpu"))
@@ -186,7 +186,7 @@ def test_preflight_takes_the_sidecars_bytes_which_are_the_plain_texts_bytes(case
 SCORE_LINE = re.compile(r"final_int8_zlib_(roundtrip|sliding_window|ttt)_exact val_loss:(\S+) val_bpb:(\S+)")
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
+@pytest.mark.parametrize("nproc", [1, pytest.param(2, marks=runs_processes(2))])
 def test_every_scoring_path_divides_by_the_sidecars_bytes(caseops_data, tmp_path, nproc):
     """A CaseOps run, 1 and 2 processes: validation after training, the round trip, sliding windows and TTT each score
     every target once, so each one's bpb is its loss / ln 2 * targets / (the sidecar's bytes of those targets)."""

@@ -66,13 +66,17 @@ def test_stdlib_dataset_builds_once_and_is_reused(tmp_path, capsys):
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["built_with"]["python"] == quickstart.platform.python_version()
     assert quickstart.platform.python_version() in path.name
-    stats = manifest["datasets"][0]["stats"]
-    assert stats["docs_train"] > 400 and stats["docs_val"] > 30 and stats["tokens_val"] > 50_000
     assert spm.SentencePieceProcessor(model_file=str(tokenizer)).vocab_size() == vocab == 512
     # Deterministic: the documents are the same on every call, and the second call reuses the shards.
     source = data_dir / "datasets" / f"pystdlib_{quickstart.platform.python_version()}.jsonl"
     texts = [json.loads(line)["text"] for line in source.read_text(encoding="utf-8").splitlines()]
     assert texts == quickstart.stdlib_documents()
+    # How many documents depends on the Python installed (625 from 3.11.7's, 424 from Ubuntu's 3.12.3): each one is in
+    # one split, the hash rule's, and the validation split holds at least one of the quick start's validation batches.
+    stats = manifest["datasets"][0]["stats"]
+    val_docs = sum(build_shards.is_validation(text, quickstart.STDLIB_VAL_FRACTION) for text in texts)
+    assert (stats["docs_val"], stats["docs_train"]) == (val_docs, len(texts) - val_docs) and val_docs > 0
+    assert stats["tokens_val"] >= quickstart.TINY_MODEL["VAL_BATCH_SIZE"]
     shard = path / "fineweb_val_000000.bin"
     before = shard.stat().st_mtime_ns
     assert quickstart.stdlib_dataset(data_dir, workers=2) == (path, tokenizer, vocab)

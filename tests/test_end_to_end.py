@@ -21,7 +21,7 @@ import torch
 
 import train_gpt
 import helpers
-from helpers import EVENT_LINE, SCRIPT, TinyData, tiny_env
+from helpers import EVENT_LINE, SCRIPT, TinyData, runs_processes, tiny_env
 
 FINAL_LINE = re.compile(r"final_int8_zlib_roundtrip_exact val_loss:\d+\.\d{8} val_bpb:\d+\.\d{8}")
 # The run that the happy-path tests share, with 1 and with 2 processes. MODEL_DIM=144 puts the
@@ -104,17 +104,30 @@ def test_log_file_holds_the_source_the_config_and_every_printed_line(one_process
 
 
 def test_the_artifact_is_the_model_that_was_scored(one_process):
+    """The artifact in a new model, scored as the run scored it: on the run's device and in its precision (on CUDA
+    bf16 autocast, bf16 activations and TF32, as train_and_score and init_distributed set them; fp32 on the CPU).
+    Re-scored in fp32 on the CPU, a CUDA run's artifact gave 5.35101858 where it printed 5.3505351 (issue 55)."""
     run = one_process
     config = json.loads(next(line for line in run.lines if line.startswith("config:"))[len("config:") :])
     args = train_gpt.Hyperparameters(**config)
-    model = train_gpt.GPT(args)
+    [logged] = run.events("device")
+    device = torch.device("cuda", 0) if logged["device"] == "cuda" else torch.device("cpu")
+    on_cuda = device.type == "cuda"
+    loss_impl = train_gpt.resolve_loss_impl(args, device)[0]
+    model = train_gpt.GPT(args, loss_impl, torch.bfloat16 if on_cuda else torch.float32).to(device)
     header, weights = train_gpt.read_artifact(str(run.artifact_path), args)
     model.load_state_dict(weights, strict=True)
-    ctx = train_gpt.DistContext(0, 1, 0, torch.device("cpu"))
-    val = train_gpt.preflight(dataclasses.replace(args, run_id="rescored"), ctx).val  # the run's log exists
-    val_loss, val_bpb = train_gpt.loss_and_bpb(train_gpt.score_windows(model, val, ctx))
+    model.looping = header["looping"]
+    ctx = train_gpt.DistContext(0, 1, 0, device)
+    tf32 = torch.backends.cuda.matmul.allow_tf32  # a global: set as the run set it, then restored
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = tf32 or on_cuda
+        val = train_gpt.preflight(dataclasses.replace(args, run_id="rescored"), ctx).val  # the run's log exists
+        val_loss, val_bpb = train_gpt.loss_and_bpb(train_gpt.score_windows(model, val, ctx))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
     printed_loss, printed_bpb = run.final_score()
-    # the same numbers to the printed precision, up to thread-count rounding (measured: identical)
+    # the same numbers to the printed precision, up to thread-count rounding (measured on the CPU: identical)
     assert val_loss == pytest.approx(printed_loss, rel=1e-6) and val_bpb == pytest.approx(printed_bpb, rel=1e-6)
 
 
@@ -136,6 +149,7 @@ def test_val_loss_falls_from_ln_vocab_and_the_round_trip_costs_little(one_proces
 # =================================================================================================
 
 
+@runs_processes(2)
 def test_two_processes_train_the_same_model_as_one(one_process, two_processes):
     [header] = two_processes.events("world_size")
     assert (header["world_size"], header["grad_accum_steps"]) == ("2", "4")

@@ -35,7 +35,7 @@ from torch import nn
 import build_shards
 import train_gpt
 import helpers
-from helpers import TinyData, cpu_run, randomize_matrices, tiny_env
+from helpers import TinyData, cpu_run, randomize_matrices, runs_processes, tiny_env
 from train_gpt import GRAD_ACCUM_TOTAL, ConfigError, DistContext, Hyperparameters
 
 CPU = torch.device("cpu")
@@ -826,6 +826,7 @@ def test_eval_only_reprints_the_same_scores_without_training_or_touching_the_art
     assert sorted(os.listdir(artifact.parent)) == eval_only_run.listing_before
 
 
+@runs_processes(2)
 def test_eval_only_with_two_processes_gives_the_same_scores(gptq_run, two_process_eval_only):
     run = two_process_eval_only.run
     [header] = run.events("world_size")

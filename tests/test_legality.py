@@ -1066,6 +1066,7 @@ def run_main_here(monkeypatch, capsys, *arguments: str, **settings) -> tuple[int
         (["--geometries", "weird"], {}, "--geometries weird: weird not one of aligned, ragged, user."),
         (["--geometries", "user"], {}, "--geometries user: user is the geometry of TRAIN_SEQ_LEN, EVAL_SEQ_LEN,"),
         (["--script", "missing.py"], {}, "--script missing.py: no such file"),
+        (["--script", str(ROOT / "README.md")], {}, f"--script {ROOT / 'README.md'}: not a Python file (.py)"),
         (["--processes", "1"], {"DATA_PATH": "/nonexistent"}, "DATA_PATH=/nonexistent: no validation shards"),
         (["--processes", "1", "--geometries", "aligned"], {"TTT_LRR": "0.01"}, "TTT_LRR='0.01': did you mean TTT_LR"),
         (["--processes", "1", "--geometries", "aligned"], {"TTT_LR": "fast"}, "TTT_LR='fast' is not a finite number"),

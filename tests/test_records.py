@@ -351,7 +351,13 @@ def test_submission_json_is_filled_from_the_logs(runs, made):
     assert submission["val_bpb_std"] == round(float(np.std([log.val_bpb for log in logs], ddof=1)), 8)
     assert submission["bytes_code"] == code_bytes
     assert submission["bytes_total"] == max(r["artifact_bytes"] for r in submission["seed_results"].values())
-    assert submission["hardware"] == "1xCPU" and submission["pytorch_version"] == train_gpt.torch.__version__
+    # the device each run logged (gpu:none on a CPU; gpu:NVIDIA_H200 on one H200), as world size x model
+    devices = {
+        re.search(r"^python:.* gpu:(\S+) world_size:(\d+) ", log.path.read_text(), re.M).groups() for log in logs
+    }
+    [(gpu, world_size)] = devices
+    assert submission["hardware"] == f"{world_size}x{'CPU' if gpu == 'none' else gpu.replace('_', ' ')}"
+    assert submission["pytorch_version"] == train_gpt.torch.__version__
 
 
 def test_the_readme_skeleton_has_the_results_and_a_command_that_reruns_the_seed(made):

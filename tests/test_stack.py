@@ -17,7 +17,7 @@ from torch import nn
 
 import build_shards
 import train_gpt
-from helpers import cpu_run
+from helpers import cpu_run, runs_processes
 from train_gpt import ConfigError, Hyperparameters
 
 TINY = dict(
@@ -452,40 +452,54 @@ def test_too_little_data_for_a_shuffled_step_is_a_shard_error_naming_the_fix(tmp
 # ---- end to end -------------------------------------------------------------------------------
 
 
-def test_the_record_stack_runs_end_to_end_loops_on_time_and_scores_the_ema(tiny_data, tmp_path):
-    """RECIPE=record's switches at a tiny size, 1 and 2 processes: the loops switch on at half the steps,
-    the EMA is what is exported and scored, and both process counts train the same model."""
+RECORD_STACK = dict(  # RECIPE=record's switches at a tiny size
+    RECIPE="record",
+    NUM_LAYERS=4,
+    LOOP_START=1,
+    LOOP_END=2,
+    PARALLEL_RESIDUAL_START=3,
+    ROPE_DIMS=16,
+    ITERATIONS=8,
+    EMA_DECAY=0.5,
+    WARMUP_STEPS=1,
+    TRAIN_LOG_EVERY=1,
+    VAL_LOSS_EVERY=0,
+    TTT_CHUNK_TOKENS=1024,
+    TTT_EPOCHS=1,
+    ENABLE_LOOPING_AT=0.5,
+)
+
+
+@pytest.fixture(scope="module")
+def record_stack(tiny_data, tmp_path_factory):
+    """The record stack's run in one process."""
     from test_end_to_end import launch
 
-    settings = dict(
-        RECIPE="record",
-        NUM_LAYERS=4,
-        LOOP_START=1,
-        LOOP_END=2,
-        PARALLEL_RESIDUAL_START=3,
-        ROPE_DIMS=16,
-        ITERATIONS=8,
-        EMA_DECAY=0.5,
-        WARMUP_STEPS=1,
-        TRAIN_LOG_EVERY=1,
-        VAL_LOSS_EVERY=0,
-        TTT_CHUNK_TOKENS=1024,
-        TTT_EPOCHS=1,
-        ENABLE_LOOPING_AT=0.5,
-    )
-    runs = []
-    for n in (1, 2):
-        (tmp_path / f"n{n}").mkdir()
-        runs.append(launch(tiny_data, tmp_path / f"n{n}", nproc=n, **settings))
-    for run in runs:
-        assert run.result.returncode == 0, run.result.stderr
-        [loop] = run.events("layer_loop")
-        assert loop["step"] == "4" and loop["order"] == "0-1-2-1-2-1-2-3"
-        assert [e["looping"] for e in run.events("warmup_step")] == ["0", "1"]  # both graphs before the clock
-        assert [e["weights"] for e in run.events("val_bpb")] == ["raw", "ema"]
-        assert run.events("roundtrip_val_bpb")[0]["weights"] == "ema"
-        assert run.events("loss_impl")[0]["warmdown"] == "frac_0.72_wins_over_WARMDOWN_ITERS"
-        assert run.lines[-1].startswith("final_int6_brotli_ttt_exact ")  # the score of record: TTT, last
+    return launch(tiny_data, tmp_path_factory.mktemp("record_stack"), **RECORD_STACK)
+
+
+def assert_record_stack_ran(run) -> None:
+    """The loops switch on at half the steps, both graphs warm up before the clock, the EMA is exported and scored."""
+    assert run.result.returncode == 0, run.result.stderr
+    [loop] = run.events("layer_loop")
+    assert loop["step"] == "4" and loop["order"] == "0-1-2-1-2-1-2-3"
+    assert [e["looping"] for e in run.events("warmup_step")] == ["0", "1"]  # both graphs before the clock
+    assert [e["weights"] for e in run.events("val_bpb")] == ["raw", "ema"]
+    assert run.events("roundtrip_val_bpb")[0]["weights"] == "ema"
+    assert run.events("loss_impl")[0]["warmdown"] == "frac_0.72_wins_over_WARMDOWN_ITERS"
+    assert run.lines[-1].startswith("final_int6_brotli_ttt_exact ")  # the score of record: TTT, last
+
+
+def test_the_record_stack_runs_end_to_end_loops_on_time_and_scores_the_ema(record_stack):
+    assert_record_stack_ran(record_stack)
+
+
+@runs_processes(2)
+def test_the_record_stack_trains_the_same_model_on_two_processes(record_stack, tiny_data, tmp_path):
+    from test_end_to_end import launch
+
+    runs = [record_stack, launch(tiny_data, tmp_path, nproc=2, **RECORD_STACK)]
+    assert_record_stack_ran(runs[1])
     one, two = (run.losses("train_loss") for run in runs)
     # at most one unit of the log's 4th decimal: 2 ranks orthogonalise banks of 2 matrices where 1 process does banks
     # of 4, and CPU bf16 matmuls of other batch sizes round differently (a lost all-gather moves losses by > 0.01)
