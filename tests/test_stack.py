@@ -485,7 +485,7 @@ def test_the_record_stack_runs_end_to_end_loops_on_time_and_scores_the_ema(tiny_
         assert [e["weights"] for e in run.events("val_bpb")] == ["raw", "ema"]
         assert run.events("roundtrip_val_bpb")[0]["weights"] == "ema"
         assert run.events("loss_impl")[0]["warmdown"] == "frac_0.72_wins_over_WARMDOWN_ITERS"
-        assert run.lines[-1].startswith("final_int6_brotli_ttt_exact ")  # the score of record: TTT, last
+        assert run.score_line.startswith("final_int6_brotli_ttt_exact ")  # the score of record: TTT, last
     one, two = (run.losses("train_loss") for run in runs)
     # at most one unit of the log's 4th decimal: 2 ranks orthogonalise banks of 2 matrices where 1 process does banks
     # of 4, and CPU bf16 matmuls of other batch sizes round differently (a lost all-gather moves losses by > 0.01)
