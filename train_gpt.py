@@ -218,7 +218,6 @@ def recipe_note(message: str, environ) -> str:  # message, and which values it n
     return message + (f" (RECIPE={recipe} sets {', '.join(named)}: set it to override.)" if named else "")
 
 GRAD_ACCUM_TOTAL = 8  # micro-batches a step, over all ranks: the world size must divide it
-IMPORTED = time.perf_counter()  # the wall's start where /proc is absent
 QUANT_GROUPS = {"embed": ("embed_bits", "embed_clip_sigmas"), "matrix": ("matrix_bits", "matrix_clip_sigmas")}
 ENV_PREFIXES_NOT_OURS = ("OMP_", "CUDA_", "NCCL_", "TORCH", "PYTORCH_", "TRITON_", "MASTER_", "LOCAL_", "GROUP_",
                          "ROLE_", "NVIDIA_", "PYTHON", "LC_", "XDG_", "MKL_", "KMP_", "GLOO_", "PATH")
@@ -257,6 +256,7 @@ def check_unknown_env(environ: dict[str, str], known: list[str]) -> None:
 
 # ==== Logging, processes and the run ==========================================
 # Rank 0 writes LOG_DIR/RUN_ID.txt and prints: one event a line, key:value tokens with units in the names.
+IMPORTED = time.perf_counter()  # the wall's start where /proc is absent
 
 @dataclasses.dataclass
 class DistContext:
