@@ -328,8 +328,8 @@ class Logger:
         self.text(" ".join(f"{k}:{v}" for k, v in texts.items()))
 
     def phase(self, name: str) -> float:  # logs the phase ending now (compiling: its part); its seconds
-        dynamo = sys.modules.get("torch._dynamo.utils")  # imported by the first torch.compile
-        self.marks.append((self.clock(), dynamo.calculate_time_spent()["total_wall_time"] if dynamo else 0.0))
+        dynamo = sys.modules.get("torch._dynamo.utils")  # imported by torch.compile
+        self.marks.append((self.clock(), dynamo.calculate_time_spent().get("total_wall_time", 0.0) if dynamo else 0.0))
         seconds, compiling = (end - start for start, end in zip(*self.marks[-2:]))
         self.log(phase=name, phase_time=f"{seconds:.2f}s", compile_time=f"{compiling:.2f}s")
         return seconds

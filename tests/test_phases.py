@@ -103,3 +103,14 @@ def test_a_phase_counts_torch_compiles_part_of_it(tmp_path):
     compiling = seconds(fields[1]["compile_time"])
     assert 0 < compiling <= seconds(fields[1]["phase_time"]) + 0.01 and compiled_phase >= compiling - 0.01
     assert seconds(fields[2]["compile_time"]) == 0
+
+
+def test_a_phase_before_any_compile_on_an_older_torch_counts_no_compile_time(tmp_path, monkeypatch):
+    """torch before 2.5 gives calculate_time_spent() as {} until something compiled (no total_wall_time key), while
+    torch.optim.Adam's constructor already imports torch._dynamo: the first phase must not fail on it."""
+    import torch._dynamo.utils
+
+    monkeypatch.setattr(torch._dynamo.utils, "calculate_time_spent", dict)
+    log = train_gpt.Logger(tmp_path / "log.txt")
+    log.phase("startup")
+    assert (tmp_path / "log.txt").read_text().split(" ")[2] == "compile_time:0.00s\n"
