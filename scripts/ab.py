@@ -25,9 +25,10 @@ and a one-line verdict; a table as Markdown, the train-loss curves as a PNG. Run
 
 Every variable reaches the trainer as the environment does (the shell's, then --common, then the variant's); ab.py
 sets only SEED, RUN_ID, LOG_DIR, ARTIFACT_PATH (and EVAL_ONLY) per run, CUDA_VISIBLE_DEVICES and NCCL_NVLS_ENABLE=0
-per GPU group, and one compile cache for all runs of the experiment (TORCHINDUCTOR_CACHE_DIR=OUT/inductor_cache,
-TORCHINDUCTOR_FX_GRAPH_CACHE=1, TORCHINDUCTOR_AUTOGRAD_CACHE=1, each only where neither the shell nor --common sets
-it): the first run compiles, the others load the same code (results.json's compile_cache says what was added).
+per GPU group, and one compile cache for all experiments of this user on this host (TORCHINDUCTOR_CACHE_DIR=
+$XDG_CACHE_HOME/parameter-golf/inductor/HOST, ~/.cache without XDG_CACHE_HOME; TORCHINDUCTOR_FX_GRAPH_CACHE=1,
+TORCHINDUCTOR_AUTOGRAD_CACHE=1; each only where neither the shell nor --common sets it): the first run compiles, the
+others, in this experiment or a later one, load the same code (results.json's compile_cache says what was added).
 Before anything runs, each variant's config is resolved by the trainer itself (its Hyperparameters, imported in a
 subprocess); settings that differ from the first variant's are printed, those the variants did not set marked, and a
 variant the trainer refuses stops the command with the trainer's message. A seed's variants run at the same time (one
@@ -110,6 +111,8 @@ PRE_EXPORT = re.compile(r"^pre-quantization\b.* val_bpb:\s*([0-9.]+)")  # the re
 VAL_POINT = re.compile(r"(?:^|\s)val_loss:\s*([0-9.]+)\s+val_bpb:\s*([0-9.]+)")  # a validation during training
 PEAK = re.compile(r"(?:^|\s)peak_memory_allocated:\s*(\d+)\s*MiB|^peak memory allocated: (\d+) MiB")
 FAILED = re.compile(r"^(?:error|interrupted)\b")
+PHASE = re.compile(r"^phase:(\w+) phase_time:([0-9.]+)s compile_time:([0-9.]+)s")  # train_gpt.py's, then its wall
+WALL = re.compile(r"^wall_time:([0-9.]+)s")
 P_SIGNIFICANT = 0.05
 FA3_IMPORT = "from flash_attn_interface import flash_attn_func as flash_attn_3_func"
 SDPA_SHIM = (
@@ -297,10 +300,17 @@ def prepare_script(variant: Variant, out: Path) -> Path | None:
 COMPILE_CACHE = dict(TORCHINDUCTOR_CACHE_DIR="", TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
 
 
-def compile_cache(out: Path, common: dict[str, str]) -> dict[str, str]:
-    """The inductor cache variables ab.py adds to every run: one cache for the experiment, so its runs compile once
-    (a cache hit loads the same generated code: results do not change). Those the shell or --common set are theirs."""
-    cache = dict(COMPILE_CACHE, TORCHINDUCTOR_CACHE_DIR=str(out.resolve() / "inductor_cache"))
+def compile_cache(common: dict[str, str]) -> dict[str, str]:
+    """The inductor cache variables ab.py adds to every run: one cache for every experiment of this user on this host,
+    so a graph compiles once, not once an experiment (a hit loads the same generated code: results do not change;
+    inductor keys an entry by the graph, its inputs' shapes, torch's source, the GPU and the compiler versions, so
+    experiments that differ share only what is the same: README, "The compile cache"). Per host: a home folder on a
+    network disk is not shared by the hosts' GPUs and compilers. Those the shell or --common set are theirs."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    root = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"  # the XDG rule: a relative path is ignored
+    cache = dict(
+        COMPILE_CACHE, TORCHINDUCTOR_CACHE_DIR=str(root / "parameter-golf" / "inductor" / socket.gethostname())
+    )
     return {k: v for k, v in cache.items() if k not in os.environ and k not in common}
 
 
@@ -699,6 +709,7 @@ def read_run(path: Path, rc: int | None = 0) -> tuple[str, str, dict]:
     if "step_avg_ms" not in metrics and log.train_ms and log.steps:  # the records log no step_avg
         metrics["step_avg_ms"] = round(log.train_ms / log.steps, 2)
     metrics["decimals"] = decimals
+    metrics.update(read_phases(lines))
     metrics["train_loss"] = [[p.step, p.train_ms, p.value] for p in log.train_loss]  # (step, ms, loss)
     # The records log no time on validation lines: the train line's at that step, the last train_time at the last.
     times = {0: 0.0, log.steps: log.train_ms} | {p.step: p.train_ms for p in log.train_loss}
@@ -706,7 +717,8 @@ def read_run(path: Path, rc: int | None = 0) -> tuple[str, str, dict]:
     failure = [line.strip() for line in lines if FAILED.match(line.strip())]
     if failure:
         return "failed", failure[-1], metrics
-    tail = [line.strip() for line in lines if line.strip()]
+    timing = [line for line in lines if PHASE.match(line) or WALL.match(line)]  # the wall's accounting: no reason
+    tail = [line.strip() for line in lines if line.strip() and line not in timing]
     if rc is None:
         return "failed", "its exit status was not recorded (ab.py stopped before the run did)", metrics
     if rc != 0:
@@ -717,6 +729,21 @@ def read_run(path: Path, rc: int | None = 0) -> tuple[str, str, dict]:
     if "score" in metrics:
         return "finished", "", metrics
     return "failed", (tail[-1] if tail else "no output"), metrics
+
+
+def read_phases(lines: list[str]) -> dict:
+    """Where a run's wall time went, from train_gpt.py's phase lines: {"phases": {name: [seconds, of which
+    torch.compile's]}}, summed by name (validation repeats), in the order logged, and "wall_s", the wall the log
+    states; {} for a log without them (a record's)."""
+    phases, found = {}, {}
+    for line in lines:
+        if match := PHASE.match(line):
+            total = phases.setdefault(match.group(1), [0.0, 0.0])
+            total[0] = round(total[0] + float(match.group(2)), 2)
+            total[1] = round(total[1] + float(match.group(3)), 2)
+        elif match := WALL.match(line):
+            found["wall_s"] = float(match.group(1))
+    return dict(found, phases=phases) if phases else found
 
 
 def exit_text(rc: int) -> str:
@@ -863,6 +890,7 @@ def markdown(jobs: list[Job], variants: list[Variant], rows: list[dict], cmd: st
             label = f"{v.name} on {scope}" if scope else v.name
             cells = [mean_sd([j.metrics[k] for j in runs if k in j.metrics]) for k in kinds]
             lines.append(f"| {label} | {len(runs)} | " + " | ".join(cells) + " |")
+    lines += phase_table(jobs, variants)
     if rows:
         head = ["paired difference, mean ± sd (p)", "pairs"] + [KINDS[k][0] for k in kinds] + ["each pair (score)"]
         lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -886,6 +914,52 @@ def markdown(jobs: list[Job], variants: list[Variant], rows: list[dict], cmd: st
             lines.append(f"| {label} | {n} | " + " | ".join(cells) + " |")
         lines += [""] + [f"- {row['verdict']}" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+TOTALS = ("sum of the phases", "wall, as logged", "process, as ab.py timed it", "not in the log")
+
+
+def timed_rows(m: dict) -> dict[str, tuple[float, float]]:
+    """A run's rows of the phase table, from its metrics: each phase's (seconds, of which torch.compile's), then the
+    TOTALS it has (no compile part): the phases' sum, the log's wall, the process's wall, and their difference."""
+    rows = {name: (seconds, compiling) for name, (seconds, compiling) in m.get("phases", {}).items()}
+    if rows:
+        rows[TOTALS[0]] = (sum(seconds for seconds, _ in rows.values()), 0.0)
+    if "wall_s" in m:
+        rows[TOTALS[1]] = (m["wall_s"], 0.0)
+    if "process_s" in m:
+        rows[TOTALS[2]] = (m["process_s"], 0.0)
+    if "wall_s" in m and "process_s" in m:
+        rows[TOTALS[3]] = (m["process_s"] - m["wall_s"], 0.0)
+    return rows
+
+
+def phase_table(jobs: list[Job], variants: list[Variant]) -> list[str]:
+    """Where each variant's minutes go (Markdown lines; none if no finished run was timed): the mean over its finished
+    runs of each phase's seconds as the log gives them (torch.compile's part in brackets), their sum, the wall the log
+    states, and the process's wall as ab.py timed it from launch to exit; the last two differ by what no log line can
+    time (torchrun's start-up and exit, the interpreter's)."""
+    columns = []  # (label, each finished run's rows)
+    for scope in dict.fromkeys(j.pair_key[0] for j in jobs):
+        for v in variants:
+            runs = [j for j in jobs if j.variant == v.name and j.pair_key[0] == scope and j.status == "finished"]
+            if runs:
+                columns.append((f"{v.name} on {scope}" if scope else v.name, [timed_rows(j.metrics) for j in runs]))
+    found = [name for _, runs in columns for rows in runs for name in rows]
+    if not found:
+        return []
+    head = ["seconds, mean over runs (compile)"] + [
+        f"{label} ({len(runs)} run{'s' * (len(runs) > 1)})" for label, runs in columns
+    ]
+    lines = ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name in [n for n in dict.fromkeys(found) if n not in TOTALS] + [n for n in TOTALS if n in found]:
+        cells = []
+        for _, runs in columns:
+            values = [rows[name] for rows in runs if name in rows]
+            seconds, compiling = (sum(v[i] for v in values) / max(len(values), 1) for i in (0, 1))
+            cells.append("-" if not values else f"{seconds:.1f}" + (f" ({compiling:.1f})" if compiling >= 0.05 else ""))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def plot_series(jobs: list[Job], variants: list[Variant]) -> dict | None:
@@ -1136,7 +1210,7 @@ TRAINER_COPY = Path("trainers") / "train_gpt.py"  # in --out: the runs of train_
 
 
 def discard_runs(out: Path) -> None:
-    """--restart: what ab.py wrote in out, but the compile cache (code, not results)."""
+    """--restart: what ab.py wrote in out (not the compile cache an older ab.py kept there: code, not results)."""
     for name in RESULTS:
         path = out / name
         if path.is_dir() and not path.is_symlink():
@@ -1216,7 +1290,8 @@ def run_all(pending: list[Job], slots: list[Slot], out: Path, save) -> bool:
                         del running[name]
                         job.rc = proc.returncode
                         judge(job, out)
-                        print(line_of(job, time.time() - t0), flush=True)
+                        job.metrics["process_s"] = round(time.time() - t0, 2)  # launch to exit, as ab.py saw it
+                        print(line_of(job, job.metrics["process_s"]), flush=True)
                         save()
     except BaseException as exc:  # the runs under way are stopped as the trainer stops on SIGTERM (it logs where):
         # on an interrupt (SIGINT, SIGTERM, SIGHUP), a closed stdout (BrokenPipeError: `ab.py ... | head -5`) or a
@@ -1363,7 +1438,7 @@ def prepare(cli) -> tuple[list[Variant], list[Job], dict, list[str]]:
     if unknown:
         raise UsageError(f"--val {unknown[0]}=...: {cli.eval_only} has no trained variant {unknown[0]}.")
     cli.val_for = lambda variant: vals.get(variant, vals.get("*"))  # None: the trained run's own DATA_PATH
-    cli.compile_cache = compile_cache(cli.out, cli.common_env)
+    cli.compile_cache = compile_cache(cli.common_env)
     for v in variants:
         v.script = prepare_script(v, cli.out.resolve()) if v.script else None
     jobs = plan_jobs(cli, variants, seeds, trained)
@@ -1393,7 +1468,7 @@ def prepare(cli) -> tuple[list[Variant], list[Job], dict, list[str]]:
     if cli.compile_cache:
         where = cli.compile_cache.get("TORCHINDUCTOR_CACHE_DIR", "the cache folder you set")
         lines.append(
-            f"compile cache: one for all runs, {where} ("
+            f"compile cache: one for all runs on this host, {where} ("
             + " ".join(f"{k}={v}" for k, v in cli.compile_cache.items())
             + ")"
         )
@@ -1452,6 +1527,8 @@ def run_experiment(cli, argv, slots, where, variants, jobs, header, config_lines
             job.status, job.reason = "failed", why
         if job.status == "finished":
             job.artifact_sha256 = recorded[job.name].get("artifact_sha256") or artifact_sha256(job)
+            if "process_s" in recorded[job.name].get("metrics", {}):  # timed by the ab.py that ran it
+                job.metrics["process_s"] = recorded[job.name]["metrics"]["process_s"]
     pending = [j for j in jobs if j.status != "finished"]
     for job in jobs:
         if job.status == "finished":

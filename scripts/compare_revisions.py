@@ -108,6 +108,9 @@ RENAMED = {"evaluation_8gpu_est": "total_eval_time_8gpu_est"}
 # gptq_calibration: the calibration's progress (times; its tokens are the config's); quant_note: no tensor of the
 # model is large enough to be quantized (the tiny configurations'), a fact of the config, not a number of the run.
 DIAGNOSTIC_LINES = ("ttt_note:", "gptq_calibration:", "quant_note:")
+# Where the wall time went (issue 58): a line a phase, then the wall; every number in them is a clock's (masked). Where
+# both sides log them, they are compared (the same phases in the same order); where one side does not, left out.
+TIMING_LINES = ("phase:", "wall_time:")
 TORCHRUN_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TRITON_INTERPRET")
 
 
@@ -176,9 +179,14 @@ def compare(name: str, sides: list[Path], work: Path, data_env: dict[str, str]) 
 
 
 def comparable_logs(log_a: list[str], log_b: list[str]) -> tuple[list[str], list[str], str]:
-    """The masked logs as they are compared: the config cut to the settings both have, the diagnostic lines left out,
-    then each event cut to the keys both log (line by line, so after the lines only one side has are gone); a note."""
+    """The masked logs as they are compared: the config cut to the settings both have, the diagnostic lines left out
+    (and the phase lines, if one side has none), then each event cut to the keys both log (line by line, so after the
+    lines only one side has are gone); a note."""
     log_a, log_b, note = common_config(log_a, log_b)
+    timed = [any(line.startswith(TIMING_LINES) for line in log) for log in (log_a, log_b)]
+    if timed[0] != timed[1]:
+        log_a, log_b = ([line for line in log if not line.startswith(TIMING_LINES)] for log in (log_a, log_b))
+        note += f"; phase lines only in {'a' if timed[0] else 'b'}"
     diagnostics = sorted({line.split(" ")[0] for line in log_a + log_b if line.startswith(DIAGNOSTIC_LINES)})
     log_a, log_b = ([line for line in log if not line.startswith(DIAGNOSTIC_LINES)] for log in (log_a, log_b))
     log_a, log_b, added = common_tokens(log_a, log_b)

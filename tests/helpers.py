@@ -229,6 +229,10 @@ class Run:
     def artifact_path(self) -> Path:
         return Path(self.env["ARTIFACT_PATH"])
 
+    @property
+    def score_line(self) -> str:
+        return score_line(self.lines)
+
     def events(self, key: str) -> list[dict[str, str]]:
         """The printed key:value lines that have `key`, as dicts."""
         found = []
@@ -238,6 +242,13 @@ class Run:
                 if key in fields:
                     found.append(fields)
         return found
+
+
+def score_line(lines: list[str]) -> str:
+    """A finished run's score: the line before the wall time's accounting that ends the log (phase:teardown, then
+    wall_time:, the last line)."""
+    assert lines[-2].startswith("phase:teardown ") and lines[-1].startswith("wall_time:"), lines[-3:]
+    return lines[-3]
 
 
 def run_script(env_vars: dict[str, str], cwd: Path, nproc: int = 1, run_class: type = Run, script=SCRIPT) -> Run:

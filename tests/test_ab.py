@@ -17,6 +17,7 @@ import math
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,15 @@ import ab  # noqa: E402
 SLIDING_LINE = re.compile(r"^final_int8_zlib_sliding_window_exact val_loss:\S+ val_bpb:(\S+)$", re.M)
 ARTIFACT_SHA = re.compile(r"^artifact:\S+ sha256:([0-9a-f]{64}) ", re.M)
 ROUNDTRIP_LINE = re.compile(r"^final_int8_zlib_roundtrip_exact val_loss:\S+ val_bpb:(\S+)$", re.M)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def compile_cache_home(tmp_path_factory):
+    """ab.py's default compile cache ($XDG_CACHE_HOME/parameter-golf/inductor/HOST) in a folder of this module's, not
+    in the user's home: each test's ab.py and the trainers it starts see this XDG_CACHE_HOME."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache_home")))
+        yield Path(os.environ["XDG_CACHE_HOME"])
 
 
 def environment(**extra) -> dict[str, str]:
@@ -156,6 +166,38 @@ def test_ab_pairs_the_seeds_and_reports_what_the_logs_say(trained):
     assert "ALSO DIFFERS" not in again.stdout
     png = out / "train_loss.png"  # matplotlib is optional: without it, no file and a note instead
     assert (png.is_file() and png.stat().st_size > 1000) or "matplotlib is not installed" in again.stdout
+
+
+def test_ab_report_shows_where_each_variants_minutes_go(trained):
+    """Issue 58: per variant, the mean over its runs of each phase the trainer logged (phase:NAME phase_time:Ss), their
+    sum, the wall the log states and the process's wall as ab.py timed it, in report.md and on the console. Seed 1's
+    runs finished before the interrupt: their process times are the first call's, kept by the second."""
+    out, _, _, again = trained
+    runs = {r["name"]: r["metrics"] for r in results(out)["runs"]}
+    assert all({"phases", "wall_s", "process_s"} <= set(m) for m in runs.values()), runs
+    report = (out / "report.md").read_text()
+    head = "| seconds, mean over runs (compile) | base (2 runs) | lr04 (2 runs) |"
+    assert head in report and head in again.stdout
+    table = report[report.index(head) :].split("\n\n")[0].splitlines()[2:]
+    rows = {line.split(" | ")[0].removeprefix("| "): line.strip(" |").split(" | ")[1:] for line in table}
+    phases = ["startup", "model", "train", "validation", "quantize", "artifact_write", "artifact_load", "roundtrip"]
+    phases += ["sliding_window", "teardown"]
+    totals = ["sum of the phases", "wall, as logged", "process, as ab.py timed it", "not in the log"]
+    assert list(rows) == phases + totals
+    for column, variant in enumerate(("base", "lr04")):
+        logged = []
+        for seed in (1, 2):
+            text = (out / "logs" / f"{variant}_seed{seed}.txt").read_text()
+            logged.append(
+                {name: float(s) for name, s in re.findall(r"^phase:(\w+) phase_time:([0-9.]+)s ", text, re.M)}
+            )
+        for name in phases:
+            assert rows[name][column] == f"{(logged[0][name] + logged[1][name]) / 2:.1f}", (variant, name)
+        walls = [runs[f"{variant}_seed{seed}"]["wall_s"] for seed in (1, 2)]
+        process = [runs[f"{variant}_seed{seed}"]["process_s"] for seed in (1, 2)]
+        assert rows["wall, as logged"][column] == f"{sum(walls) / 2:.1f}"
+        assert rows["process, as ab.py timed it"][column] == f"{sum(process) / 2:.1f}"
+        assert all(0 <= p - w < 5 for p, w in zip(process, walls)), (process, walls)  # the fork and the exit
 
 
 def test_ab_eval_only_rescores_the_same_artifacts_with_each_variants_settings(trained, tiny_data):
@@ -450,8 +492,8 @@ def test_ab_on_gpus_runs_each_seeds_pair_at_once_on_its_own_gpu_groups_under_tor
     fake_host["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"  # the user's: kept
     run = ab_run(args, tmp_path, env=fake_host)
     assert run.returncode == 0, run.stdout + run.stderr
-    cache = str(tmp_path / "out" / "inductor_cache")  # one compile cache for the experiment's runs
-    assert f"compile cache: one for all runs, {cache} (TORCHINDUCTOR_CACHE_DIR={cache}" in run.stdout
+    cache = f"{os.environ['XDG_CACHE_HOME']}/parameter-golf/inductor/{socket.gethostname()}"  # every experiment's
+    assert f"compile cache: one for all runs on this host, {cache} (TORCHINDUCTOR_CACHE_DIR={cache}" in run.stdout
     assert results(tmp_path / "out")["compile_cache"] == dict(
         TORCHINDUCTOR_CACHE_DIR=cache, TORCHINDUCTOR_AUTOGRAD_CACHE="1"
     )
@@ -486,6 +528,65 @@ def test_ab_on_gpus_runs_each_seeds_pair_at_once_on_its_own_gpu_groups_under_tor
         "- b - a = -0.5000 ± 0.0000 bpb after the round trip, 2 seeds: no test (the 2 differences are all equal)"
         in (run.stdout)
     )
+
+
+# ---- the compile cache: one for every experiment on this host ----
+
+FAKE_COMPILER = """
+import dataclasses, os, sys
+from pathlib import Path
+import torch
+from torch._dynamo.utils import counters
+sys.path.insert(0, {root!r})
+import train_gpt
+@dataclasses.dataclass
+class Hyperparameters:
+    scale: float = 1.0
+    @classmethod
+    def from_env(cls, env):
+        return cls(float(env.get("SCALE", "1.0")))
+if __name__ == "__main__":
+    args = Hyperparameters.from_env(os.environ)
+    log = train_gpt.Logger(Path(os.environ["LOG_DIR"]) / (os.environ["RUN_ID"] + ".txt"))
+    log.phase("startup")
+    step = torch.compile(lambda x, w: x @ w)  # one graph, the same in every run: an extern matmul, no C++ to build
+    value = step(torch.ones(4, 4) * args.scale, torch.eye(4)).sum().item()
+    log.phase("warmup")
+    print(f"fxgraph_cache_hit:{{counters['inductor']['fxgraph_cache_hit']}} value:{{value}}")
+    print(f"fxgraph_cache_miss:{{counters['inductor']['fxgraph_cache_miss']}}")
+    log.text(f"final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:{{args.scale:.8f}}")
+    log.phase("teardown")
+    log.log(wall_time=f"{{log.marks[-1][0] - log.marks[0][0]:.2f}}s", since=log.since)
+"""
+
+
+def test_ab_a_new_experiment_loads_the_graphs_an_earlier_one_compiled(tmp_path, compile_cache_home):
+    """Issue 58: ab.py's default cache is one for every experiment of this user on this host, not one an experiment:
+    a golfer's next idea (a new --out) loads what the last one compiled. A fake trainer compiles one small graph on the
+    CPU (the trainer compiles on CUDA only) and prints inductor's FX graph cache counters: the first run of the first
+    experiment misses (the cache is new), the second experiment's runs hit it. Its phase lines reach the report."""
+    (tmp_path / "fake.py").write_text(FAKE_COMPILER.format(root=str(ROOT)))
+    scripts = ["--script", "a=fake.py", "--script", "b=fake.py"]
+    for out in ("first", "second"):  # one run at a time: the first experiment's second run hits its first's graph
+        args = ["--slots", "1", "--out", out, "--seeds", "1", "--variant", "a", "SCALE=2", "--variant", "b"]
+        run = ab_run(args + [f"SCALE={3 if out == 'first' else 5}", *scripts], tmp_path)
+        assert run.returncode == 0, run.stdout + run.stderr
+    counts = {}
+    for out in ("first", "second"):
+        for name in ("a_seed1", "b_seed1"):
+            text = (tmp_path / out / "console" / f"{name}.txt").read_text()
+            hit, miss = (re.search(rf"^fxgraph_cache_{kind}:(\d+)", text, re.M) for kind in ("hit", "miss"))
+            assert hit and miss, text
+            counts[out, name] = int(hit.group(1)), int(miss.group(1))
+    assert counts["first", "a_seed1"] == (0, 1)  # compiled: the cache was empty
+    assert counts["first", "b_seed1"] == (1, 0)  # the same graph, in the same experiment
+    assert counts["second", "a_seed1"] == counts["second", "b_seed1"] == (1, 0), "the new experiment compiled again"
+    cache = str(compile_cache_home / "parameter-golf" / "inductor" / socket.gethostname())
+    assert results(tmp_path / "first")["compile_cache"]["TORCHINDUCTOR_CACHE_DIR"] == cache
+    assert results(tmp_path / "second")["compile_cache"]["TORCHINDUCTOR_CACHE_DIR"] == cache
+    report = (tmp_path / "second" / "report.md").read_text()
+    (warmup,) = [line for line in report.splitlines() if line.startswith("| warmup |")]
+    assert re.fullmatch(r"\| warmup \| \d+\.\d \(\d+\.\d\) \| \d+\.\d \(\d+\.\d\) \|", warmup), warmup  # compile
 
 
 # ---- runs of a fake trainer on the CPU: what ab.py does with how a run ends, and with what made it ----
@@ -591,7 +692,7 @@ def test_ab_says_when_a_seeds_variants_cannot_share_a_wave(tmp_path):
     assert "runs: 3, to run: 3 in 1 wave(s) of <= 3" in run.stdout and "note: " not in run.stdout
     usage = " ".join(ab_run(["--help"], tmp_path).stdout.split())
     assert "A seed's variants run at the same time (one wave) where there are as many slots (GPU groups) as" in usage
-    assert "one compile cache for all runs of the experiment (TORCHINDUCTOR_CACHE_DIR=OUT/inductor_cache," in usage
+    assert "one compile cache for all experiments of this user on this host (TORCHINDUCTOR_CACHE_DIR=" in usage
 
 
 @contextlib.contextmanager
@@ -946,6 +1047,24 @@ def test_ab_an_interrupted_run_shows_no_score_and_says_why_once(tmp_path):
     assert "interrupted: interrupted" not in table and ab.line_of(job).startswith("interrupted base_seed2: SIGTERM;")
     assert ab.reason_text(pending) == "not started (ab.py stopped before its turn)"
     assert ab.read_run(path, None)[0] == "failed"
+
+
+def test_ab_sums_each_phase_a_run_logged_and_takes_no_timing_line_for_the_reason_it_failed(tmp_path):
+    path = tmp_path / "a_seed1.txt"
+    path.write_text(
+        "phase:startup phase_time:1.50s compile_time:0.00s\n"
+        "phase:train phase_time:2.00s compile_time:0.00s\n"
+        "step:5/5 val_loss:6.2 val_bpb:4.9000 weights:raw train_time:2000ms step_avg:400.00ms\n"
+        "phase:validation phase_time:0.25s compile_time:0.10s\n"  # the scoring graph compiled
+        "phase:validation phase_time:0.30s compile_time:0.00s\n"  # the EMA's
+        "phase:teardown phase_time:0.01s compile_time:0.00s\n"
+        "wall_time:4.06s since:process_start\n"
+    )
+    status, reason, metrics = ab.read_run(path, 0)  # exit 0 and no score: a fork that never scores
+    assert status == "failed" and reason.startswith("step:5/5 val_loss:6.2 "), reason  # not its wall line
+    phases = dict(startup=[1.5, 0.0], train=[2.0, 0.0], validation=[0.55, 0.1], teardown=[0.01, 0.0])
+    assert metrics["phases"] == phases and list(metrics["phases"]) == list(phases) and metrics["wall_s"] == 4.06
+    assert ab.read_phases(["final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:1.0"]) == {}  # a record's log
 
 
 def two_paces() -> tuple[list, list]:

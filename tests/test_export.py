@@ -737,7 +737,7 @@ def test_the_run_prints_its_scores_named_by_the_format_the_sliding_one_last(gptq
     run = gptq_run
     assert "Traceback" not in run.result.stderr
     assert [FINAL_LINE.fullmatch(line).group(1) for line in run.final_lines()] == ["roundtrip", "sliding_window"]
-    assert run.lines[-1] == run.final_lines()[-1]
+    assert run.score_line == run.final_lines()[-1]
     [roundtrip] = run.events("roundtrip_val_loss")
     [sliding] = run.events("sliding_window_val_loss")
     assert (sliding["eval_stride"], sliding["eval_seq_len"], sliding["weights"]) == ("24", "64", "raw")

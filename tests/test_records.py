@@ -824,7 +824,10 @@ def test_the_maker_refuses_logs_it_cannot_make_a_folder_from(runs, tmp_path):
     edited = tmp_path / "edited.txt"
     edited.write_text(runs["seed1338"].read_text().replace("import ", "import  ", 1))
     unfinished = tmp_path / "unfinished.txt"
-    unfinished.write_text("\n".join(runs["seed1338"].read_text().splitlines()[:-1]) + "\n")
+    lines = runs["seed1338"].read_text().splitlines()  # cut before its score (the wall's accounting follows it)
+    unfinished.write_text(
+        "\n".join(lines[: max(i for i, line in enumerate(lines) if line.startswith("final_"))]) + "\n"
+    )
     for logs, message in [
         ([runs["seed1337"], edited], "ran another script"),
         ([runs["seed1337"], unfinished], "no final score line"),

@@ -79,6 +79,26 @@ def test_compare_revisions_compares_the_settings_both_configs_have_and_names_the
     assert log_a != log_b  # a value both have, changed: a difference
 
 
+def test_compare_revisions_leaves_out_the_phase_lines_one_side_lacks_and_compares_them_where_both_have_them():
+    """Issue 58 added phase:NAME phase_time:S compile_time:S lines and a last wall_time: line; every number in them is a
+    clock's. Against an older revision (none of them) they are left out and named in a note; between two revisions
+    that both log them, which phases and in which order is compared like any line, their times masked."""
+    base = ["step:4/4 val_loss:2.0", "final_int8_zlib_roundtrip_exact val_loss:2.0 val_bpb:1.0"]
+    timed = ["phase:startup phase_time:1.20s compile_time:0.00s", "step:4/4 val_loss:2.0"]
+    timed += ["phase:roundtrip phase_time:0.31s compile_time:0.02s", base[1], "wall_time:3.10s since:process_start"]
+    masked = [" ".join(compare_revisions.masked_token(t) for t in line.split(" ")) for line in timed]
+    assert masked[0] == "phase:startup phase_time:* compile_time:*" and masked[-1] == "wall_time:* since:process_start"
+    cut_a, cut_b, note = compare_revisions.comparable_logs(base, masked)
+    assert cut_a == cut_b == base and note == "; phase lines only in b"
+    slower = [line.replace("1.20s", "9.99s").replace("3.10s", "12.00s") for line in timed]
+    masked_slower = [" ".join(compare_revisions.masked_token(t) for t in line.split(" ")) for line in slower]
+    cut_a, cut_b, note = compare_revisions.comparable_logs(masked, masked_slower)
+    assert cut_a == cut_b == masked and note == ""  # both have them: compared, the times masked
+    other_order = [masked[2], masked[1], masked[0], *masked[3:]]
+    cut_a, cut_b, _ = compare_revisions.comparable_logs(masked, other_order)
+    assert cut_a != cut_b  # another phase sequence is a difference
+
+
 RECORD_LOG = (
     ROOT.parent / "shared/records_examples/2026-04-09_SP8192_3LayerRecur_ParResid_QK525_LegalTTT/train_seed42.log"
 )

@@ -487,7 +487,7 @@ def assert_record_stack_ran(run) -> None:
     assert [e["weights"] for e in run.events("val_bpb")] == ["raw", "ema"]
     assert run.events("roundtrip_val_bpb")[0]["weights"] == "ema"
     assert run.events("loss_impl")[0]["warmdown"] == "frac_0.72_wins_over_WARMDOWN_ITERS"
-    assert run.lines[-1].startswith("final_int6_brotli_ttt_exact ")  # the score of record: TTT, last
+    assert run.score_line.startswith("final_int6_brotli_ttt_exact ")  # the score of record: TTT, last
 
 
 def test_the_record_stack_runs_end_to_end_loops_on_time_and_scores_the_ema(record_stack):
