@@ -184,13 +184,13 @@ class Hyperparameters:
         require(self.num_loops == 0 or 0 <= self.loop_start <= self.loop_end < self.num_layers, f"LOOP_START="
                 f"{self.loop_start} <= LOOP_END={self.loop_end} must be layers below {layers} if NUM_LOOPS > 0.")
         require(self.vocab_size <= 65_536, f"VOCAB_SIZE={self.vocab_size} must be <= 65536: shards store uint16 ids.")
-        n, seq = GRAD_ACCUM_TOTAL, f"{'EVAL_SEQ_LEN' if self.eval_seq_len else 'TRAIN_SEQ_LEN'}={self.val_seq_len}"
+        n, T, seq = GRAD_ACCUM_TOTAL, self.val_seq_len, "EVAL_SEQ_LEN" if self.eval_seq_len else "TRAIN_SEQ_LEN"
         require(self.train_batch_tokens % (n * self.train_seq_len) == 0, f"TRAIN_BATCH_TOKENS={self.train_batch_tokens}"
                 f" must be a multiple of {n}*TRAIN_SEQ_LEN={n * self.train_seq_len}: {n} micro-batches of sequences.")
-        require(self.val_batch_size >= n * self.val_seq_len, f"VAL_BATCH_SIZE={self.val_batch_size} < {n}*{seq}.")
-        require(self.eval_stride <= self.val_seq_len, f"EVAL_STRIDE={self.eval_stride} must be at most {seq}.")
-        require(not self.ttt_enabled or self.ttt_chunk_tokens >= self.val_seq_len,
-                f"TTT_CHUNK_TOKENS={self.ttt_chunk_tokens} must be >= {seq} with TTT_ENABLED={self.ttt_enabled}.")
+        require(self.val_batch_size >= n * T, f"VAL_BATCH_SIZE={self.val_batch_size} must be >= {n}*{seq}={n * T}.")
+        require(self.eval_stride <= T, f"EVAL_STRIDE={self.eval_stride} must be at most {seq}={T}.")
+        require(not self.ttt_enabled or self.ttt_chunk_tokens >= T,
+                f"TTT_CHUNK_TOKENS={self.ttt_chunk_tokens} must be >= {seq}={T} with TTT_ENABLED={self.ttt_enabled}.")
         for bits, sigmas in QUANT_GROUPS.values():  # the records: 12.85 for matrices, 20 for embeddings
             require(getattr(self, bits) == 8 or getattr(self, sigmas) > 0,
                     f"{bits.upper()}={getattr(self, bits)} needs {sigmas.upper()} > 0: the quantile clip is int8's.")
@@ -259,6 +259,7 @@ def check_unknown_env(environ: dict[str, str], known: list[str]) -> None:
 
 # ==== Logging, processes and the run ==========================================
 # Rank 0 writes LOG_DIR/RUN_ID.txt and prints: one event a line, key:value tokens with units in the names.
+IMPORTED = time.perf_counter()  # the wall's start where /proc is absent
 
 @dataclasses.dataclass
 class DistContext:
@@ -286,11 +287,15 @@ class DistContext:
         return time.perf_counter()
 
 def dist_context() -> DistContext:  # from torchrun's variables (one process without them)
-    rank, world_size, local_rank = (parse_env_value(name, os.environ.get(name, default), int)
-                                    for name, default in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")))
+    names = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+    values = (parse_env_value(k, os.environ.get(k, v), int) for k, v in names.items())
+    rank, world_size, local_rank, local_size = values
     require(world_size >= 1 and GRAD_ACCUM_TOTAL % world_size == 0,
             f"WORLD_SIZE={world_size} must divide {GRAD_ACCUM_TOTAL}: run with --nproc_per_node of 1, 2, 4 or 8.")
     device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    require((n := max(local_size, local_rank + 1)) <= (gpus := torch.cuda.device_count()) or device.type == "cpu",
+            f"LOCAL_WORLD_SIZE={n} processes (--nproc_per_node) but {gpus} GPU(s) here, CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}: run at most {gpus} per host.")
     return DistContext(rank, world_size, local_rank, device)
 
 def init_distributed(ctx: DistContext) -> None:  # this rank's GPU; the process group (NCCL or gloo)
@@ -304,8 +309,14 @@ def init_distributed(ctx: DistContext) -> None:  # this rank's GPU; the process 
 
 class Logger:
     """Rank 0's log: the file its first line creates, and the console."""
-    def __init__(self, path: Path | None):
+    def __init__(self, path: Path | None, clock=time.perf_counter):
         self.path, self.file, self.progress = path, None, {}  # progress: where the run is
+        self.clock, self.marks, self.since = clock, [(IMPORTED, 0.0)], "import"
+        with contextlib.suppress(OSError, AttributeError):  # not Linux
+            stat = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+            ticks = int(stat[19])  # field 22: the process's launch, in clock ticks since boot
+            age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+            self.marks, self.since = [(time.perf_counter() - age, 0.0)], "process_start"
 
     def text(self, message: str, console: bool = True) -> None:
         if self.path is None:
@@ -323,6 +334,14 @@ class Logger:
     def log(self, **fields) -> None:
         texts = {k: f"{v:.{4 if abs(v) < 1e6 else 0}f}" if isinstance(v, float) else v for k, v in fields.items()}
         self.text(" ".join(f"{k}:{v}" for k, v in texts.items()))
+
+    def phase(self, name: str) -> float:  # logs the phase ending now (compiling: its part); its seconds
+        dynamo = sys.modules.get("torch._dynamo.utils")  # imported by torch.compile
+        compiled = dynamo.calculate_time_spent().get("total_wall_time", 0.0) if dynamo else 0.0
+        self.marks.append((self.clock(), compiled))
+        seconds, compiling = (end - start for start, end in zip(*self.marks[-2:]))
+        self.log(phase=name, phase_time=f"{seconds:.2f}s", compile_time=f"{compiling:.2f}s")
+        return seconds
 
 @dataclasses.dataclass
 class Run:
@@ -1374,7 +1393,6 @@ def train_step(run: Run, state: TrainState, loader, lr_scale: float, momentum: f
 def warmup_and_restore(run: Run, state: TrainState) -> None:
     """WARMUP_STEPS real steps (both layer orders, with loops) compile off the clock, then are undone."""
     args, log, model = run.args, run.log, state.model
-    t0 = run.ctx.clock()
     initial = copy.deepcopy([model.state_dict(), *(opt.state_dict() for opt in state.optimizers)])
     loader = make_train_loader(args, run.train_files, run.ctx)
     for looping in [False, True] if args.num_loops > 0 else [False]:
@@ -1387,7 +1405,7 @@ def warmup_and_restore(run: Run, state: TrainState) -> None:
     model.looping = False
     for part, saved in zip([model, *state.optimizers], initial):
         part.load_state_dict(saved)
-    log.log(warmup_steps=args.warmup_steps, warmup_time=f"{1000 * (run.ctx.clock() - t0):.0f}ms")
+    log.log(warmup_steps=args.warmup_steps, warmup_time=f"{1000 * log.phase('warmup'):.0f}ms")
 
 def check_finite(bad_step: Tensor, ctx: DistContext) -> None:
     step = ctx.all_reduce(bad_step, dist.ReduceOp.MIN).item()
@@ -1398,6 +1416,7 @@ def log_validation(run: Run, model: GPT, step: int, weights: str, **timing) -> N
     require(math.isfinite(val_loss), f"val_loss is not finite after step {step}: {NOT_FINITE_FIX}", FloatingPointError)
     run.log.log(step=f"{step}/{run.args.iterations}", val_loss=f"{val_loss:.8f}", val_bpb=f"{val_bpb:.8f}",
                 weights=weights, **timing)  # full precision: ab.py pairs these values
+    run.log.phase("validation")
 
 def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
     """Steps to ITERATIONS or the cap (the clock paused to validate): steps, EMA or None, training ms."""
@@ -1412,6 +1431,7 @@ def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
         if last_step or (args.val_loss_every > 0 and step % args.val_loss_every == 0):
             training_ms += 1000 * (ctx.clock() - t0)
             check_finite(bad_step, ctx)
+            log.phase("train")
             log_validation(run, model, step, "raw", train_time=f"{training_ms:.0f}ms",
                            step_avg=f"{training_ms / max(step, 1):.2f}ms")
             t0 = ctx.clock()
@@ -1446,12 +1466,11 @@ def train(run: Run, state: TrainState) -> tuple[int, EMA | None, float]:
 def export(run: Run, model: GPT, weights: str, train_ms: float) -> str:
     """GPTQ's Hessians (every rank) and rounding (rank 0), timed; rank 0 writes the artifact: its path."""
     args, ctx, log, written = run.args, run.ctx, run.log, [run.args.artifact_path]
-    t0 = ctx.clock()
     hessians = collect_hessians(run, model) if args.gptq_calibration_batches > 0 else None
     if ctx.rank == 0:
         obj = quantize_state_dict(model.state_dict(), args, parameter_roles(model), hessians)
+        gptq_ms, cap_ms = 1000 * log.phase("quantize"), 1000 * args.max_wallclock_seconds
         if hessians is not None:
-            gptq_ms, cap_ms = 1000 * (ctx.clock() - t0), 1000 * args.max_wallclock_seconds
             log.log(gptq_hessians=len(hessians), gptq_time=f"{gptq_ms:.0f}ms",
                     train_plus_gptq_time=f"{train_ms + gptq_ms:.0f}ms",
                     within_cap="yes" if not cap_ms or train_ms + gptq_ms <= cap_ms else "NO")
@@ -1467,6 +1486,7 @@ def export(run: Run, model: GPT, weights: str, train_ms: float) -> str:
             save_artifact(obj, artifact_header(args, weights, model.looping), written[0])
     if ctx.distributed:  # also the barrier: no rank reads the artifact before it exists
         dist.broadcast_object_list(written, src=0)
+    log.phase("artifact_write")
     return written[0]
 
 def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor], observe=None) -> None:
@@ -1483,11 +1503,11 @@ def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor
         log.log(quant_note="nothing_quantized", quantized_only_over_values=QUANT_KEEP_FLOAT_MAX_NUMEL)
     model.load_state_dict(weights)
     model.looping = header["looping"]
+    log.phase("artifact_load")  # EVAL_ONLY: read in the pre-flight, the model built
     def timed_score(kind: str, score, *inputs, **window) -> None:  # the records' timed_eval
         log.progress = dict(log.progress, scoring=kind)
-        t0 = ctx.clock()
         val_loss, val_bpb = loss_and_bpb(score(*inputs, observe=observe and observe(kind)))
-        spent_ms.append(1000 * (ctx.clock() - t0))
+        spent_ms.append(1000 * log.phase(kind))
         log.log(**{f"{kind}_val_loss": val_loss, f"{kind}_val_bpb": val_bpb}, weights=header["weights"], **window,
                 eval_time=f"{spent_ms[-1]:.0f}ms", eval_time_8gpu_est=f"{spent_ms[-1] * ctx.world_size / 8:.0f}ms",
                 total_eval_time_8gpu_est=f"{sum(spent_ms) * ctx.world_size / 8:.0f}ms")
@@ -1566,6 +1586,7 @@ def train_and_score(run: Run) -> None:
     args, ctx, log = run.args, run.ctx, run.log
     on_cuda, compiled = ctx.device.type == "cuda", args.compile and ctx.device.type == "cuda"
     log_header(run)
+    log.phase("startup")
     torch.manual_seed(args.seed)
     if args.doc_mask:
         impl, why = run.attn_impl
@@ -1586,6 +1607,7 @@ def train_and_score(run: Run) -> None:
         step_model = nn.parallel.DistributedDataParallel(step_model, device_ids=[ctx.local_rank] if on_cuda else None)
     orthogonalize = torch.compile(newton_schulz_orthogonalize, dynamic=False) if compiled else None
     state = TrainState(model, step_model, build_optimizers(model, args, orthogonalize))
+    log.phase("model")
     if args.warmup_steps > 0:
         warmup_and_restore(run, state)
     steps, ema, train_ms = train(run, state)
@@ -1622,6 +1644,8 @@ def main() -> None:
     finally:  # the log needs no closing: unbuffered, each line is on disk
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
+    run.log.phase("teardown")  # the barrier, the process group's end
+    run.log.log(wall_time=f"{run.log.marks[-1][0] - run.log.marks[0][0]:.2f}s", since=run.log.since)
 
 if __name__ == "__main__":
     try:
@@ -1634,5 +1658,5 @@ if __name__ == "__main__":
         name = exc.args[0] if exc.args else "SIGINT"
         print(f"interrupted: {name}; the log's last line says where the run was", file=sys.stderr)
         sys.exit(128 + getattr(signal, name))
-    if os.environ.get("WORLD_SIZE", "1") != "1" and not torch.cuda.is_available():  # gloo's threads can abort
-        os._exit(0)  # a finished run in the interpreter's teardown (pytorch/pytorch PR 179291): skip it
+    sys.stdout.flush()  # the log is on disk (unbuffered): skip the interpreter's teardown,
+    os._exit(0)  # which no line can time and where gloo's threads can abort (pytorch PR 179291)
