@@ -269,6 +269,8 @@ def script_of(side: str, work: Path) -> Path:
 def revision_error(side: str) -> str | None:
     """Why `side` cannot be compared (not a commit here, or without that script), or None if it can."""
     revision, path = split_side(side)
+    if not path.endswith(".py"):
+        return f"{side!r}: {path} is not a Python script; give REVISION or REVISION:PATH of a train_gpt.py"
     if revision == "worktree":
         return None if (ROOT / path).is_file() else f"the working tree has no {path}"
     found = subprocess.run(

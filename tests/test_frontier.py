@@ -42,7 +42,6 @@ fg = load_frontier()
 TINY = dict(NUM_LAYERS="2", MODEL_DIM="64", NUM_HEADS="4", NUM_KV_HEADS="2", VOCAB_SIZE="64", TRAIN_SEQ_LEN="64")
 TINY |= dict(TRAIN_BATCH_TOKENS=str(8 * 64), VAL_BATCH_SIZE=str(8 * 2 * 64), RUN_ID="doc_mask", DOC_MASK="1")
 CPU = fg.DistContext(0, 1, 0, torch.device("cpu"))
-CUDA = torch.cuda.is_available()
 
 
 def tiny_args(**overrides):
@@ -287,7 +286,7 @@ def test_a_run_of_one_token_documents_trains_and_scores_every_path(tiny_data, tm
 # ---- CUDA: FlexAttention itself ----
 
 
-@pytest.mark.skipif(not CUDA, reason="needs CUDA (FlexAttention has no backward on a CPU)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (FlexAttention has no backward on a CPU)")
 def test_flex_equals_the_reference_forward_and_backward():
     for B, T, H, Hkv, hd, docs in [(3, 1024, 8, 4, 64, 2), (2, 2048, 8, 4, 64, 40), (5, 512, 4, 4, 32, 300)]:
         ids = random_ids(B, T, docs, seed=T).cuda()
@@ -305,7 +304,7 @@ def test_flex_equals_the_reference_forward_and_backward():
             assert err < 1e-2, f"{name} at {(B, T, H, Hkv, hd)}: relative error {err:.2e} over bf16 noise"
 
 
-@pytest.mark.skipif(not CUDA, reason="needs CUDA (FlexAttention has no backward on a CPU)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (FlexAttention has no backward on a CPU)")
 def test_flex_model_compiles_in_one_graph_and_its_gradients_are_the_references():
     """The whole model compiled as training compiles it (the block mask made inside the graph), in fp32 with every
     matrix random (a zero-initialised projection would hide attention), against the SDPA reference run eagerly:
@@ -353,7 +352,7 @@ def test_flex_layout_of_the_model_equals_the_reference_model():
         torch.testing.assert_close(flex.hidden(ids), ref.hidden(ids), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.skipif(not CUDA, reason="needs CUDA (the model compiles only there)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the model compiles only there)")
 def test_flex_scoring_graph_compiles_and_scores_as_the_reference():
     """The scoring path's compiled graph (no gradients, scoring_hidden): on torch 2.11 it failed to lower when q, k
     and v reached FlexAttention through a copy (MEASUREMENTS.md); now the same hidden states as the reference."""

@@ -1225,20 +1225,28 @@ def test_an_unquoted_retokenize_input_glob_gets_a_hint_to_quote_it(tmp_path, cap
     )
 
 
-@pytest.mark.parametrize("revision", ["nonexistentrev", "HEAD~0:README.md"])
-def test_compare_revisions_refuses_a_revision_that_is_not_a_commit(revision, capsys):
-    """Row 15: `compare_revisions.py nonexistentrev` ended in a CalledProcessError traceback from git show."""
+@pytest.mark.parametrize(
+    "revision, said",
+    [
+        ("nonexistentrev", "'nonexistentrev' is not a commit of this repository (git log --oneline lists them)"),
+        ("nonexistentrev:records/frontier/train_gpt.py", "'nonexistentrev' is not a commit of this repository"),
+        ("HEAD~0:README.md", "'HEAD~0:README.md': README.md is not a Python script; give REVISION or REVISION:PATH"),
+        ("worktree:no/such.py", "the working tree has no no/such.py"),
+    ],
+)
+def test_compare_revisions_refuses_a_revision_that_is_not_a_commit(revision, said, capsys):
+    """Row 15: `compare_revisions.py nonexistentrev` ended in a CalledProcessError traceback from git show. A side may
+    name another script of a revision (REVISION:PATH, our record script): one that is no Python script, or not there,
+    is refused as plainly."""
     sys.path.insert(0, str(ROOT / "scripts"))
     import compare_revisions
 
     with pytest.raises(SystemExit) as exit_:
         compare_revisions.main([revision])
     assert exit_.value.code == 2
-    assert (
-        f"error: {revision!r} is not a commit of this repository (git log --oneline lists them)"
-        in capsys.readouterr().err
-    )
+    assert f"error: {said}" in capsys.readouterr().err
     assert compare_revisions.revision_error("HEAD") is None and compare_revisions.revision_error("worktree") is None
+    assert compare_revisions.revision_error("worktree:records/frontier/train_gpt.py") is None
 
 
 def test_compare_revisions_names_log_keys_one_side_added_and_still_compares_the_rest():

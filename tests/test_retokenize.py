@@ -283,11 +283,12 @@ def test_caseops_retokenizing_gives_what_build_shards_caseops_gives_and_back(tmp
     byte sidecar. The tokens and sidecar are those build_shards.py --caseops makes of the same documents, and
     re-tokenizing them back to the plain tokenizer gives the plain shards again."""
     docs = english_docs(60, seed=6) + CASED + ODD_TEXTS
-    jsonl = tmp_path / "docs.jsonl"
+    jsonl, train = tmp_path / "docs.jsonl", tmp_path / "train.jsonl"  # build_shards refuses one file as both
     jsonl.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    train.write_text("".join(json.dumps({"text": d}) + "\n" for d in english_docs(60, seed=16)), "utf-8")
     casemodel = tmp_path / "caseops.model"
     built = tmp_path / "built"
-    argv = [str(jsonl), "--val", str(jsonl), "--output", str(built), "--caseops", "--workers", "1"]
+    argv = [str(train), "--val", str(jsonl), "--output", str(built), "--caseops", "--workers", "1"]
     build_shards.build(
         build_shards.config_from(
             build_shards.build_parser(),

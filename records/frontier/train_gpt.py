@@ -213,6 +213,10 @@ RECIPES["record"] = dict(RECIPES["record_2026_04_05"], loop_start=3, enable_loop
     qk_gain_init=5.25, matrix_lr=0.022, muon_wd=0.095, ema_decay=0.9965, warmdown_frac=0.72, ttt_enabled=True)
 RECIPES["p180"] = dict(RECIPES["record_2026_04_05"], num_layers=9, mlp_mult=3.0, num_loops=0, warmdown_frac=0.6,
     train_batch_tokens=262_144, ema_decay=0.0, val_loss_every=0, train_log_every=50, ttt_enabled=True, ttt_lr=0.01)
+# Ours, the frontier's parts on top (records/frontier/README.md: what each is
+# worth): "frontier" on the 2026-04-09 record, "frontier_p180" on the proxy.
+RECIPES["frontier"] = dict(RECIPES["record"], doc_mask=True)
+RECIPES["frontier_p180"] = dict(RECIPES["p180"], doc_mask=True)
 
 def recipe_note(message: str, environ) -> str:  # message, and which values it names RECIPE set
     recipe = environ.get("RECIPE", "").strip()
@@ -523,7 +527,9 @@ def softcap_ce_chunk_triton(logits, targets, loss_rows, softcap: float, grad_sca
 
 CHUNK_IMPLS = {"torch": softcap_ce_chunk_torch, "triton": softcap_ce_chunk_triton}  # in one op, opaque to compile
 
-@torch.library.custom_op("parameter_golf::softcap_ce", mutates_args=())
+# The record script's ops have a namespace of their own, so that a process
+# that imports both files (the tests) calls each file's own.
+@torch.library.custom_op("frontier::softcap_ce", mutates_args=())
 def softcap_ce_op(x: Tensor, weight: Tensor, targets: Tensor, softcap: float, chunk_tokens: int,
                   need_grad: bool, impl: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(mean loss, per-token losses (N,), dL/dx (N, d), dL/dW (V, d)); gradients empty if not need_grad."""
@@ -604,7 +610,7 @@ def doc_causal_mask(ids: Tensor) -> Tensor:
     same = doc[:, :, None] == doc[:, None, :]
     return (same & (pos[:, None] >= pos))[:, None]
 
-@torch.library.custom_op("parameter_golf::doc_ids", mutates_args=())
+@torch.library.custom_op("frontier::doc_ids", mutates_args=())
 def doc_ids(ids: Tensor) -> Tensor:
     """ids (B, T) -> (B*T,) int32: each token's document, the rows' numbered
     apart. An op of its own: FlexAttention's mask reads it, and a compiled
