@@ -95,6 +95,17 @@ class Hyperparameters:
     qk_gain_init: float = 1.5
     xsa_last_n: int = setting(0, ">= 0", "model")  # exclusive self-attention in the last N layers
     doc_mask: bool = setting(False, "", "model")  # no attention across a BOS
+    # the records' gates (NEW_MODEL_SETTINGS): they read a token's first
+    # GATE_WINDOW dims. The smear adds the token before, never across a BOS.
+    smear_gate_enabled: bool = setting(False, "", "model")
+    gate_window: int = setting(12, "> 0", "model")
+    # at most one gate on the heads' outputs (head_gate says which)
+    attn_out_gate_enabled: bool = setting(False, "", "model")
+    gated_attn_enabled: bool = setting(False, "", "model")
+    gated_attn_init_std: float = setting(0.01, ">= 0")
+    sparse_attn_gate_enabled: bool = setting(False, "", "model")
+    sparse_attn_gate_init_std: float = setting(0.0, ">= 0")
+    sparse_attn_gate_scale: float = setting(1.0, "", "model")
     ln_scale: bool = setting(False, "", "model")  # scale each block's normed inputs by 1/sqrt(layer+1)
     skip_gates_enabled: bool = setting(False, "", "model")  # sigmoid gates on the U-Net skips
     parallel_residual_start: int = setting(-1, "", "model")  # parallel attention and MLP from here
@@ -194,11 +205,26 @@ class Hyperparameters:
         for bits, sigmas in QUANT_GROUPS.values():  # the records: 12.85 for matrices, 20 for embeddings
             require(getattr(self, bits) == 8 or getattr(self, sigmas) > 0,
                     f"{bits.upper()}={getattr(self, bits)} needs {sigmas.upper()} > 0: the quantile clip is int8's.")
+        self.check_gates()
         cap, reserve = self.max_wallclock_seconds, self.gptq_reserve_seconds
         require(cap == 0 or reserve < cap, f"GPTQ_RESERVE_SECONDS={reserve} must be below MAX_WALLCLOCK_SECONDS={cap}.")
         self.train_cap_ms = 1000.0 * (cap - reserve) if cap else 0.0  # 0: no cap
         blank = self.run_id != "" and self.run_id.strip() == ""  # "": a fresh id (from_env)
         require(not blank and "/" not in self.run_id, f"RUN_ID={self.run_id!r} must be a file name, not blank.")
+
+    def check_gates(self) -> None:
+        """At most one gate on the heads, and a window they can read."""
+        gates = dict(ATTN_OUT_GATE_ENABLED=self.attn_out_gate_enabled,
+                     GATED_ATTN_ENABLED=self.gated_attn_enabled,
+                     SPARSE_ATTN_GATE_ENABLED=self.sparse_attn_gate_enabled)
+        on = [name for name, value in gates.items() if value]
+        require(len(on) <= 1, f"{' and '.join(on)} are each 1, but "
+                "the heads take one output gate: set only one.")
+        windowed = (self.smear_gate_enabled or self.attn_out_gate_enabled
+                    or self.sparse_attn_gate_enabled)  # GATED_ATTN: all dims
+        require(not windowed or self.gate_window <= self.model_dim,
+                f"GATE_WINDOW={self.gate_window} must be at most "
+                f"MODEL_DIM={self.model_dim}: the gates read that many dims.")
 
 # A record's values where they differ from ours: "record", the best under 1500 lines (2026-04-09, 1.0810);
 # "record_2026_04_05" the one before (1.0856); "p180": ours on the 180-second proxy.
@@ -705,6 +731,18 @@ def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
     vn = F.normalize(v, dim=-1).unsqueeze(2)  # (B, Hkv, 1, T, hd)
     return (y - (y * vn).sum(-1, keepdim=True) * vn).flatten(1, 2)  # (B, H, T, hd)
 
+def head_gate(args: Hyperparameters) -> tuple | None:
+    """The gate on each head's output, y_h *= mult * sigmoid(scale * W_h x[:window]),
+    as (window, scale, mult, init std of W), or None. x is the block's normed input."""
+    if args.attn_out_gate_enabled:  # 2026-04-16 record: 1 at init
+        return args.gate_window, 1.0, 2.0, 0.0
+    if args.gated_attn_enabled:  # 2026-04-19: every dim, ~1/2 at init
+        return args.model_dim, 1.0, 1.0, args.gated_attn_init_std
+    if args.sparse_attn_gate_enabled:  # 2026-04-23: 1/2 at init
+        scale = args.sparse_attn_gate_scale
+        return args.gate_window, scale, 1.0, args.sparse_attn_gate_init_std
+    return None
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, args: Hyperparameters, xsa: bool, attn_impl: str = "dense"):
         super().__init__()
@@ -719,6 +757,12 @@ class CausalSelfAttention(nn.Module):
         if attn_impl == "flex":  # the compiled kernel, found once
             self.attend = functools.partial(self.attend, flex=compiled_flex())
         self.rows_as_one = attn_impl == "flex"  # FlexAttention's layout
+        gate = head_gate(args)
+        self.gate = self.gate_heads if gate else (lambda y, x: y)
+        if gate:  # W: Adam's scalar group (parameter_roles)
+            self.gate_window, self.gate_scale, self.gate_mult, std = gate
+            w = torch.zeros(heads, self.gate_window)
+            self.attn_gate_w = nn.Parameter(w.normal_(0, std) if std else w)
         # a table, not traced math: compiled, that made each rotary kernel recompute cos and sin
         rope = rotary_cos_sin(max(args.train_seq_len, args.val_seq_len), self.rope_dims, args.rope_base, "cpu")
         self.register_buffer("rope", torch.stack(rope), persistent=False)  # cos and sin; not saved
@@ -732,7 +776,15 @@ class CausalSelfAttention(nn.Module):
         k = apply_rotary(rms_norm(k), cos, sin)
         # q (B, H, T, hd), k, v (B, Hkv, T, hd); mask: ATTENTION's, of the ids
         y = self.attend(q, k, v, mask)  # (B, H, T, hd)
-        return self.proj(self.post(y, v).transpose(1, 2).flatten(2))  # (B, T, C)
+        y = self.gate(self.post(y, v), x)
+        return self.proj(y.transpose(1, 2).flatten(2))  # (B, T, C)
+
+    def gate_heads(self, y: Tensor, x: Tensor) -> Tensor:
+        """y (B, H, T, hd) times each head's gate of x (B, T, C)."""
+        w = self.attn_gate_w.to(x.dtype)  # (H, window)
+        g = F.linear(x[..., : self.gate_window], w)  # (B, T, H)
+        g = self.gate_mult * torch.sigmoid(self.gate_scale * g)
+        return y * g.transpose(1, 2)[..., None]
 
     def forward_rows_as_one(self, x: Tensor, block_mask) -> Tensor:
         """DOC_MASK's FlexAttention: q, k, v stay (B, T, heads, hd) as the
@@ -751,7 +803,8 @@ class CausalSelfAttention(nn.Module):
         y = self.attend(q, k, v, block_mask)  # (1, H, B*T, hd)
         y, v = (t.transpose(1, 2).reshape(B, T, -1, self.head_dim).transpose(1, 2)
                 for t in (y, v))  # (B, H, T, hd) and (B, Hkv, T, hd)
-        return self.proj(self.post(y, v).transpose(1, 2).flatten(2))  # (B, T, C)
+        y = self.gate(self.post(y, v), x)
+        return self.proj(y.transpose(1, 2).flatten(2))  # (B, T, C)
 
 MLP_SLOPES = {"relu2": 0.0, "leaky_relu2": 0.5}  # act(h) = leaky_relu(h, slope)^2
 
@@ -823,6 +876,10 @@ class GPT(nn.Module):
         self.loss_impl, self.activation_dtype = loss_impl, activation_dtype
         self.tok_emb = nn.Embedding(args.vocab_size, args.model_dim)
         nn.init.normal_(self.tok_emb.weight, std=args.tied_embed_init_std)
+        self.smear = self.smear_previous if args.smear_gate_enabled else (lambda x, ids: x)
+        if args.smear_gate_enabled:  # zero: no smear at init; Adam's scalars
+            self.smear_gate = nn.Parameter(torch.zeros(1, args.gate_window))
+            self.smear_lambda = nn.Parameter(torch.zeros(1))
         self.orders = {False: layer_order(args, False), True: layer_order(args, args.num_loops > 0)}
         self.looping = False  # set at ENABLE_LOOPING_AT, or by the artifact
         num_skips = max(min(len(enc), len(dec)) for enc, dec in self.orders.values())
@@ -844,9 +901,20 @@ class GPT(nn.Module):
             return x + skip
         return torch.lerp(skip, x, torch.sigmoid(self.skip_gates[i].to(x.dtype)))  # gate 0.5 at init
 
+    def smear_previous(self, x: Tensor, ids: Tensor) -> Tensor:
+        """SMEAR_GATE_ENABLED (2026-04-16 record; its BOS fix 2026-04-27):
+        x_t += lambda * sigmoid(W x_t[:GATE_WINDOW]) * x_{t-1} on the
+        embeddings x (B, T, C) of ids (B, T), except where ids_t is a BOS:
+        no document takes anything of the one before it."""
+        w = self.smear_gate.to(x.dtype)  # (1, window)
+        g = torch.sigmoid(F.linear(x[:, 1:, : w.size(1)], w))  # (B, T-1, 1)
+        g = self.smear_lambda.to(x.dtype) * g * (ids[:, 1:, None] != BOS_ID)
+        return torch.cat((x[:, :1], x[:, 1:] + g * x[:, :-1]), dim=1)
+
     def hidden(self, input_ids: Tensor) -> Tensor:
         """input_ids (B, T) -> the normed final hidden states (B, T, C)."""
-        x = rms_norm(self.tok_emb(input_ids)).to(self.activation_dtype)
+        x = self.smear(self.tok_emb(input_ids), input_ids)
+        x = rms_norm(x).to(self.activation_dtype)
         x0, skips, mask = x, [], self.mask_of(input_ids)
         encoder, decoder = self.orders[self.looping]
         for i in encoder:
@@ -1250,11 +1318,15 @@ def decompress(blob: bytes, name: str, planes: int, size: int) -> bytes:
 # Model settings the root trainer lacks, and their "off". Left out of the
 # header while off, so that the artifact is then the root's byte for byte;
 # read back as off where a header lacks them.
-NEW_MODEL_SETTINGS = {"doc_mask": False}
+NEW_MODEL_SETTINGS = {"doc_mask": False, "smear_gate_enabled": False, "gate_window": 12,
+                      "attn_out_gate_enabled": False, "gated_attn_enabled": False,
+                      "sparse_attn_gate_enabled": False, "sparse_attn_gate_scale": 1.0}
+
+def set_settings(settings: dict, new: dict) -> dict:  # less the new ones while off
+    return {k: v for k, v in settings.items() if k not in new or v != new[k]}
 
 def artifact_header(args: Hyperparameters, weights: str, looping: bool) -> dict:
-    model = {k: v for k, v in args.settings("model").items()
-             if k not in NEW_MODEL_SETTINGS or v != NEW_MODEL_SETTINGS[k]}
+    model = set_settings(args.settings("model"), NEW_MODEL_SETTINGS)
     return dict(args.settings("export"), byte_shuffle=COMPRESSORS[args.compressor][2], weights=weights,
                 looping=looping, tokenizer_sha256=file_sha256(args.tokenizer_path), model=model)
 
