@@ -153,3 +153,38 @@ def test_the_head_gates_start_where_their_records_start():
 def test_the_switches_refuse_what_cannot_work(settings, message):
     with pytest.raises(fg.ConfigError, match=re.escape(message)):
         args_of(**settings)
+
+
+# ---- POLAR_EXPRESS: Newton-Schulz's coefficients a step each ----
+
+
+def records_polar_express(G, coeffs=fg.POLAR_EXPRESS_COEFFS):
+    """The 2026-04-23 record's zeropower_via_newtonschulz5 for a bank (B, rows, cols), in our order of operations
+    (it writes c * (A @ A), which rounds otherwise in bf16)."""
+    X = G.bfloat16()
+    transposed = X.size(-2) > X.size(-1)
+    X = X.mT if transposed else X
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) + 1e-7)
+    for a, b, c in coeffs:
+        A = X @ X.mT
+        X = a * X + (b * A + c * A @ A) @ X
+    return X.mT if transposed else X
+
+
+def muon_of(**settings):
+    return fg.build_optimizers(fg.GPT(args_of(**settings)), args_of(**settings))[1]
+
+
+def test_polar_express_off_is_the_roots_newton_schulz_and_on_the_records():
+    G = torch.randn(3, 96, 160, generator=torch.Generator().manual_seed(0))
+    assert muon_of().orthogonalize is fg.newton_schulz_orthogonalize
+    assert torch.equal(fg.newton_schulz_orthogonalize(G, 5), train_gpt.newton_schulz_orthogonalize(G, 5))
+    polar = muon_of(POLAR_EXPRESS=1).orthogonalize
+    for bank in (G, G.mT):  # wide and tall
+        assert torch.equal(polar(bank, 5), records_polar_express(bank))
+    errors = [
+        (torch.linalg.svdvals(X.float()) - 1).abs().mean() for X in (polar(G, 5), fg.newton_schulz_orthogonalize(G, 5))
+    ]
+    assert errors[0] < 0.6 * errors[1]  # closer to U V^T in the same 5 steps
+    past = fg.POLAR_EXPRESS_COEFFS + fg.POLAR_EXPRESS_COEFFS[-1:] * 2  # past the table: its last
+    assert torch.equal(polar(G, 7), records_polar_express(G, past))

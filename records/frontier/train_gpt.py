@@ -124,6 +124,7 @@ class Hyperparameters:
     muon_momentum_warmup_steps: int = setting(1500, ">= 0")
     muon_backend_steps: int = setting(5, "> 0")
     muon_row_normalize: bool = False  # MuonEq-R: rows to unit norm before Newton-Schulz
+    polar_express: bool = False  # Newton-Schulz's coefficients a step each
     muon_wd: float = setting(0.0, ">= 0")  # decoupled weight decay: p *= 1 - lr * wd
     adam_wd: float = setting(0.0, ">= 0")  # on the scalars
     embed_wd: float = setting(0.0, ">= 0")  # on the embedding
@@ -940,17 +941,27 @@ class GPT(nn.Module):
 # rank its share, gathered while the next runs. Adam(W) for the rest.
 
 NEWTON_SCHULZ_COEFFS = (3.4445, -4.7750, 2.0315)  # quintic: singular values to ~1, fast
+# POLAR_EXPRESS=1 (the 2026-04-23 record's table, PR #1344): each step its own
+# minimax coefficients; past the table, its last. The name is the 04-06 record's.
+POLAR_EXPRESS_COEFFS = (
+    (8.156554524902461, -22.48329292557795, 15.878769915207462),
+    (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+    (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
+    (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
+    (2.3465413258596377, -1.7097828382687081, 0.42323551169305323))
 ALL_GATHER = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)  # torch 2.13 renamed it
 
-def newton_schulz_orthogonalize(G: Tensor, steps: int, eps: float = 1e-7) -> Tensor:
-    """About U V^T for G = U S V^T, of a matrix or a bank (B, rows, cols), in bf16."""
-    a, b, c = NEWTON_SCHULZ_COEFFS
+def newton_schulz_orthogonalize(G: Tensor, steps: int, eps: float = 1e-7,
+                                coeffs=(NEWTON_SCHULZ_COEFFS,)) -> Tensor:
+    """About U V^T for G = U S V^T, of a matrix or a bank (B, rows, cols), in bf16.
+    Step i uses coeffs[i], or the last of them."""
     X = G.bfloat16()
     X = X / (X.norm(dim=(-2, -1), keepdim=True) + eps)  # spectral norm <= Frobenius norm <= 1
     transposed = G.size(-2) > G.size(-1)
     if transposed:
         X = X.mT  # the wide side: its Gram matrices are the small ones
-    for _ in range(steps):
+    for i in range(steps):
+        a, b, c = coeffs[min(i, len(coeffs) - 1)]
         A = X @ X.mT
         X = a * X + (b * A + c * A @ A) @ X
     return X.mT if transposed else X
@@ -1010,6 +1021,9 @@ def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> l
                    ((embed, args.tied_embed_lr, args.embed_wd), (scalar, args.scalar_lr, args.adam_wd))]
     adam = torch.optim.AdamW(adam_groups, betas=(args.beta1, args.beta2), eps=args.adam_eps,
                              fused=model.tok_emb.weight.is_cuda)  # p *= 1 - lr * wd: Adam where wd is 0
+    if args.polar_express:  # decided once, for every step
+        orthogonalize = functools.partial(orthogonalize or newton_schulz_orthogonalize,
+                                          coeffs=POLAR_EXPRESS_COEFFS)
     muon = Muon(matrix, lr=args.matrix_lr, momentum=args.muon_momentum, backend_steps=args.muon_backend_steps,
                 orthogonalize=orthogonalize, row_normalize=args.muon_row_normalize, weight_decay=args.muon_wd)
     held = sorted(id(p) for opt in (adam, muon) for group in opt.param_groups for p in group["params"])
