@@ -11,13 +11,16 @@ changes.
 
 from __future__ import annotations
 
+import io
+import json
 import re
 
 import pytest
 import torch
 
 import train_gpt
-from test_frontier import BOS_ID, TINY, fg, random_ids, tiny_args
+from helpers import run_script, tiny_env
+from test_frontier import BOS_ID, FRONTIER, TINY, fg, random_ids, tiny_args
 
 MODEL_SWITCHES = {
     "SMEAR_GATE_ENABLED": ["smear_gate", "smear_lambda"],
@@ -148,6 +151,8 @@ def test_the_head_gates_start_where_their_records_start():
             "are each 1, but the heads take one output gate: set only one.",
         ),
         (dict(SMEAR_GATE_ENABLED=1, GATE_WINDOW=65), "GATE_WINDOW=65 must be at most MODEL_DIM=64"),
+        (dict(GATED_ATTN_QUANT_GATE=1), "GATED_ATTN_QUANT_GATE=1 quantizes the heads' gate, but none is on"),
+        (dict(LQER_FACTOR_BITS=1), "LQER_FACTOR_BITS=1 must be in [2, 8]."),
     ],
 )
 def test_the_switches_refuse_what_cannot_work(settings, message):
@@ -188,3 +193,158 @@ def test_polar_express_off_is_the_roots_newton_schulz_and_on_the_records():
     assert errors[0] < 0.6 * errors[1]  # closer to U V^T in the same 5 steps
     past = fg.POLAR_EXPRESS_COEFFS + fg.POLAR_EXPRESS_COEFFS[-1:] * 2  # past the table: its last
     assert torch.equal(polar(G, 7), records_polar_express(G, past))
+
+
+# ---- export: per-group clips, the gate's int8 rows, LQER ----
+
+EXPORT = dict(DOC_MASK=0, MODEL_DIM=256, MLP_MULT=3, VOCAB_SIZE=512, MATRIX_BITS=6, MATRIX_CLIP_SIGMAS=12.85)
+
+
+def exported(**settings):
+    """(args, state_dict, payload) of a model of 5 quantized tensors (2 MLP fc, 2 MLP proj, the embedding), every
+    matrix ~ N(0, 1/fan_in), the gates' too."""
+    args = args_of(**EXPORT, **settings)
+    torch.manual_seed(0)
+    model = fg.GPT(args)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, p.size(1) ** -0.5) if p.ndim == 2 else None
+    state = model.state_dict()
+    return args, state, fg.quantize_state_dict(state, args, fg.parameter_roles(model))
+
+
+def test_mlp_and_attn_clip_sigmas_set_their_matrices_steps():
+    """Each row's step is k * std(row) / 31 at int6: k = MLP_CLIP_SIGMAS on .mlp., ATTN_CLIP_SIGMAS on .attn.,
+    MATRIX_CLIP_SIGMAS where those are 0 (their default), EMBED_CLIP_SIGMAS on the embedding."""
+    for mlp, attn in ((0.0, 0.0), (11.5, 0.0), (11.5, 13.0)):
+        args, state, obj = exported(MLP_CLIP_SIGMAS=mlp, ATTN_CLIP_SIGMAS=attn, EMBED_CLIP_SIGMAS=14, EMBED_BITS=7)
+        sigmas = {".mlp.": mlp or 12.85, ".attn.": attn or 12.85, "tok_emb": 14.0}
+        assert set(obj["scales"]) >= {"blocks.0.mlp.fc.weight", "blocks.1.mlp.proj.weight", "tok_emb.weight"}
+        for name, scale in obj["scales"].items():
+            k = next(v for part, v in sigmas.items() if part in name)
+            w = state[name].reshape(len(scale), -1)
+            expected = (k * w.std(dim=-1) / (63 if "tok_emb" in name else 31)).half()
+            assert torch.equal(scale, expected), name
+    attn = torch.randn(512, 512)  # the model's attention is under the size that is quantized
+    obj = fg.quantize_state_dict({"blocks.0.attn.c_q.weight": attn}, args, {})
+    assert torch.equal(obj["scales"]["blocks.0.attn.c_q.weight"], (13.0 * attn.std(dim=-1) / 31).half())
+
+
+def test_gated_attn_quant_gate_stores_the_gate_as_int8_rows():
+    for switch in ("SPARSE_ATTN_GATE_ENABLED", "GATED_ATTN_ENABLED"):
+        _, state, kept = exported(**{switch: 1})
+        _, _, obj = exported(**{switch: 1, "GATED_ATTN_QUANT_GATE": 1})
+        name = "blocks.0.attn.attn_gate_w"
+        assert name in kept["kept"] and name not in obj["kept"]  # off: kept as a float
+        codes, scale = obj["quantized"][name], obj["scales"][name]
+        w = state[name]
+        assert codes.dtype == torch.int8 and codes.abs().max() == 127 and scale.shape == (len(w),)  # a step a head
+        torch.testing.assert_close(scale, (w.abs().amax(1) / 127).half())
+        error = fg.dequantize_state_dict(obj)[name] - w
+        assert (error.abs() <= scale.float()[:, None] * 0.5 + 1e-6).all()  # half a step at most
+
+
+def lqer_error_norms(state, obj):
+    plain = fg.dequantize_state_dict({k: v for k, v in obj.items() if k != "lqer"})
+    return {n: float((state[n] - plain[n]).norm()) for n in obj["quantized"]}, plain
+
+
+@pytest.mark.parametrize("asym", [1, 0])
+def test_lqer_fits_the_largest_errors_and_round_trips(asym):
+    """LQER_TOP_K=3 of the 5 quantized tensors, those of the largest error, each + A B: asymmetric A in [-2, 1] with
+    one step and B in [-8, 7] with a step a 64 of its elements (the 2026-04-27 record), or LQER_FACTOR_BITS=8 a row
+    each, which must then be E's rank-4 SVD truncation within 1%. The round trip applies them, and the error drops."""
+    args, state, obj = exported(LQER_ENABLED=1, LQER_ASYM_ENABLED=asym, LQER_FACTOR_BITS=8)
+    norms, plain = lqer_error_norms(state, obj)
+    top = sorted(norms, key=norms.get, reverse=True)[:3]
+    assert len(norms) == 5 and list(obj["lqer"]) == top
+    weights = fg.dequantize_state_dict(obj)
+    for name, (a, a_scale, b, b_scale) in obj["lqer"].items():
+        rows, cols = state[name].shape
+        assert a.shape == (rows, 4) and b.shape == (4, cols) and a.dtype == b.dtype == torch.int8
+        if asym:
+            assert a_scale.shape == (1,) and b_scale.shape == (4 * cols // 64,)
+            assert a.min() >= -2 and a.max() <= 1 and b.min() >= -8 and b.max() <= 7
+        else:
+            assert a_scale.shape == (rows,) and b_scale.shape == (4,) and a.abs().max() == b.abs().max() == 127
+        fit = (a.float() * (a_scale.float() if asym else a_scale.float()[:, None])) @ (
+            b.float().reshape(-1, 64) * b_scale.float()[:, None] if asym else b.float() * b_scale.float()[:, None]
+        ).reshape(b.shape)
+        torch.testing.assert_close(weights[name], plain[name] + fit)
+        U, S, Vh = torch.linalg.svd(state[name] - plain[name])
+        best = U[:, :4] * S[:4] @ Vh[:4]
+        if not asym:
+            assert (fit - best).norm() < 0.01 * best.norm()
+        assert (state[name] - weights[name]).norm() < norms[name]
+    assert all(torch.equal(weights[n], plain[n]) for n in norms if n not in top)
+
+
+def test_lqer_factors_are_in_the_artifact_and_counted(tmp_path):
+    """The factors travel in the payload (their bytes in the artifact's size) and read_artifact applies them;
+    with LQER off the payload has no lqer entry (the root's bytes: tests/test_frontier.py)."""
+    args, state, obj = exported(LQER_ENABLED=1)
+    args.tokenizer_path = __file__  # any file: the header holds its sha256
+    plain = {k: v for k, v in obj.items() if k != "lqer"}
+    assert "lqer" not in exported()[2]
+    factor_bytes = sum(t.numel() * t.element_size() for f in obj["lqer"].values() for t in f)
+    assert len(fg.payload_bytes(obj)) - len(fg.payload_bytes(plain)) >= factor_bytes
+    sizes, read = {}, {}
+    for tag, payload in (("lqer", obj), ("plain", plain)):
+        path = str(tmp_path / f"{tag}.ptz")
+        raw, sizes[tag] = fg.save_artifact(payload, fg.artifact_header(args, "raw", False), path)
+        assert raw == len(fg.payload_bytes(payload))
+        header, read[tag] = fg.read_artifact(path, args)
+        assert header["lqer_enabled"] is True
+        assert all(torch.equal(read[tag][n], w) for n, w in fg.dequantize_state_dict(payload).items())
+    assert sizes["lqer"] > sizes["plain"]
+    assert all(not torch.equal(read["lqer"][n], read["plain"][n]) for n in obj["lqer"])  # + A B, read back
+
+
+# ---- every switch at once, as a user runs the script ----
+
+ALL_ON = dict(
+    DOC_MASK=1,
+    SMEAR_GATE_ENABLED=1,
+    SPARSE_ATTN_GATE_ENABLED=1,
+    SPARSE_ATTN_GATE_SCALE=0.5,
+    GATED_ATTN_QUANT_GATE=1,
+    POLAR_EXPRESS=1,
+    MIN_LR=0.1,
+    MUON_MOMENTUM=0.97,
+    BETA2=0.99,
+    GRAD_CLIP_NORM=0.3,
+    WARMDOWN_FRAC=0.85,
+    MATRIX_LR=0.026,
+    MATRIX_BITS=6,
+    MATRIX_CLIP_SIGMAS=12.85,
+    MLP_CLIP_SIGMAS=11.5,
+    ATTN_CLIP_SIGMAS=13.0,
+    EMBED_BITS=7,
+    EMBED_CLIP_SIGMAS=14.0,
+    LQER_ENABLED=1,
+    GPTQ_CALIBRATION_BATCHES=2,
+)
+
+
+def test_every_switch_on_trains_exports_and_scores_again_from_its_artifact(tiny_data, tmp_path):
+    """End to end on the CPU with the frontier's settings (its MLP matrices large enough to be quantized, so that
+    LQER has four to choose from): the artifact holds the switches, the LQER factors and the gate's int8 rows, its
+    bytes are what the log counts, and EVAL_ONLY scores it to the same number."""
+    env = tiny_env(tiny_data, tmp_path, MODEL_DIM=128, MLP_MULT=5, **ALL_ON)
+    run = run_script(env, tmp_path, script=FRONTIER)
+    assert run.result.returncode == 0, run.result.stderr[-2000:]
+    blob = run.artifact_path.read_bytes()
+    header = json.loads(blob.split(b"\n")[1])
+    assert header["lqer_enabled"] is True and header["gated_attn_quant_gate"] is True
+    assert header["model"]["smear_gate_enabled"] is True and header["model"]["sparse_attn_gate_scale"] == 0.5
+    payload = blob.split(b"\n", 2)[2]
+    obj = torch.load(io.BytesIO(fg.decompress(payload, "zlib", 1, header["payload_bytes"])))
+    assert len(obj["lqer"]) == 3 and all(n.endswith(("fc.weight", "proj.weight")) for n in obj["lqer"])
+    assert obj["quantized"]["blocks.1.attn.attn_gate_w"].dtype == torch.int8
+    (sizes,) = run.events("total_bytes")
+    assert int(sizes["model_bytes"]) == len(blob)
+    assert int(sizes["total_bytes"]) == len(blob) + FRONTIER.stat().st_size
+    again = run_script(dict(env, EVAL_ONLY="1", RUN_ID="eval"), tmp_path, script=FRONTIER)
+    assert again.result.returncode == 0, again.result.stderr[-2000:]
+    scores = [[line for line in r.lines if line.startswith("final_int6_zlib_roundtrip_exact")] for r in (run, again)]
+    assert len(scores[0]) == 1 and scores[0] == scores[1]

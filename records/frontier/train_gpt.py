@@ -143,6 +143,17 @@ class Hyperparameters:
     embed_bits: int = setting(8, "in [2, 8]", "export")  # bits per weight of the embedding
     matrix_clip_sigmas: float = setting(0.0, ">= 0", "export")  # > 0: step k * std(row) / qmax
     embed_clip_sigmas: float = setting(0.0, ">= 0", "export")
+    # > 0: the clip of the matrices named .mlp. or .attn., not MATRIX's
+    mlp_clip_sigmas: float = setting(0.0, ">= 0", "export")
+    attn_clip_sigmas: float = setting(0.0, ">= 0", "export")
+    gated_attn_quant_gate: bool = setting(False, "", "export")  # int8 rows
+    # LQER: + A B, a low-rank fit of the quantization error (lqer_factors)
+    lqer_enabled: bool = setting(False, "", "export")
+    lqer_rank: int = setting(4, "> 0", "export")
+    lqer_top_k: int = setting(3, "> 0", "export")  # the largest errors
+    lqer_factor_bits: int = setting(4, "in [2, 8]", "export")
+    lqer_asym_enabled: bool = setting(True, "", "export")
+    lqer_asym_group: int = setting(64, "> 0", "export")
     gptq_calibration_batches: int = setting(0, ">= 0", "export")  # > 0: GPTQ on this many batches
     gptq_reserve_seconds: float = setting(0.0, ">= 0")  # training ends this long before the cap
     compressor: str = setting("zlib", ("zlib", "lzma", "brotli"), "export")  # a key of COMPRESSORS
@@ -214,13 +225,17 @@ class Hyperparameters:
         require(not blank and "/" not in self.run_id, f"RUN_ID={self.run_id!r} must be a file name, not blank.")
 
     def check_gates(self) -> None:
-        """At most one gate on the heads, and a window they can read."""
+        """At most one gate on the heads, a window they can read, and a
+        gate to quantize where GATED_ATTN_QUANT_GATE=1."""
         gates = dict(ATTN_OUT_GATE_ENABLED=self.attn_out_gate_enabled,
                      GATED_ATTN_ENABLED=self.gated_attn_enabled,
                      SPARSE_ATTN_GATE_ENABLED=self.sparse_attn_gate_enabled)
         on = [name for name, value in gates.items() if value]
         require(len(on) <= 1, f"{' and '.join(on)} are each 1, but "
                 "the heads take one output gate: set only one.")
+        require(on or not self.gated_attn_quant_gate,
+                "GATED_ATTN_QUANT_GATE=1 quantizes the heads' gate, but "
+                f"none is on: set one of {', '.join(gates)}, or unset it.")
         windowed = (self.smear_gate_enabled or self.attn_out_gate_enabled
                     or self.sparse_attn_gate_enabled)  # GATED_ATTN: all dims
         require(not windowed or self.gate_window <= self.model_dim,
@@ -249,6 +264,8 @@ def recipe_note(message: str, environ) -> str:  # message, and which values it n
 
 GRAD_ACCUM_TOTAL = 8  # micro-batches a step, over all ranks: the world size must divide it
 QUANT_GROUPS = {"embed": ("embed_bits", "embed_clip_sigmas"), "matrix": ("matrix_bits", "matrix_clip_sigmas")}
+# MLP_CLIP_SIGMAS, ATTN_CLIP_SIGMAS (the 2026-04-27 record), where > 0: the matrices named so
+CLIP_GROUPS = {".mlp.": ("matrix_bits", "mlp_clip_sigmas"), ".attn.": ("matrix_bits", "attn_clip_sigmas")}
 ENV_PREFIXES_NOT_OURS = ("OMP_", "CUDA_", "NCCL_", "TORCH", "PYTORCH_", "TRITON_", "MASTER_", "LOCAL_", "GROUP_",
                          "ROLE_", "NVIDIA_", "PYTHON", "LC_", "XDG_", "MKL_", "KMP_", "GLOO_", "PATH")
 ENV_RETIRED = ("EMBEDDING_DIM", "EMBED_LR", "HEAD_LR", "LOSS_CHUNK_TOKENS")  # earlier versions' (README)
@@ -1262,30 +1279,85 @@ def quantize_rows(w: Tensor, bits: int, clip_sigmas: float, hessian: Tensor | No
         return gptq_round(*batch, qmax).view(w.shape), scale
     return torch.clamp(torch.round(w / s), -qmax, qmax).to(torch.int8), scale
 
+def quant_fields(name: str, role: str | None, args: Hyperparameters) -> tuple[str, str]:
+    """Its (bits, clip sigmas) settings: the embedding's, its group's if set, or the matrices'."""
+    own = [g for part, g in CLIP_GROUPS.items() if part in name and getattr(args, g[1]) > 0]
+    return QUANT_GROUPS["embed"] if role == "embed" else (own or [QUANT_GROUPS["matrix"]])[0]
+
 def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, roles: dict, hessians=None) -> dict:
     """The payload: codes and scales of the large tensors (GPTQ: batched by shape, on the GPU), the rest kept."""
     quantized, scales, kept, batches = {}, {}, {}, {}
     for name, t in state_dict.items():
         if not t.is_floating_point():
             kept[name] = t.cpu()
+        elif args.gated_attn_quant_gate and name.endswith(".attn_gate_w"):  # int8, a step a head
+            w = t.detach().float().cpu()
+            quantized[name], scales[name] = quantize_runs(w, len(w), -127, 127, 127.0)
         elif t.numel() <= QUANT_KEEP_FLOAT_MAX_NUMEL:  # fp16; int8's format (no clip sigmas): scalars fp32
             kept[name] = (t.float() if roles.get(name) == "scalar" and args.matrix_clip_sigmas == 0 else t.half()).cpu()
         else:  # a batch: one tensor, or with GPTQ all tensors of one shape and group
-            group = "embed" if roles.get(name) == "embed" else "matrix"
+            group = quant_fields(name, roles.get(name), args)
             batches.setdefault((tuple(t.shape) if hessians and name in hessians else name, group), []).append(name)
     for (_, group), names in batches.items():
-        bits, sigmas = (getattr(args, field) for field in QUANT_GROUPS[group])
+        bits, sigmas = (getattr(args, field) for field in group)
         hessian = torch.stack([hessians[n] for n in names]) if hessians and names[0] in hessians else None
         device = "cpu" if hessian is None else hessian.device
         w = torch.stack([state_dict[n].to(device).float().reshape(state_dict[n].size(0), -1) for n in names])
         q, scale = quantize_rows(w, bits, sigmas, hessian)
         for n, qn, sn in zip(names, q, scale):
             quantized[n], scales[n] = qn.reshape(state_dict[n].shape).to("cpu", copy=True), sn.to("cpu", copy=True)
-    return {"quantized": quantized, "scales": scales, "kept": kept}
+    obj = {"quantized": quantized, "scales": scales, "kept": kept}
+    return obj | ({"lqer": lqer_factors(state_dict, obj, args)} if args.lqer_enabled else {})
+
+def dequantize_runs(codes: Tensor, scale: Tensor) -> Tensor:
+    """Codes times their steps: each step serves an equal run of the codes."""
+    runs = codes.float().reshape(scale.numel(), -1) * scale.float()[:, None]
+    return runs.reshape(codes.shape)
 
 def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:  # kept tensors; each code times its row's step
-    return obj["kept"] | {n: (q.float().reshape(q.size(0), -1) * obj["scales"][n].float()[:, None]).reshape(q.shape)
-                          for n, q in obj["quantized"].items()}
+    weights = obj["kept"] | {n: dequantize_runs(q, obj["scales"][n]) for n, q in obj["quantized"].items()}
+    for n, (a, a_scale, b, b_scale) in obj.get("lqer", {}).items():  # + A B
+        fit = dequantize_runs(a, a_scale) @ dequantize_runs(b, b_scale)
+        weights[n] = weights[n] + fit.reshape(weights[n].shape)
+    return weights
+
+def quantize_runs(t: Tensor, runs: int, qmin: int, qmax: int, div: float):
+    """(int8 codes, fp16 steps) of t in `runs` equal runs of its elements,
+    each run's step max|t| / div, its codes clamped to [qmin, qmax]."""
+    flat = t.reshape(runs, -1)
+    scale = (flat.abs().amax(1).clamp_min(1e-10) / div).half()
+    codes = torch.round(flat / scale.float()[:, None]).clamp(qmin, qmax)
+    return codes.to(torch.int8).reshape(t.shape), scale
+
+def quantize_lqer(A: Tensor, B: Tensor, args: Hyperparameters) -> tuple:
+    """(A codes, steps, B codes, steps) of the factors of E ~ A B, A (rows, r),
+    B (r, cols). Asymmetric (the 2026-04-27 record): A in [-2, 1], one step;
+    B in [-8, 7], a step a LQER_ASYM_GROUP of its elements. Else (or if the
+    group does not divide B): LQER_FACTOR_BITS, a step a row of each."""
+    group = args.lqer_asym_group
+    if args.lqer_asym_enabled and B.numel() % group == 0:
+        a = quantize_runs(A, 1, -2, 1, 1.5)
+        return *a, *quantize_runs(B, B.numel() // group, -8, 7, 7.5)
+    top = 2 ** (args.lqer_factor_bits - 1) - 1
+    a = quantize_runs(A, len(A), -top, top, top)
+    return *a, *quantize_runs(B, len(B), -top, top, top)
+
+def lqer_factors(state_dict: dict, obj: dict, args: Hyperparameters) -> dict:
+    """LQER (the 2026-04-27 record, PR #1797): of the quantized matrices, the
+    LQER_TOP_K whose error E = W - dequantized(W) is largest (Frobenius) get
+    E's best rank-LQER_RANK fit, A = U S, B = V^T of its SVD, quantized."""
+    def error(name: str) -> Tensor:  # (rows, cols) fp32 on the CPU
+        q = obj["quantized"][name]
+        w = state_dict[name].detach().float().cpu().reshape(len(q), -1)
+        return w - dequantize_runs(q, obj["scales"][name]).reshape(w.shape)
+    names = [n for n in obj["quantized"] if state_dict[n].numel() > QUANT_KEEP_FLOAT_MAX_NUMEL]
+    top = sorted(names, key=lambda n: -float(error(n).norm()))[: args.lqer_top_k]
+    factors = {}
+    for name in top:
+        U, S, Vh = torch.linalg.svd(error(name), full_matrices=False)
+        r = min(args.lqer_rank, len(S))
+        factors[name] = quantize_lqer(U[:, :r] * S[:r], Vh[:r], args)
+    return factors
 
 @torch.no_grad()
 def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
@@ -1335,13 +1407,20 @@ def decompress(blob: bytes, name: str, planes: int, size: int) -> bytes:
 NEW_MODEL_SETTINGS = {"doc_mask": False, "smear_gate_enabled": False, "gate_window": 12,
                       "attn_out_gate_enabled": False, "gated_attn_enabled": False,
                       "sparse_attn_gate_enabled": False, "sparse_attn_gate_scale": 1.0}
+# Export settings the root lacks, and their "off": left out of the header
+# the same way. A header's export settings describe it; none is checked.
+NEW_EXPORT_SETTINGS = {"mlp_clip_sigmas": 0.0, "attn_clip_sigmas": 0.0,
+                       "gated_attn_quant_gate": False, "lqer_enabled": False, "lqer_rank": 4,
+                       "lqer_top_k": 3, "lqer_factor_bits": 4, "lqer_asym_enabled": True,
+                       "lqer_asym_group": 64}
 
 def set_settings(settings: dict, new: dict) -> dict:  # less the new ones while off
     return {k: v for k, v in settings.items() if k not in new or v != new[k]}
 
 def artifact_header(args: Hyperparameters, weights: str, looping: bool) -> dict:
     model = set_settings(args.settings("model"), NEW_MODEL_SETTINGS)
-    return dict(args.settings("export"), byte_shuffle=COMPRESSORS[args.compressor][2], weights=weights,
+    export = set_settings(args.settings("export"), NEW_EXPORT_SETTINGS)
+    return dict(export, byte_shuffle=COMPRESSORS[args.compressor][2], weights=weights,
                 looping=looping, tokenizer_sha256=file_sha256(args.tokenizer_path), model=model)
 
 def payload_bytes(obj: dict) -> bytes:  # what torch.save writes
