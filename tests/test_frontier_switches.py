@@ -153,6 +153,8 @@ def test_the_head_gates_start_where_their_records_start():
         (dict(SMEAR_GATE_ENABLED=1, GATE_WINDOW=65), "GATE_WINDOW=65 must be at most MODEL_DIM=64"),
         (dict(GATED_ATTN_QUANT_GATE=1), "GATED_ATTN_QUANT_GATE=1 quantizes the heads' gate, but none is on"),
         (dict(LQER_FACTOR_BITS=1), "LQER_FACTOR_BITS=1 must be in [2, 8]."),
+        (dict(ATTN_OUT_GATE_SRC="q"), "ATTN_OUT_GATE_SRC='q' must be one of proj."),  # not built
+        (dict(GATE_WIDTH=12), "GATE_WIDTH='12': did you mean GATE_WINDOW?"),  # the 04-16 record's name
     ],
 )
 def test_the_switches_refuse_what_cannot_work(settings, message):

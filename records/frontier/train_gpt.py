@@ -101,6 +101,7 @@ class Hyperparameters:
     gate_window: int = setting(12, "> 0", "model")
     # at most one gate on the heads' outputs (head_gate says which)
     attn_out_gate_enabled: bool = setting(False, "", "model")
+    attn_out_gate_src: str = setting("proj", ("proj",))  # x; the records' q: not built
     gated_attn_enabled: bool = setting(False, "", "model")
     gated_attn_init_std: float = setting(0.01, ">= 0")
     sparse_attn_gate_enabled: bool = setting(False, "", "model")
@@ -270,6 +271,8 @@ ENV_PREFIXES_NOT_OURS = ("OMP_", "CUDA_", "NCCL_", "TORCH", "PYTORCH_", "TRITON_
                          "ROLE_", "NVIDIA_", "PYTHON", "LC_", "XDG_", "MKL_", "KMP_", "GLOO_", "PATH")
 ENV_RETIRED = ("EMBEDDING_DIM", "EMBED_LR", "HEAD_LR", "LOSS_CHUNK_TOKENS")  # earlier versions' (README)
 ENV_OTHER_TRAINERS = dict(NUM_ITERATIONS="ITERATIONS", MAX_STEPS="ITERATIONS", ITERS="ITERATIONS", N_LAYER="NUM_LAYERS")
+ENV_OTHER_TRAINERS |= dict(GATE_WIDTH="GATE_WINDOW", SMEAR_GATE_WIDTH="GATE_WINDOW",
+                          GATE_ATTN_OUT="ATTN_OUT_GATE_ENABLED", GATE_ATTN_SRC="ATTN_OUT_GATE_SRC")  # 04-16's
 BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 def parse_env_value(name: str, raw: str, kind: type):
