@@ -4,7 +4,9 @@ With every switch off the record script gives the root's numbers and artifact (t
 roots_numbers test); here each switch is checked on its own: off, it adds no parameter and changes no header;
 on, it computes what its record computes, its parameters reach Adam's scalar group, and the settings that cannot
 work are refused. SmearGate passes nothing across a BOS: a document's losses do not move when the document before it
-changes.
+changes. POLAR_EXPRESS is the record's loop; the export's switches (per-group clips, the gate's int8 rows, LQER) are
+checked on the payload, LQER's factors through an artifact's bytes and round trip, and one run with every switch on
+trains, exports and scores its artifact again under EVAL_ONLY (about 10 s on a CPU).
 
     python3 -m pytest -q tests/test_frontier_switches.py
 """
