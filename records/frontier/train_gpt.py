@@ -95,6 +95,18 @@ class Hyperparameters:
     qk_gain_init: float = 1.5
     xsa_last_n: int = setting(0, ">= 0", "model")  # exclusive self-attention in the last N layers
     doc_mask: bool = setting(False, "", "model")  # no attention across a BOS
+    # the records' gates (NEW_MODEL_SETTINGS): they read a token's first
+    # GATE_WINDOW dims. The smear adds the token before, never across a BOS.
+    smear_gate_enabled: bool = setting(False, "", "model")
+    gate_window: int = setting(12, "> 0", "model")
+    # at most one gate on the heads' outputs (head_gate says which)
+    attn_out_gate_enabled: bool = setting(False, "", "model")
+    attn_out_gate_src: str = setting("proj", ("proj",))  # x; the records' q: not built
+    gated_attn_enabled: bool = setting(False, "", "model")
+    gated_attn_init_std: float = setting(0.01, ">= 0")
+    sparse_attn_gate_enabled: bool = setting(False, "", "model")
+    sparse_attn_gate_init_std: float = setting(0.0, ">= 0")
+    sparse_attn_gate_scale: float = setting(1.0, "", "model")
     ln_scale: bool = setting(False, "", "model")  # scale each block's normed inputs by 1/sqrt(layer+1)
     skip_gates_enabled: bool = setting(False, "", "model")  # sigmoid gates on the U-Net skips
     parallel_residual_start: int = setting(-1, "", "model")  # parallel attention and MLP from here
@@ -113,6 +125,7 @@ class Hyperparameters:
     muon_momentum_warmup_steps: int = setting(1500, ">= 0")
     muon_backend_steps: int = setting(5, "> 0")
     muon_row_normalize: bool = False  # MuonEq-R: rows to unit norm before Newton-Schulz
+    polar_express: bool = False  # Newton-Schulz's coefficients a step each
     muon_wd: float = setting(0.0, ">= 0")  # decoupled weight decay: p *= 1 - lr * wd
     adam_wd: float = setting(0.0, ">= 0")  # on the scalars
     embed_wd: float = setting(0.0, ">= 0")  # on the embedding
@@ -131,6 +144,17 @@ class Hyperparameters:
     embed_bits: int = setting(8, "in [2, 8]", "export")  # bits per weight of the embedding
     matrix_clip_sigmas: float = setting(0.0, ">= 0", "export")  # > 0: step k * std(row) / qmax
     embed_clip_sigmas: float = setting(0.0, ">= 0", "export")
+    # > 0: the clip of the matrices named .mlp. or .attn., not MATRIX's
+    mlp_clip_sigmas: float = setting(0.0, ">= 0", "export")
+    attn_clip_sigmas: float = setting(0.0, ">= 0", "export")
+    gated_attn_quant_gate: bool = setting(False, "", "export")  # int8 rows
+    # LQER: + A B, a low-rank fit of the quantization error (lqer_factors)
+    lqer_enabled: bool = setting(False, "", "export")
+    lqer_rank: int = setting(4, "> 0", "export")
+    lqer_top_k: int = setting(3, "> 0", "export")  # the largest errors
+    lqer_factor_bits: int = setting(4, "in [2, 8]", "export")
+    lqer_asym_enabled: bool = setting(True, "", "export")
+    lqer_asym_group: int = setting(64, "> 0", "export")
     gptq_calibration_batches: int = setting(0, ">= 0", "export")  # > 0: GPTQ on this many batches
     gptq_reserve_seconds: float = setting(0.0, ">= 0")  # training ends this long before the cap
     compressor: str = setting("zlib", ("zlib", "lzma", "brotli"), "export")  # a key of COMPRESSORS
@@ -194,11 +218,30 @@ class Hyperparameters:
         for bits, sigmas in QUANT_GROUPS.values():  # the records: 12.85 for matrices, 20 for embeddings
             require(getattr(self, bits) == 8 or getattr(self, sigmas) > 0,
                     f"{bits.upper()}={getattr(self, bits)} needs {sigmas.upper()} > 0: the quantile clip is int8's.")
+        self.check_gates()
         cap, reserve = self.max_wallclock_seconds, self.gptq_reserve_seconds
         require(cap == 0 or reserve < cap, f"GPTQ_RESERVE_SECONDS={reserve} must be below MAX_WALLCLOCK_SECONDS={cap}.")
         self.train_cap_ms = 1000.0 * (cap - reserve) if cap else 0.0  # 0: no cap
         blank = self.run_id != "" and self.run_id.strip() == ""  # "": a fresh id (from_env)
         require(not blank and "/" not in self.run_id, f"RUN_ID={self.run_id!r} must be a file name, not blank.")
+
+    def check_gates(self) -> None:
+        """At most one gate on the heads, a window they can read, and a
+        gate to quantize where GATED_ATTN_QUANT_GATE=1."""
+        gates = dict(ATTN_OUT_GATE_ENABLED=self.attn_out_gate_enabled,
+                     GATED_ATTN_ENABLED=self.gated_attn_enabled,
+                     SPARSE_ATTN_GATE_ENABLED=self.sparse_attn_gate_enabled)
+        on = [name for name, value in gates.items() if value]
+        require(len(on) <= 1, f"{' and '.join(on)} are each 1, but "
+                "the heads take one output gate: set only one.")
+        require(on or not self.gated_attn_quant_gate,
+                "GATED_ATTN_QUANT_GATE=1 quantizes the heads' gate, but "
+                f"none is on: set one of {', '.join(gates)}, or unset it.")
+        windowed = (self.smear_gate_enabled or self.attn_out_gate_enabled
+                    or self.sparse_attn_gate_enabled)  # GATED_ATTN: all dims
+        require(not windowed or self.gate_window <= self.model_dim,
+                f"GATE_WINDOW={self.gate_window} must be at most "
+                f"MODEL_DIM={self.model_dim}: the gates read that many dims.")
 
 # A record's values where they differ from ours: "record", the best under 1500 lines (2026-04-09, 1.0810);
 # "record_2026_04_05" the one before (1.0856); "p180": ours on the 180-second proxy.
@@ -226,10 +269,14 @@ def recipe_note(message: str, environ) -> str:  # message, and which values it n
 
 GRAD_ACCUM_TOTAL = 8  # micro-batches a step, over all ranks: the world size must divide it
 QUANT_GROUPS = {"embed": ("embed_bits", "embed_clip_sigmas"), "matrix": ("matrix_bits", "matrix_clip_sigmas")}
+# MLP_CLIP_SIGMAS, ATTN_CLIP_SIGMAS (the 2026-04-27 record), where > 0: the matrices named so
+CLIP_GROUPS = {".mlp.": ("matrix_bits", "mlp_clip_sigmas"), ".attn.": ("matrix_bits", "attn_clip_sigmas")}
 ENV_PREFIXES_NOT_OURS = ("OMP_", "CUDA_", "NCCL_", "TORCH", "PYTORCH_", "TRITON_", "MASTER_", "LOCAL_", "GROUP_",
                          "ROLE_", "NVIDIA_", "PYTHON", "LC_", "XDG_", "MKL_", "KMP_", "GLOO_", "PATH")
 ENV_RETIRED = ("EMBEDDING_DIM", "EMBED_LR", "HEAD_LR", "LOSS_CHUNK_TOKENS")  # earlier versions' (README)
 ENV_OTHER_TRAINERS = dict(NUM_ITERATIONS="ITERATIONS", MAX_STEPS="ITERATIONS", ITERS="ITERATIONS", N_LAYER="NUM_LAYERS")
+ENV_OTHER_TRAINERS |= dict(GATE_WIDTH="GATE_WINDOW", SMEAR_GATE_WIDTH="GATE_WINDOW",
+                          GATE_ATTN_OUT="ATTN_OUT_GATE_ENABLED", GATE_ATTN_SRC="ATTN_OUT_GATE_SRC")  # 04-16's
 BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 def parse_env_value(name: str, raw: str, kind: type):
@@ -730,6 +777,18 @@ def exclusive_self_attention(y: Tensor, v: Tensor) -> Tensor:
     vn = F.normalize(v, dim=-1).unsqueeze(2)  # (B, Hkv, 1, T, hd)
     return (y - (y * vn).sum(-1, keepdim=True) * vn).flatten(1, 2)  # (B, H, T, hd)
 
+def head_gate(args: Hyperparameters) -> tuple | None:
+    """The gate on each head's output, y_h *= mult * sigmoid(scale * W_h x[:window]),
+    as (window, scale, mult, init std of W), or None. x is the block's normed input."""
+    if args.attn_out_gate_enabled:  # 2026-04-16 record: 1 at init
+        return args.gate_window, 1.0, 2.0, 0.0
+    if args.gated_attn_enabled:  # 2026-04-19: every dim, ~1/2 at init
+        return args.model_dim, 1.0, 1.0, args.gated_attn_init_std
+    if args.sparse_attn_gate_enabled:  # 2026-04-23: 1/2 at init
+        scale = args.sparse_attn_gate_scale
+        return args.gate_window, scale, 1.0, args.sparse_attn_gate_init_std
+    return None
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, args: Hyperparameters, xsa: bool, attn_impl: str = "dense"):
         super().__init__()
@@ -744,6 +803,12 @@ class CausalSelfAttention(nn.Module):
         if attn_impl == "flex":  # the compiled kernel, found once
             self.attend = functools.partial(self.attend, flex=compiled_flex())
         self.rows_as_one = attn_impl == "flex"  # FlexAttention's layout
+        gate = head_gate(args)
+        self.gate = self.gate_heads if gate else (lambda y, x: y)
+        if gate:  # W: Adam's scalar group (parameter_roles)
+            self.gate_window, self.gate_scale, self.gate_mult, std = gate
+            w = torch.zeros(heads, self.gate_window)
+            self.attn_gate_w = nn.Parameter(w.normal_(0, std) if std else w)
         # a table, not traced math: compiled, that made each rotary kernel recompute cos and sin
         rope = rotary_cos_sin(max(args.train_seq_len, args.val_seq_len), self.rope_dims, args.rope_base, "cpu")
         self.register_buffer("rope", torch.stack(rope), persistent=False)  # cos and sin; not saved
@@ -757,7 +822,15 @@ class CausalSelfAttention(nn.Module):
         k = apply_rotary(rms_norm(k), cos, sin)
         # q (B, H, T, hd), k, v (B, Hkv, T, hd); mask: ATTENTION's, of the ids
         y = self.attend(q, k, v, mask)  # (B, H, T, hd)
-        return self.proj(self.post(y, v).transpose(1, 2).flatten(2))  # (B, T, C)
+        y = self.gate(self.post(y, v), x)
+        return self.proj(y.transpose(1, 2).flatten(2))  # (B, T, C)
+
+    def gate_heads(self, y: Tensor, x: Tensor) -> Tensor:
+        """y (B, H, T, hd) times each head's gate of x (B, T, C)."""
+        w = self.attn_gate_w.to(x.dtype)  # (H, window)
+        g = F.linear(x[..., : self.gate_window], w)  # (B, T, H)
+        g = self.gate_mult * torch.sigmoid(self.gate_scale * g)
+        return y * g.transpose(1, 2)[..., None]
 
     def forward_rows_as_one(self, x: Tensor, block_mask) -> Tensor:
         """DOC_MASK's FlexAttention: q, k, v stay (B, T, heads, hd) as the
@@ -776,7 +849,8 @@ class CausalSelfAttention(nn.Module):
         y = self.attend(q, k, v, block_mask)  # (1, H, B*T, hd)
         y, v = (t.transpose(1, 2).reshape(B, T, -1, self.head_dim).transpose(1, 2)
                 for t in (y, v))  # (B, H, T, hd) and (B, Hkv, T, hd)
-        return self.proj(self.post(y, v).transpose(1, 2).flatten(2))  # (B, T, C)
+        y = self.gate(self.post(y, v), x)
+        return self.proj(y.transpose(1, 2).flatten(2))  # (B, T, C)
 
 MLP_SLOPES = {"relu2": 0.0, "leaky_relu2": 0.5}  # act(h) = leaky_relu(h, slope)^2
 
@@ -848,6 +922,10 @@ class GPT(nn.Module):
         self.loss_impl, self.activation_dtype = loss_impl, activation_dtype
         self.tok_emb = nn.Embedding(args.vocab_size, args.model_dim)
         nn.init.normal_(self.tok_emb.weight, std=args.tied_embed_init_std)
+        self.smear = self.smear_previous if args.smear_gate_enabled else (lambda x, ids: x)
+        if args.smear_gate_enabled:  # zero: no smear at init; Adam's scalars
+            self.smear_gate = nn.Parameter(torch.zeros(1, args.gate_window))
+            self.smear_lambda = nn.Parameter(torch.zeros(1))
         self.orders = {False: layer_order(args, False), True: layer_order(args, args.num_loops > 0)}
         self.looping = False  # set at ENABLE_LOOPING_AT, or by the artifact
         num_skips = max(min(len(enc), len(dec)) for enc, dec in self.orders.values())
@@ -869,9 +947,20 @@ class GPT(nn.Module):
             return x + skip
         return torch.lerp(skip, x, torch.sigmoid(self.skip_gates[i].to(x.dtype)))  # gate 0.5 at init
 
+    def smear_previous(self, x: Tensor, ids: Tensor) -> Tensor:
+        """SMEAR_GATE_ENABLED (2026-04-16 record; its BOS fix 2026-04-27):
+        x_t += lambda * sigmoid(W x_t[:GATE_WINDOW]) * x_{t-1} on the
+        embeddings x (B, T, C) of ids (B, T), except where ids_t is a BOS:
+        no document takes anything of the one before it."""
+        w = self.smear_gate.to(x.dtype)  # (1, window)
+        g = torch.sigmoid(F.linear(x[:, 1:, : w.size(1)], w))  # (B, T-1, 1)
+        g = self.smear_lambda.to(x.dtype) * g * (ids[:, 1:, None] != BOS_ID)
+        return torch.cat((x[:, :1], x[:, 1:] + g * x[:, :-1]), dim=1)
+
     def hidden(self, input_ids: Tensor) -> Tensor:
         """input_ids (B, T) -> the normed final hidden states (B, T, C)."""
-        x = rms_norm(self.tok_emb(input_ids)).to(self.activation_dtype)
+        x = self.smear(self.tok_emb(input_ids), input_ids)
+        x = rms_norm(x).to(self.activation_dtype)
         x0, skips, mask = x, [], self.mask_of(input_ids)
         encoder, decoder = self.orders[self.looping]
         for i in encoder:
@@ -897,17 +986,27 @@ class GPT(nn.Module):
 # rank its share, gathered while the next runs. Adam(W) for the rest.
 
 NEWTON_SCHULZ_COEFFS = (3.4445, -4.7750, 2.0315)  # quintic: singular values to ~1, fast
+# POLAR_EXPRESS=1 (the 2026-04-23 record's table, PR #1344): each step its own
+# minimax coefficients; past the table, its last. The name is the 04-06 record's.
+POLAR_EXPRESS_COEFFS = (
+    (8.156554524902461, -22.48329292557795, 15.878769915207462),
+    (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+    (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
+    (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
+    (2.3465413258596377, -1.7097828382687081, 0.42323551169305323))
 ALL_GATHER = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)  # torch 2.13 renamed it
 
-def newton_schulz_orthogonalize(G: Tensor, steps: int, eps: float = 1e-7) -> Tensor:
-    """About U V^T for G = U S V^T, of a matrix or a bank (B, rows, cols), in bf16."""
-    a, b, c = NEWTON_SCHULZ_COEFFS
+def newton_schulz_orthogonalize(G: Tensor, steps: int, eps: float = 1e-7,
+                                coeffs=(NEWTON_SCHULZ_COEFFS,)) -> Tensor:
+    """About U V^T for G = U S V^T, of a matrix or a bank (B, rows, cols), in bf16.
+    Step i uses coeffs[i], or the last of them."""
     X = G.bfloat16()
     X = X / (X.norm(dim=(-2, -1), keepdim=True) + eps)  # spectral norm <= Frobenius norm <= 1
     transposed = G.size(-2) > G.size(-1)
     if transposed:
         X = X.mT  # the wide side: its Gram matrices are the small ones
-    for _ in range(steps):
+    for i in range(steps):
+        a, b, c = coeffs[min(i, len(coeffs) - 1)]
         A = X @ X.mT
         X = a * X + (b * A + c * A @ A) @ X
     return X.mT if transposed else X
@@ -967,6 +1066,9 @@ def build_optimizers(model: GPT, args: Hyperparameters, orthogonalize=None) -> l
                    ((embed, args.tied_embed_lr, args.embed_wd), (scalar, args.scalar_lr, args.adam_wd))]
     adam = torch.optim.AdamW(adam_groups, betas=(args.beta1, args.beta2), eps=args.adam_eps,
                              fused=model.tok_emb.weight.is_cuda)  # p *= 1 - lr * wd: Adam where wd is 0
+    if args.polar_express:  # decided once, for every step
+        orthogonalize = functools.partial(orthogonalize or newton_schulz_orthogonalize,
+                                          coeffs=POLAR_EXPRESS_COEFFS)
     muon = Muon(matrix, lr=args.matrix_lr, momentum=args.muon_momentum, backend_steps=args.muon_backend_steps,
                 orthogonalize=orthogonalize, row_normalize=args.muon_row_normalize, weight_decay=args.muon_wd)
     held = sorted(id(p) for opt in (adam, muon) for group in opt.param_groups for p in group["params"])
@@ -1205,30 +1307,85 @@ def quantize_rows(w: Tensor, bits: int, clip_sigmas: float, hessian: Tensor | No
         return gptq_round(*batch, qmax).view(w.shape), scale
     return torch.clamp(torch.round(w / s), -qmax, qmax).to(torch.int8), scale
 
+def quant_fields(name: str, role: str | None, args: Hyperparameters) -> tuple[str, str]:
+    """Its (bits, clip sigmas) settings: the embedding's, its group's if set, or the matrices'."""
+    own = [g for part, g in CLIP_GROUPS.items() if part in name and getattr(args, g[1]) > 0]
+    return QUANT_GROUPS["embed"] if role == "embed" else (own or [QUANT_GROUPS["matrix"]])[0]
+
 def quantize_state_dict(state_dict: dict[str, Tensor], args: Hyperparameters, roles: dict, hessians=None) -> dict:
     """The payload: codes and scales of the large tensors (GPTQ: batched by shape, on the GPU), the rest kept."""
     quantized, scales, kept, batches = {}, {}, {}, {}
     for name, t in state_dict.items():
         if not t.is_floating_point():
             kept[name] = t.cpu()
+        elif args.gated_attn_quant_gate and name.endswith(".attn_gate_w"):  # int8, a step a head
+            w = t.detach().float().cpu()
+            quantized[name], scales[name] = quantize_runs(w, len(w), -127, 127, 127.0)
         elif t.numel() <= QUANT_KEEP_FLOAT_MAX_NUMEL:  # fp16; int8's format (no clip sigmas): scalars fp32
             kept[name] = (t.float() if roles.get(name) == "scalar" and args.matrix_clip_sigmas == 0 else t.half()).cpu()
         else:  # a batch: one tensor, or with GPTQ all tensors of one shape and group
-            group = "embed" if roles.get(name) == "embed" else "matrix"
+            group = quant_fields(name, roles.get(name), args)
             batches.setdefault((tuple(t.shape) if hessians and name in hessians else name, group), []).append(name)
     for (_, group), names in batches.items():
-        bits, sigmas = (getattr(args, field) for field in QUANT_GROUPS[group])
+        bits, sigmas = (getattr(args, field) for field in group)
         hessian = torch.stack([hessians[n] for n in names]) if hessians and names[0] in hessians else None
         device = "cpu" if hessian is None else hessian.device
         w = torch.stack([state_dict[n].to(device).float().reshape(state_dict[n].size(0), -1) for n in names])
         q, scale = quantize_rows(w, bits, sigmas, hessian)
         for n, qn, sn in zip(names, q, scale):
             quantized[n], scales[n] = qn.reshape(state_dict[n].shape).to("cpu", copy=True), sn.to("cpu", copy=True)
-    return {"quantized": quantized, "scales": scales, "kept": kept}
+    obj = {"quantized": quantized, "scales": scales, "kept": kept}
+    return obj | ({"lqer": lqer_factors(state_dict, obj, args)} if args.lqer_enabled else {})
+
+def dequantize_runs(codes: Tensor, scale: Tensor) -> Tensor:
+    """Codes times their steps: each step serves an equal run of the codes."""
+    runs = codes.float().reshape(scale.numel(), -1) * scale.float()[:, None]
+    return runs.reshape(codes.shape)
 
 def dequantize_state_dict(obj: dict) -> dict[str, Tensor]:  # kept tensors; each code times its row's step
-    return obj["kept"] | {n: (q.float().reshape(q.size(0), -1) * obj["scales"][n].float()[:, None]).reshape(q.shape)
-                          for n, q in obj["quantized"].items()}
+    weights = obj["kept"] | {n: dequantize_runs(q, obj["scales"][n]) for n, q in obj["quantized"].items()}
+    for n, (a, a_scale, b, b_scale) in obj.get("lqer", {}).items():  # + A B
+        fit = dequantize_runs(a, a_scale) @ dequantize_runs(b, b_scale)
+        weights[n] = weights[n] + fit.reshape(weights[n].shape)
+    return weights
+
+def quantize_runs(t: Tensor, runs: int, qmin: int, qmax: int, div: float):
+    """(int8 codes, fp16 steps) of t in `runs` equal runs of its elements,
+    each run's step max|t| / div, its codes clamped to [qmin, qmax]."""
+    flat = t.reshape(runs, -1)
+    scale = (flat.abs().amax(1).clamp_min(1e-10) / div).half()
+    codes = torch.round(flat / scale.float()[:, None]).clamp(qmin, qmax)
+    return codes.to(torch.int8).reshape(t.shape), scale
+
+def quantize_lqer(A: Tensor, B: Tensor, args: Hyperparameters) -> tuple:
+    """(A codes, steps, B codes, steps) of the factors of E ~ A B, A (rows, r),
+    B (r, cols). Asymmetric (the 2026-04-27 record): A in [-2, 1], one step;
+    B in [-8, 7], a step a LQER_ASYM_GROUP of its elements. Else (or if the
+    group does not divide B): LQER_FACTOR_BITS, a step a row of each."""
+    group = args.lqer_asym_group
+    if args.lqer_asym_enabled and B.numel() % group == 0:
+        a = quantize_runs(A, 1, -2, 1, 1.5)
+        return *a, *quantize_runs(B, B.numel() // group, -8, 7, 7.5)
+    top = 2 ** (args.lqer_factor_bits - 1) - 1
+    a = quantize_runs(A, len(A), -top, top, top)
+    return *a, *quantize_runs(B, len(B), -top, top, top)
+
+def lqer_factors(state_dict: dict, obj: dict, args: Hyperparameters) -> dict:
+    """LQER (the 2026-04-27 record, PR #1797): of the quantized matrices, the
+    LQER_TOP_K whose error E = W - dequantized(W) is largest (Frobenius) get
+    E's best rank-LQER_RANK fit, A = U S, B = V^T of its SVD, quantized."""
+    def error(name: str) -> Tensor:  # (rows, cols) fp32 on the CPU
+        q = obj["quantized"][name]
+        w = state_dict[name].detach().float().cpu().reshape(len(q), -1)
+        return w - dequantize_runs(q, obj["scales"][name]).reshape(w.shape)
+    names = [n for n in obj["quantized"] if state_dict[n].numel() > QUANT_KEEP_FLOAT_MAX_NUMEL]
+    top = sorted(names, key=lambda n: -float(error(n).norm()))[: args.lqer_top_k]
+    factors = {}
+    for name in top:
+        U, S, Vh = torch.linalg.svd(error(name), full_matrices=False)
+        r = min(args.lqer_rank, len(S))
+        factors[name] = quantize_lqer(U[:, :r] * S[:r], Vh[:r], args)
+    return factors
 
 @torch.no_grad()
 def collect_hessians(run: Run, model: GPT) -> dict[str, Tensor]:
@@ -1275,12 +1432,23 @@ def decompress(blob: bytes, name: str, planes: int, size: int) -> bytes:
 # Model settings the root trainer lacks, and their "off". Left out of the
 # header while off, so that the artifact is then the root's byte for byte;
 # read back as off where a header lacks them.
-NEW_MODEL_SETTINGS = {"doc_mask": False}
+NEW_MODEL_SETTINGS = {"doc_mask": False, "smear_gate_enabled": False, "gate_window": 12,
+                      "attn_out_gate_enabled": False, "gated_attn_enabled": False,
+                      "sparse_attn_gate_enabled": False, "sparse_attn_gate_scale": 1.0}
+# Export settings the root lacks, and their "off": left out of the header
+# the same way. A header's export settings describe it; none is checked.
+NEW_EXPORT_SETTINGS = {"mlp_clip_sigmas": 0.0, "attn_clip_sigmas": 0.0,
+                       "gated_attn_quant_gate": False, "lqer_enabled": False, "lqer_rank": 4,
+                       "lqer_top_k": 3, "lqer_factor_bits": 4, "lqer_asym_enabled": True,
+                       "lqer_asym_group": 64}
+
+def set_settings(settings: dict, new: dict) -> dict:  # less the new ones while off
+    return {k: v for k, v in settings.items() if k not in new or v != new[k]}
 
 def artifact_header(args: Hyperparameters, weights: str, looping: bool) -> dict:
-    model = {k: v for k, v in args.settings("model").items()
-             if k not in NEW_MODEL_SETTINGS or v != NEW_MODEL_SETTINGS[k]}
-    return dict(args.settings("export"), byte_shuffle=COMPRESSORS[args.compressor][2], weights=weights,
+    model = set_settings(args.settings("model"), NEW_MODEL_SETTINGS)
+    export = set_settings(args.settings("export"), NEW_EXPORT_SETTINGS)
+    return dict(export, byte_shuffle=COMPRESSORS[args.compressor][2], weights=weights,
                 looping=looping, tokenizer_sha256=file_sha256(args.tokenizer_path), model=model)
 
 def payload_bytes(obj: dict) -> bytes:  # what torch.save writes
