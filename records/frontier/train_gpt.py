@@ -1227,9 +1227,10 @@ def add_update(lora: BatchedLoRA, module, inputs, out) -> Tensor:
     return out + lora(inputs[0])  # a forward hook: the module's input
 
 class DocAdapters(nn.Module):
-    """The adapters of a batch of documents, hooked onto a model: on each
-    block's c_q and c_v, c_k (TTT_K_LORA), attention (TTT_O_LORA) and MLP
-    (TTT_MLP_LORA), each of the block's normed input; and on the head."""
+    """The adapters of a batch of documents, hooked onto a model. Each adds
+    an update of a block's normed input to the output of its c_q, c_v, c_k
+    (TTT_K_LORA), attention (TTT_O_LORA) or MLP (TTT_MLP_LORA); one more
+    adds an update of the final hidden state to the logits."""
     def __init__(self, model: GPT, args: Hyperparameters, docs: int):
         super().__init__()
         gen = torch.Generator().manual_seed(args.seed)
@@ -1363,7 +1364,7 @@ def score_docs_with_ttt(run: Run, model: GPT, observe=None) -> Tensor:
             train_on_scored(run, model, end)
             log.log(ttt_phase=f"{k + 1}/{len(phases) - 1}",
                     docs_scored=phase[-1] + 1, trained_predictions=end,
-                    time=f"{1000 * (ctx.clock() - t0):.0f}ms")
+                    ttt_time=f"{1000 * (ctx.clock() - t0):.0f}ms")
     return ctx.all_reduce(sums)
 
 # ==== Export: quantize, compress, and the round trip the score is measured after
