@@ -326,3 +326,29 @@ def test_the_script_as_it_is_is_legal_with_phases_on_two_processes():
     """Two ranks, each its own documents' adapters (stepped alone: the check compares those steps by what each rank
     scores) and the phases' SGD together."""
     assert check(FRONTIER, processes=2, **PHASES) == {}
+
+
+# ---- end to end ----
+
+
+def test_a_run_scores_each_document_alone_and_estimates_its_eval_time_on_8_gpus(tiny_data, tmp_path):
+    """As a user runs it: trained, then scored with TTT_MODE=doc in two phases, DOC_MASK=1 in training. The log says
+    how many documents and phases, each phase's SGD, and the ttt line's eval time with its 8-GPU estimate (this
+    run's time over 8, as the stream TTT's: the work divides among the ranks); the final line is the ttt path's."""
+    from helpers import run_script, tiny_env
+
+    settings = dict(TTT_CHUNK_SIZE=64, TTT_BATCH_SIZE=4, PHASED_TTT_PREFIX_DOCS=6, PHASED_TTT_NUM_PHASES=2)
+    env = tiny_env(tiny_data, tmp_path, DOC_MASK=1, TTT_ENABLED=1, TTT_MODE="doc", **settings)
+    run = run_script(env, tmp_path, script=FRONTIER)
+    assert run.result.returncode == 0, run.result.stderr[-2000:]
+    tokens = fg.load_data_shard(tiny_data.data_path / "fineweb_val_000000.bin").long()
+    usable = (len(tokens) - 1) // 64 * 64  # whole TRAIN_SEQ_LEN windows, as the pre-flight trims the split
+    documents = len(fg.document_spans(tokens[: usable + 1]))
+    assert run.events("ttt_mode") == [
+        dict(ttt_mode="doc", ttt_docs=str(documents), ttt_phases="2", ttt_batch_size="4", ttt_chunk_size="64")
+    ]
+    assert [e["ttt_phase"] for e in run.events("ttt_phase")] == ["1/2", "2/2"]
+    [score] = run.events("ttt_val_bpb")
+    eval_ms, estimate_ms = (int(score[key].removesuffix("ms")) for key in ("eval_time", "eval_time_8gpu_est"))
+    assert abs(estimate_ms - eval_ms / 8) <= 1  # each rounded to the ms
+    assert run.lines[-1].startswith("final_int8_zlib_ttt_exact val_loss:")
