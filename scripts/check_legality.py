@@ -1736,8 +1736,9 @@ def check(
     lines = [f"checking {script} on {device}" + (" with a BROKEN TTT (trains before it scores)" if broken else "")]
     if doc_mode(environ):
         lines.append(
-            f"TTT_MODE=doc: causal probes at each document's boundaries, its first chunks' and a sample, the script "
-            f"run with TTT_BATCH_SIZE={DOC_CAUSAL_BATCH} (documents in stream order, every update compared); "
+            f"TTT_MODE=doc (a script that has it): causal probes at each document's boundaries, its first chunks' "
+            f"and a sample, the script run with TTT_BATCH_SIZE={DOC_CAUSAL_BATCH} (documents in stream order, every "
+            f"update compared); "
             f"isolation: TTT_BATCH_SIZE={DOC_ISOLATION_BATCH}, each document changed alone"
         )
     if data is None:
