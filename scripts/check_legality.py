@@ -19,6 +19,9 @@ says which):
   DATA_PATH=./data/datasets/fineweb10B_sp1024 python3 scripts/check_legality.py   # on (a prefix of) your split
   python3 scripts/check_legality.py --broken               # a TTT that trains on each chunk before scoring it
   python3 scripts/check_legality.py --script /tmp/copy.py  # check another copy of train_gpt.py
+  # our record script's document-wise TTT (each document adapted on its own), with two phases of SGD
+  TTT_MODE=doc TTT_LORA_LR=0.01 PHASED_TTT_PREFIX_DOCS=2 PHASED_TTT_NUM_PHASES=2 \
+    python3 scripts/check_legality.py --script records/frontier/train_gpt.py
   # on one GPU, as a training run scores: the Triton loss and bf16 autocast (tolerances below)
   LOSS_IMPL=triton TTT_LR=0.05 python3 scripts/check_legality.py --device cuda --processes 1
   LOSS_IMPL=triton TTT_LR=0.05 python3 scripts/check_legality.py --device cuda --processes 1 --broken  # must fail
@@ -100,6 +103,26 @@ script. The conditions:
      distributions that score, and the check judges them.
   5. TTT adapts: TTT changed some distribution (else 1 passed for nothing: TTT_LR=0, TTT_EPOCHS=0, one chunk).
      --allow-no-adaptation lets it pass, saying so.
+  6. documents isolated (TTT_MODE=doc, below): nothing passes from one document to another but by the phases.
+TTT_MODE=doc (a script whose TTT adapts each validation document on its own, from the trained weights, a chunk of
+TTT_CHUNK_SIZE of its predictions at a time: our record script's, records/frontier). A document is a BOS and the
+tokens up to the next one (the split starts one too); its last target is the next BOS. The geometry sets the chunk
+(8 predictions, ragged 7); the causal probes, instead of the stream's chunk boundaries, are each document's BOS (the
+last target of the one before), its first target and its first two chunk boundaries (the last and the first target
+of each side), with the flips at each document's first target. The runs behind conditions 1 to 5 batch one document
+at a time (TTT_BATCH_SIZE=1): the script then takes them in stream order, and every update (an Adam step on one
+document's adapters, a phase's SGD on the scored model) is compared as the stream TTT's are; with several processes,
+an update of a model other than the scored one (each rank steps its own documents' adapters) while a target up to
+the probe is still to be scored by that rank. The hurting TTT also sets TTT_LORA_LR=0.1; condition 5 compares with a
+run of no step (TTT_LORA_LR=0 GLOBAL_TTT_LR=0), not the sliding windows, which see across documents. Condition 6
+runs the script with TTT_BATCH_SIZE=2 (several batches, two documents side by side in each) on the split, and once
+for each document with its tokens but its BOS changed to random ids, no BOS among them (every document keeps its place
+and length, every batch its shapes): the distribution of every target of every other document stays the same, bit
+for bit, but for the documents of later phases (PHASED_TTT_PREFIX_DOCS and PHASED_TTT_NUM_PHASES, the records' cut:
+those start from a model trained on it); and that run scores every target once and reports what it observed. It
+fails adapters shared by the documents of a batch, or carried from one to the next, which condition 1 passes where
+they go in stream order. Not probed: causality inside a document at two documents a batch or more (conditions 1 to 5
+run one a batch; tests/test_doc_ttt.py probes a chunk at four). --broken breaks the stream TTT only, and is refused.
 The check runs the script's own main() with hooks in its functions, so it checks copies of this project's
 train_gpt.py: a script that does not load here (a syntax this Python does not parse, a module not installed, an
 error at import) or lacks what it hooks (dist_context, preflight, score_artifact with an observe, ...) is "cannot
@@ -183,8 +206,11 @@ class Geometry:
     stride: int
     chunk: int
     tokens: int  # the validation split: whole windows of predictions and one more token, as preflight trims it
+    doc_chunk: int = 8  # TTT_MODE=doc: a document's predictions scored between two steps (TTT_CHUNK_SIZE)
 
-    def settings(self) -> dict[str, str]:
+    def settings(self, doc: bool = False) -> dict[str, str]:
+        """The geometry's settings; doc (TTT_MODE=doc): also its chunk, and one document a batch (DOC_CAUSAL_BATCH)."""
+        doc_settings = dict(TTT_CHUNK_SIZE=str(self.doc_chunk), TTT_BATCH_SIZE=str(DOC_CAUSAL_BATCH)) if doc else {}
         return dict(
             TRAIN_SEQ_LEN=str(self.window),
             EVAL_SEQ_LEN="0",
@@ -192,19 +218,31 @@ class Geometry:
             TTT_CHUNK_TOKENS=str(self.chunk),
             TRAIN_BATCH_TOKENS=str(8 * self.window),
             VAL_BATCH_SIZE=str(8 * self.window * 4),  # 4 windows a batch: several batches per chunk
+            **doc_settings,
         )
 
 
 GEOMETRIES = {
     "aligned": Geometry(window=32, stride=8, chunk=64, tokens=7 * 32 + 1),  # chunks 3 x 64 and 32
-    "ragged": Geometry(window=24, stride=7, chunk=50, tokens=7 * 24 + 1),  # chunks 3 x 50 and 18
+    "ragged": Geometry(window=24, stride=7, chunk=50, tokens=7 * 24 + 1, doc_chunk=7),  # chunks 3 x 50 and 18
 }
 GEOMETRY_CHOICES = (*GEOMETRIES, "user")  # what --geometries takes: user is the environment's (user_geometry)
 # The Triton kernel in its interpreter takes ~4 ms a row, and the observer scores every id of every target: 8 targets
 # (two chunks), the original run only, for the conditions a kernel can break (normalized, reported, single pass).
-INTERPRETED = {"interpreted": Geometry(window=4, stride=2, chunk=4, tokens=2 * 4 + 1)}
+INTERPRETED = {"interpreted": Geometry(window=4, stride=2, chunk=4, tokens=2 * 4 + 1, doc_chunk=2)}
 PATHS = ("roundtrip", "sliding_window", "ttt")
 HURTING_TTT = dict(TTT_LR="10", TTT_EPOCHS="1")  # steps far too large: TTT then scores worse than sliding windows
+# TTT_MODE=doc (each document adapted on its own, docstring): the adapters' steps far too large, or none at all. Adam
+# moves each weight by about its lr a step: 0.1 is a thousand times the records' 1e-4, and scores far worse (10, with
+# weight decay 1, scores as no step: every step then zeroes the adapters; 10 makes the tiny model's losses NaN).
+HURTING_DOC_TTT = dict(TTT_LORA_LR="0.1")
+FROZEN_DOC_TTT = dict(TTT_LORA_LR="0", GLOBAL_TTT_LR="0")
+# Its causal probes run one document a batch: the script then takes them in stream order, and every update (an Adam
+# step on one document's adapters) is compared with the original run's as the stream TTT's are. Its isolation runs
+# batch two (several batches, each of two documents that train side by side): each document changed alone.
+DOC_CAUSAL_BATCH = 1
+DOC_ISOLATION_BATCH = 2
+DOC_CONFIG = ("ttt_mode", "ttt_lora_lr", "ttt_chunk_size", "phased_ttt_prefix_docs", "phased_ttt_num_phases")
 INTERIOR_PROBES = 4
 # The two futures generated by the scored model itself, each token its likeliest (unlikeliest) next one given the
 # window before it: the split it predicts best and worst (extreme_futures).
@@ -502,21 +540,49 @@ def user_geometry(environ: dict[str, str], device: str) -> Geometry | None:
             f"the geometry of the environment needs a split of {tokens} tokens (3.5 chunks of TTT_CHUNK_TOKENS="
             f"{chunk}), over {USER_GEOMETRY_MAX_TOKENS} on a CPU: run it with --device cuda, or smaller values."
         )
-    return Geometry(window=window, stride=stride, chunk=chunk, tokens=tokens)
+    return Geometry(window=window, stride=stride, chunk=chunk, tokens=tokens, doc_chunk=min(8, window))
 
 
-def probes(geometry: Geometry) -> list[int]:
+def doc_mode(environ: dict[str, str]) -> bool:
+    """TTT_MODE=doc in the environment: the checked script's TTT adapts each document on its own (docstring)."""
+    return environ.get("TTT_MODE", "").strip() == "doc"
+
+
+def document_spans(tokens: torch.Tensor) -> list[tuple[int, int]]:
+    """(first input, predictions) of each document of a split, counted here: a BOS starts one, and so does the split;
+    a document's last target is the next one's BOS (TTT_MODE=doc scores each of them so)."""
+    total = len(tokens) - 1
+    starts = sorted({0} | set((tokens[:total] == BOS_ID).nonzero().flatten().tolist()))
+    return [(start, end - start) for start, end in zip(starts, starts[1:] + [total])]
+
+
+def doc_phases(documents: int, prefix: int, phases: int) -> list[int]:
+    """Each document's phase under PHASED_TTT_PREFIX_DOCS=prefix and PHASED_TTT_NUM_PHASES=phases (the records' cut:
+    phase k of the first `prefix` documents ends at prefix * (k + 1) // phases; the rest come after them all). A
+    document may depend on those of earlier phases (SGD on them ran before it), on no other."""
+    cuts = [min(prefix, documents) * (k + 1) // phases for k in range(phases)]
+    return [sum(d >= cut for cut in cuts) for d in range(documents)]
+
+
+def probes(geometry: Geometry, spans: list[tuple[int, int]] | None = None) -> list[int]:
     """Target positions to change the tokens from. Chunk c's predictions c*size .. (c+1)*size-1 score the targets one
     further on, so c*size is the last target of chunk c-1 and c*size+1 the first of chunk c. TTT trains on the whole
     windows of a chunk: its last trained target is c*size + size // window * window, short of the boundary when the
-    window does not divide the chunk. Then the last chunk, and a seeded sample of the other positions."""
+    window does not divide the chunk. Then the last chunk, and a seeded sample of the other positions. spans
+    (TTT_MODE=doc, document_spans'): instead of the chunks of the stream, each document's and its first two chunks'
+    boundaries: its BOS (the previous document's last target), its first target, and the last and first target of
+    chunks 0 and 1, 1 and 2 (doc_chunk predictions each)."""
     total, size = geometry.tokens - 1, geometry.chunk
     chunks = -(-total // size)
     chosen = set()
-    for c in range(1, chunks):
-        chosen |= {c * size - 1, c * size, c * size + 1}
-    for c in range(chunks - 1):
-        chosen.add(c * size + size // geometry.window * geometry.window)
+    if spans is None:
+        for c in range(1, chunks):
+            chosen |= {c * size - 1, c * size, c * size + 1}
+        for c in range(chunks - 1):
+            chosen.add(c * size + size // geometry.window * geometry.window)
+    for start, predictions in spans or []:
+        ends = [start + k * geometry.doc_chunk for k in (1, 2) if k * geometry.doc_chunk < predictions]
+        chosen |= {p for p in [start, start + 1, *ends, *(end + 1 for end in ends)] if 1 <= p <= total}
     last = (chunks - 1) * size
     chosen.add(last + 1 + (total - last) // 2)
     others = sorted(set(range(2, total + 1)) - chosen)
@@ -524,12 +590,14 @@ def probes(geometry: Geometry) -> list[int]:
     return sorted(chosen)
 
 
-def probe_runs(geometry: Geometry) -> list[tuple[int, str]]:
-    """(probe, how its tokens change): random everywhere; likely and copied at each chunk's first target and the
-    first probe (a long changed tail: what flips a choice made on the whole split); and the whole future from target
-    1 on made the scored model's likeliest and its unlikeliest tokens (EXTREMES: what moves a choice from a grid)."""
-    every = probes(geometry)
-    flips = {every[0]} | {c * geometry.chunk + 1 for c in range(1, -(-(geometry.tokens - 1) // geometry.chunk))}
+def probe_runs(geometry: Geometry, spans: list[tuple[int, int]] | None = None) -> list[tuple[int, str]]:
+    """(probe, how its tokens change): random everywhere; likely and copied at each chunk's first target (with spans,
+    TTT_MODE=doc: each document's) and the first probe (a long changed tail: what flips a choice made on the whole
+    split); and the whole future from target 1 on made the scored model's likeliest and its unlikeliest tokens
+    (EXTREMES: what moves a choice from a grid)."""
+    every = probes(geometry, spans)
+    firsts = {c * geometry.chunk + 1 for c in range(1, -(-(geometry.tokens - 1) // geometry.chunk))}
+    flips = {every[0]} | (firsts if spans is None else {start + 1 for start, _ in spans[1:]})
     extremes = [(1, kind) for kind in EXTREMES]
     return (
         extremes + [(p, "random") for p in every] + [(p, kind) for p in sorted(flips) for kind in ("likely", "copied")]
@@ -565,7 +633,8 @@ class EnoughObserved(BaseException):
 def tiny_args(T, environ: dict[str, str], geometry: Geometry, vocab: int = VOCAB, **overrides: str):
     """The environment's config (RECIPE, switches, TTT settings) at the tiny size and the geometry's shape, read as
     train_gpt.py reads it: a misspelt or invalid variable raises its ConfigError."""
-    return T.Hyperparameters.from_env(environ | TINY | dict(VOCAB_SIZE=str(vocab)) | geometry.settings() | overrides)
+    settings = geometry.settings(doc_mode(environ))
+    return T.Hyperparameters.from_env(environ | TINY | dict(VOCAB_SIZE=str(vocab)) | settings | overrides)
 
 
 def tiny_model(T, args, device: torch.device):
@@ -592,8 +661,9 @@ class Watcher:
     `upto`: the probe of a changed run (None: the original run, everything kept). An update is an optimizer step on
     any model (the scored one or a copy of it) or a change of the scored model's weights however it was made, seen
     at the next observation. The original run records a digest of each (`trace`); a changed run compares its own to
-    `reference` (the original run's, on this rank) while a target up to the probe is still to be scored: an update
-    that differs there used tokens from the probe on before that target was scored (`leak`)."""
+    `reference` (the original run's, on this rank: its updates, the weights of its calls, the targets it scored on
+    each path) while a target up to the probe is still to be scored: an update that differs there used tokens from
+    the probe on before that target was scored (`leak`)."""
 
     def __init__(self, upto: int | None, total: int, device: torch.device, reference: tuple | None = None):
         self.upto, self.record, self.kind, self.model = upto, {}, None, None
@@ -613,6 +683,16 @@ class Watcher:
         """The first target up to the probe not yet scored on the current path (covered: per target 1..upto)."""
         left = (covered == 0).nonzero()
         return int(left[0]) + 1 if len(left) else None
+
+    def first_unscored(self) -> int | None:
+        """The first target up to the probe that this rank has still to score on the current path. Of several
+        processes, only those it scored in the original run count: the others are other ranks' to score (a rank
+        that steps a model alone, TTT_MODE=doc's adapters, is judged by what it scores itself)."""
+        none = torch.zeros(self.total + 1, dtype=torch.bool)
+        covered = self.covered.get(self.kind, none)[1 : self.upto + 1]
+        if self.reference is not None and dist.is_initialized():
+            covered = covered | ~self.reference[2].get(self.kind, none)[1 : self.upto + 1]
+        return self.missing(covered)
 
     def update(self, digest: bytes, what: str, target: int | None) -> None:
         """The run's next update; in a changed run, one that differs from the original run's while `target` (up to
@@ -664,9 +744,10 @@ class Watcher:
 
     def step_hook(self, optimizer, args, kwargs) -> None:
         """Before any optimizer step, on the scored model or another (a copy): an update, compared while a target up
-        to the probe is still to be scored on the current path by every rank. One on the scored model once they are
-        all scored ends a changed run, as does a leak. Every rank steps together (the gradient is all-reduced
-        first), so every rank asks and raises at the same step."""
+        to the probe is still to be scored on the current path: by any rank for a step on the scored model, which
+        every rank takes together (the gradient is all-reduced first), so every rank asks and raises at the same
+        step; by this rank for a step on another model (first_unscored). One on the scored model once every target
+        up to the probe is scored ends a changed run, as does a leak."""
         if self.model is None:
             return
         params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -677,11 +758,12 @@ class Watcher:
         if self.upto is None:
             self.trace.append(digest)
             return
-        empty = torch.zeros(self.total + 1, dtype=torch.bool)
-        covered = self.covered.get(self.kind, empty)[1 : self.upto + 1].to(self.device, torch.int32)
-        if dist.is_initialized():
+        target = self.first_unscored()
+        if dist.is_initialized() and scored:
+            empty = torch.zeros(self.total + 1, dtype=torch.bool)
+            covered = self.covered.get(self.kind, empty)[1 : self.upto + 1].to(self.device, torch.int32)
             dist.all_reduce(covered, op=dist.ReduceOp.MAX)  # scored by some rank
-        target = self.missing(covered.cpu())
+            target = self.missing(covered.cpu())
         what = "an optimizer step on the scored model" if scored else "an optimizer step on another model (a copy?)"
         self.update(digest, what, target)
         if target is None and scored:
@@ -691,8 +773,9 @@ class Watcher:
         """Before any module's forward, outside the scored model (a deep copy of it, or any other): its own weights.
         In a changed run, weights that the original run never called the module with, however they were made (an
         optimizer, p.data, copy_), while a target up to the probe is still to be scored on the current path by this
-        rank, were made from tokens from the probe on: a copy trained by hand on tokens not yet scored, once used.
-        Compared as a set, not in order: a copy a script keeps from one run of main() to the next is no leak."""
+        rank (first_unscored), were made from tokens from the probe on: a copy trained by hand on tokens not yet
+        scored, once used. Compared as a set, not in order: a copy a script keeps from one run of main() to the next
+        is no leak."""
         if self.model is None or self.device.type != "cpu" or id(module) in self.scored:
             return  # on CUDA no update is compared (docstring)
         params = list(module.parameters(recurse=False))
@@ -703,8 +786,7 @@ class Watcher:
         self.calls.add(digest)
         if self.upto is None or self.reference is None or self.leak is not None or digest in self.reference[1]:
             return
-        empty = torch.zeros(self.total + 1, dtype=torch.bool)
-        target = self.missing(self.covered.get(self.kind, empty)[1 : self.upto + 1])
+        target = self.first_unscored()
         if target is not None:
             self.leak = (self.kind, target, f"the weights of a {type(module).__name__} outside the scored model (a "
                          f"copy?), {how}, are none the original run called it with: they used tokens from the probe "
@@ -830,15 +912,16 @@ def worker_geometry(
     only: bool = False,
 ):
     """One geometry: the artifact (written by the checked script), then main() on the original split, on each
-    probe's changed one and with a hurting TTT. What this rank observed, and rank 0's log lines. only: the artifact
-    and the pre-flight alone (of the project's train_gpt.py: does it accept the data?); {} where it does."""
+    probe's changed one and with a hurting TTT; with TTT_MODE=doc also with frozen adapters and the isolation runs.
+    What this rank observed, and rank 0's log lines. only: the artifact and the pre-flight alone (of the project's
+    train_gpt.py: does it accept the data?); {} where it does."""
     data, path = folder / name, folder / f"artifact_{name}.ptz"
     settings = dict(DATA_PATH=str(data), TOKENIZER_PATH=str(folder / "tokenizer.model"), ARTIFACT_PATH=str(path))
     base = (
         environ
         | TINY
         | dict(VOCAB_SIZE=str(vocab))
-        | geometry.settings()
+        | geometry.settings(doc_mode(environ))
         | settings
         | dict(LOG_DIR=str(folder / "logs"))
     )
@@ -863,16 +946,23 @@ def worker_geometry(
         error, lines = run_main(T, base | overrides | {"RUN_ID": run_id}, watcher, changed, log_path, tag == "original")
         return watcher, error, lines if ctx.rank == 0 else []
 
+    doc = getattr(args, "ttt_mode", "stream") == "doc"
     watcher, error, lines = run("original")
     found = dict(
         original=(watcher.record, error, lines),
-        config={k: getattr(args, k) for k in ("ttt_lr", "ttt_epochs", "ttt_momentum")},
+        config={k: getattr(args, k) for k in ("ttt_lr", "ttt_epochs", "ttt_momentum") + DOC_CONFIG * doc},
     )
     if name in INTERPRETED:
         return found
-    hurting, error, lines = run("hurting", **HURTING_TTT)
+    hurting, error, lines = run("hurting", **HURTING_TTT, **(HURTING_DOC_TTT if doc else {}))
     found |= dict(hurting=(hurting.record, error, lines), probes={})
-    reference = (watcher.trace, watcher.calls) if device == "cpu" else None  # on CUDA, rounding differs run to run
+    # on CUDA, rounding differs run to run; covered: the targets each rank scores
+    reference = (watcher.trace, watcher.calls, watcher.covered) if device == "cpu" else None
+    spans = document_spans(tokens) if doc else None
+    if doc:
+        frozen, error, lines = run("frozen", **FROZEN_DOC_TTT)
+        found["frozen"] = (frozen.record, error, lines)
+        found["isolation"] = isolation_runs(run, tokens, spans, args.vocab_size)
     likely = likely_tokens(merge_records(gather(found["original"][0])), total)
     futures = {} if watcher.artifact is None else extreme_futures(T, args, watcher.artifact, tokens, 1, geometry.window)
     for kind, future in futures.items():  # every rank changes its split the same: rank 0's
@@ -880,13 +970,33 @@ def worker_geometry(
             future = future.to(ctx.device)
             dist.broadcast(future, 0)
             futures[kind] = future.cpu()
-    for probe, kind in probe_runs(geometry):
+    for probe, kind in probe_runs(geometry, spans):
         if kind in EXTREMES and kind not in futures:  # the original run never reached score_artifact: blocked anyway
             continue
         changed = changed_from(tokens, probe, kind, likely, args.vocab_size, futures)
         probed, error, _ = run(f"p{probe}{kind}", upto=probe, changed=changed, reference=reference)
         found["probes"][(probe, kind)] = (probed.record, error, probed.leak)
     return found
+
+
+def isolation_runs(run, tokens: torch.Tensor, spans: list[tuple[int, int]], vocab: int) -> dict:
+    """TTT_MODE=doc, DOC_ISOLATION_BATCH documents a batch: main() on the split, then once for each document with its
+    tokens (all but its BOS) changed to random ids, no BOS among them, so that every document keeps its place and
+    length and every batch its shapes: what another document scored must stay the same, bit for bit (condition 6).
+    run: worker_geometry's."""
+    batch = dict(TTT_BATCH_SIZE=str(DOC_ISOLATION_BATCH))
+    watcher, error, lines = run("isolated", **batch)
+    changed = {}
+    for d, (start, predictions) in enumerate(spans):
+        inner = torch.arange(start + int(tokens[start] == BOS_ID), start + predictions)
+        if not len(inner):  # a document of its BOS alone: nothing to change
+            continue
+        altered = tokens.clone()
+        ids = torch.randint(BOS_ID + 1, vocab, (len(inner),), generator=torch.Generator().manual_seed(d))
+        altered[inner] = ids
+        probed, probed_error, _ = run(f"isolated_doc{d}", changed=altered, **batch)
+        changed[d] = (probed.record, probed_error)
+    return dict(original=(watcher.record, error, lines), changed=changed, spans=spans, batch=DOC_ISOLATION_BATCH)
 
 
 def gather(record: dict) -> list[dict]:
@@ -1167,7 +1277,7 @@ def merge(saved: list[dict | None], splits: dict[str, Split], device: str, failu
             result["error"] = error or f"the worker failed ({failure or 'no result from ranks ' + str(missing)})"
             merged[name] = result
             continue
-        for run in [r for r in ("original", "hurting") if r in ranks[0]]:
+        for run in [r for r in ("original", "hurting", "frozen") if r in ranks[0]]:
             result[run] = (
                 merge_records([r[run][0] for r in ranks]),
                 ranks[0][run][2],
@@ -1179,8 +1289,27 @@ def merge(saved: list[dict | None], splits: dict[str, Split], device: str, failu
             for key in ranks[0].get("probes", {})
         }  # fmt: skip
         result["config"] = ranks[0]["config"]
+        if "isolation" in ranks[0]:  # TTT_MODE=doc
+            result["isolation"] = merge_isolation([r["isolation"] for r in ranks])
         merged[name] = result
     return merged
+
+
+def merge_isolation(ranks: list[dict]) -> dict:
+    """Every rank's isolation runs (isolation_runs') as one: each run's records merged, its first error kept."""
+    first = ranks[0]
+    runs = {d: [r["changed"][d] for r in ranks] for d in first["changed"]}
+    return dict(
+        first,
+        original=(
+            merge_records([r["original"][0] for r in ranks]),
+            first["original"][2],
+            next((r["original"][1] for r in ranks if r["original"][1]), None),
+        ),
+        changed={
+            d: (merge_records([r for r, _ in run]), next((e for _, e in run if e), None)) for d, run in runs.items()
+        },
+    )
 
 
 def by_position(observed: tuple[torch.Tensor, torch.Tensor] | None) -> dict[int, torch.Tensor]:
@@ -1341,7 +1470,8 @@ def report_verdict(result: dict, path: str, tolerance: float) -> tuple[bool | No
     the loss of that mixture, else None."""
     tokens, target_bytes = result["tokens"], result["bytes"]
     told, seen, others, parts = [], [], [], []  # per run: reported (loss, bpb), observed (loss, bpb), {path: loss}
-    hurting = f"with a hurting TTT ({' '.join(f'{k}={v}' for k, v in HURTING_TTT.items())}): "
+    settings = HURTING_TTT | (HURTING_DOC_TTT if result["config"].get("ttt_mode") == "doc" else {})
+    hurting = f"with a hurting TTT ({' '.join(f'{k}={v}' for k, v in settings.items())}): "
     for run, label in (("original", ""), ("hurting", hurting)):
         observed, lines, error = result[run]
         raised = f" (it raised {error})" if error and run == "hurting" else ""
@@ -1415,6 +1545,51 @@ def recognised_report(result: dict, path: str, found: set, evidence: str, tolera
     if None in found:
         return None, f"cannot verify: {evidence}, which could not see the rule that scores this path"
     return False, evidence
+
+
+def isolated(result: dict, tolerance: float, report_tolerance: float) -> tuple[bool, str]:
+    """Condition 6 (TTT_MODE=doc): nothing passes from one document to another but by the phases. The run of
+    DOC_ISOLATION_BATCH documents a batch scores every target once and reports what it scored; and with any one
+    document's tokens changed, the distribution of every target of another document stays the same (bit for bit on a
+    CPU), but for the documents of later phases, which start from a model trained on it."""
+    iso, tokens, config = result["isolation"], result["tokens"], result["config"]
+    spans, (observed, lines, error) = iso["spans"], iso["original"]
+    runs, targets = f"the runs of {iso['batch']} documents a batch", tokens.numel() - 1
+    positions = observed.get("ttt", (torch.zeros(0, dtype=torch.int64), None))[0]
+    counts = torch.bincount(positions.clamp(0, targets + 1), minlength=targets + 2)
+    if error or len(positions) != targets or not bool((counts[1 : targets + 1] == 1).all()):
+        raised = f"; it raised {error}" if error else ""
+        return False, f"{runs}: {int((counts[1 : targets + 1] > 0).sum())} of {targets} targets scored{raised}"
+    honest, evidence = report_matches(lines, observed, "ttt", tokens, result["bytes"], report_tolerance)
+    if not honest:
+        return False, f"{runs}: {evidence}"
+    phase = doc_phases(len(spans), config["phased_ttt_prefix_docs"], config["phased_ttt_num_phases"])
+    owner = {start + k: d for d, (start, predictions) in enumerate(spans) for k in range(1, predictions + 1)}
+    original, compared, moved = by_position(observed.get("ttt")), 0, []
+    for d, (record, raised) in iso["changed"].items():
+        changed = by_position(record.get("ttt"))
+        for target, row in original.items():
+            other = owner[target]
+            if other == d or phase[other] > phase[d]:
+                continue
+            compared += 1
+            diff = difference(changed[target], row) if target in changed else math.inf
+            if diff > tolerance:
+                moved.append((d, target, other, diff, raised))
+    bound = "bit for bit" if tolerance == 0 else f"within {tolerance:.4f} (bf16)"
+    if moved:
+        d, target, other, diff, raised = moved[0]
+        start, predictions = spans[d]
+        return False, (
+            f"{len(moved)} of {compared} distributions of other documents moved ({runs}); changing document {d} (tokens "
+            f"{start + 1}..{start + predictions - 1}) moved target {target} of document {other} by {diff:.3g}"
+            + (f" (that run raised {raised})" if raised else "")
+        )
+    return True, (
+        f"{runs}: every target scored once and reported; {len(iso['changed'])} documents changed one at a time, "
+        f"{compared} distributions of the others (not of later phases: {max(phase) + 1 if phase else 0} phase(s)) "
+        f"compared {bound}"
+    )
 
 
 def blocked(result: dict, path: str) -> dict[str, tuple[bool, str]]:
@@ -1501,13 +1676,20 @@ def conditions(
         "normalized": normalized,
         "reported_is_observed": (honest, evidence),
     }
+    doc = result["config"].get("ttt_mode") == "doc"
+    if path == "ttt" and doc:
+        found["documents_isolated"] = isolated(result, tolerance, report_tolerance)
     if path == "ttt":
-        sliding = by_position(observed.get("sliding_window"))
-        moved = [p for p, row in rows.items() if p in sliding and difference(row, sliding[p]) > tolerance]
+        # the split scored without adaptation: by the sliding windows, or (TTT_MODE=doc: each document alone, the
+        # sliding windows see across them) by the TTT path with its adapters and phases frozen
+        unadapted = by_position(result["frozen"][0].get("ttt") if doc else observed.get("sliding_window"))
+        frozen = " ".join(f"{k}={v}" for k, v in FROZEN_DOC_TTT.items())
+        against = f"those of a run with no step ({frozen})" if doc else "the sliding windows'"
+        moved = [p for p, row in rows.items() if p in unadapted and difference(row, unadapted[p]) > tolerance]
         adapted = len(moved) > 0
         found["ttt_adapts"] = (
             adapted or allow_no_adaptation,
-            f"{len(moved)} of {len(rows)} distributions differ from the sliding windows' (config {result['config']})"
+            f"{len(moved)} of {len(rows)} distributions differ from {against} (config {result['config']})"
             + (
                 ""
                 if adapted
@@ -1550,7 +1732,17 @@ def check(
         raise CheckError(f"--script {script}: not a Python file (.py): point it at a copy of train_gpt.py.")
     chosen = resolve_geometries(environ, device, geometries)
     data = user_data(environ)
+    if broken and doc_mode(environ):
+        raise CheckError("--broken breaks the stream TTT (score_with_ttt): with TTT_MODE=doc it would check the "
+                         "script as it is. TTT_MODE=doc's broken copies are tests/test_doc_ttt.py's.")  # fmt: skip
     lines = [f"checking {script} on {device}" + (" with a BROKEN TTT (trains before it scores)" if broken else "")]
+    if doc_mode(environ):
+        lines.append(
+            f"TTT_MODE=doc (a script that has it): causal probes at each document's boundaries, its first chunks' "
+            f"and a sample, the script run with TTT_BATCH_SIZE={DOC_CAUSAL_BATCH} (documents in stream order, every "
+            f"update compared); "
+            f"isolation: TTT_BATCH_SIZE={DOC_ISOLATION_BATCH}, each document changed alone"
+        )
     if data is None:
         lines.append(f"data: a validation split made here, tokenizer of {VOCAB} pieces (set DATA_PATH to check yours)")
     else:
@@ -1563,7 +1755,7 @@ def check(
     for name, g in chosen.items():
         lines.append(
             f"geometry {name}: window {g.window}, stride {g.stride}, chunks of {g.chunk}, {g.tokens} tokens, "
-            f"probes {probes(g)}"
+            + (f"TTT_CHUNK_SIZE={g.doc_chunk}" if doc_mode(environ) else f"probes {probes(g)}")
         )
     runs = losses or loss_paths(device, processes)
     if any(loss == "triton" for _, loss in runs):

@@ -167,6 +167,25 @@ class Hyperparameters:
     ttt_epochs: int = setting(3, ">= 0")  # steps on each scored chunk
     ttt_momentum: float = setting(0.9, "in [0, 1)")
     ttt_chunk_tokens: int = setting(32_768, "> 0")  # predictions scored between two adaptations
+    # TTT_MODE=doc: each document adapted on its own (the records' names)
+    ttt_mode: str = setting("stream", ("stream", "doc"))
+    ttt_lora_rank: int = setting(96, "> 0", "doc_ttt")
+    ttt_lora_alpha: float = setting(144.0, "> 0", "doc_ttt")  # scale alpha/rank
+    ttt_lora_lr: float = setting(1e-4, ">= 0", "doc_ttt")  # Adam's
+    ttt_chunk_size: int = setting(48, "> 0", "doc_ttt")  # predictions a step
+    ttt_batch_size: int = setting(64, "> 0", "doc_ttt")  # documents at once
+    ttt_weight_decay: float = setting(1.0, ">= 0", "doc_ttt")
+    ttt_beta1: float = setting(0.0, "in [0, 1)", "doc_ttt")
+    ttt_beta2: float = setting(0.999, "in [0, 1)", "doc_ttt")
+    ttt_k_lora: bool = setting(True, "", "doc_ttt")  # also on the keys
+    ttt_o_lora: bool = setting(True, "", "doc_ttt")  # the attention's output
+    ttt_mlp_lora: bool = setting(True, "", "doc_ttt")  # the MLP's output
+    phased_ttt_prefix_docs: int = setting(0, ">= 0", "doc_ttt")  # 0: no phases
+    phased_ttt_num_phases: int = setting(1, "> 0", "doc_ttt")
+    global_ttt_lr: float = setting(0.001, ">= 0", "doc_ttt")  # the phases' SGD
+    global_ttt_momentum: float = setting(0.9, "in [0, 1)", "doc_ttt")
+    global_ttt_epochs: int = setting(1, ">= 0", "doc_ttt")
+    global_ttt_chunk_tokens: int = setting(32_768, "> 0", "doc_ttt")
 
     def settings(self, role: str) -> dict:  # {name: value} of the fields of a role
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("role") == role}
@@ -184,6 +203,11 @@ class Hyperparameters:
         looping_at = explicit.get("enable_looping_at", 0)
         require(looping_at == 0 or values.get("num_loops", 0) > 0, f"ENABLE_LOOPING_AT={looping_at} does nothing "
                 "with NUM_LOOPS=0: set NUM_LOOPS > 0, or unset it.")
+        doc = [f"{k.upper()}={v}" for k, v in explicit.items()
+               if fields[k.upper()].metadata.get("role") == "doc_ttt"]
+        require(values.get("ttt_mode") == "doc" or not doc,
+                f"{', '.join(doc)}: settings of TTT_MODE=doc (each document"
+                " adapted on its own): set TTT_MODE=doc, or unset them.")
         return cls(**dict(values, run_id=values.get("run_id") or time.strftime("%Y%m%d_%H%M%S_") + os.urandom(4).hex()))
 
     def __post_init__(self) -> None:  # DATA_DIR's paths, the checks, the derived values
@@ -215,6 +239,16 @@ class Hyperparameters:
         require(self.eval_stride <= T, f"EVAL_STRIDE={self.eval_stride} must be at most {seq}={T}.")
         require(not self.ttt_enabled or self.ttt_chunk_tokens >= T,
                 f"TTT_CHUNK_TOKENS={self.ttt_chunk_tokens} must be >= {seq}={T} with TTT_ENABLED={self.ttt_enabled}.")
+        doc = self.ttt_mode == "doc"
+        require(not doc or self.ttt_enabled,
+                "TTT_MODE=doc does nothing with TTT_ENABLED=0: set TTT_ENABLED=1.")
+        require(not doc or self.ttt_chunk_size <= self.val_seq_len,
+                f"TTT_CHUNK_SIZE={self.ttt_chunk_size} must be at most {seq}={T}:"
+                " a chunk and its context are one window.")
+        phases = doc and self.phased_ttt_prefix_docs > 0
+        require(not phases or self.global_ttt_chunk_tokens >= self.val_seq_len,
+                f"GLOBAL_TTT_CHUNK_TOKENS={self.global_ttt_chunk_tokens} must be"
+                f" >= {seq}={T}: the phases train on whole sequences.")
         for bits, sigmas in QUANT_GROUPS.values():  # the records: 12.85 for matrices, 20 for embeddings
             require(getattr(self, bits) == 8 or getattr(self, sigmas) > 0,
                     f"{bits.upper()}={getattr(self, bits)} needs {sigmas.upper()} > 0: the quantile clip is int8's.")
@@ -273,6 +307,9 @@ QUANT_GROUPS = {"embed": ("embed_bits", "embed_clip_sigmas"), "matrix": ("matrix
 CLIP_GROUPS = {".mlp.": ("matrix_bits", "mlp_clip_sigmas"), ".attn.": ("matrix_bits", "attn_clip_sigmas")}
 ENV_PREFIXES_NOT_OURS = ("OMP_", "CUDA_", "NCCL_", "TORCH", "PYTORCH_", "TRITON_", "MASTER_", "LOCAL_", "GROUP_",
                          "ROLE_", "NVIDIA_", "PYTHON", "LC_", "XDG_", "MKL_", "KMP_", "GLOO_", "PATH")
+# torchrun's RANK is no typo of LQER_RANK or TTT_LORA_RANK (settings the
+# root lacks, so its check never met it)
+ENV_PREFIXES_NOT_OURS += ("RANK", "WORLD_SIZE")
 ENV_RETIRED = ("EMBEDDING_DIM", "EMBED_LR", "HEAD_LR", "LOSS_CHUNK_TOKENS")  # earlier versions' (README)
 ENV_OTHER_TRAINERS = dict(NUM_ITERATIONS="ITERATIONS", MAX_STEPS="ITERATIONS", ITERS="ITERATIONS", N_LAYER="NUM_LAYERS")
 ENV_OTHER_TRAINERS |= dict(GATE_WIDTH="GATE_WINDOW", SMEAR_GATE_WIDTH="GATE_WINDOW",
@@ -1234,18 +1271,19 @@ def score_with_ttt(run: Run, model: GPT, observe=None) -> Tensor:
         sums += score_windows(model, val, run.ctx, stride, starts[chunk_of == c], observe)
         if c < chunks - 1:
             lr = args.ttt_lr * 0.5 * (1.0 + math.cos(math.pi * c / (chunks - 1)))  # cosine-decayed
-            train_on_chunk(run, model, sgd, c * size, min((c + 1) * size, total), lr)
+            train_on_chunk(run, model, sgd, c * size, min((c + 1) * size, total), lr, args.ttt_epochs)
     return sums
 
-def train_on_chunk(run: Run, model: GPT, sgd: torch.optim.SGD, begin: int, end: int, lr: float) -> None:
-    """TTT_EPOCHS steps on predictions begin..end-1, split over ranks; the gradient clipped."""
+def train_on_chunk(run: Run, model: GPT, sgd: torch.optim.SGD, begin: int, end: int, lr: float,
+                   epochs: int) -> None:
+    """`epochs` steps on predictions begin..end-1, split over ranks; the gradient clipped."""
     ctx, T, params = run.ctx, run.val.seq_len, list(model.parameters())
     seqs = (end - begin) // T
     mine = torch.arange(seqs * ctx.rank // ctx.world_size, seqs * (ctx.rank + 1) // ctx.world_size)
     weight, mine = len(mine) / seqs, mine if len(mine) else torch.zeros(1, dtype=torch.int64)
     rows = run.val.tokens[begin + T * mine[:, None] + torch.arange(T + 1)].to(ctx.device)  # (n, T + 1)
     sgd.param_groups[0]["lr"] = lr  # one group: the model's parameters
-    for _ in range(run.args.ttt_epochs):
+    for _ in range(epochs):
         with ctx.autocast():
             (model(rows[:, :-1], rows[:, 1:]) * weight).backward()
         for p in params:
@@ -1253,6 +1291,211 @@ def train_on_chunk(run: Run, model: GPT, sgd: torch.optim.SGD, begin: int, end: 
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         sgd.step()
         sgd.zero_grad(set_to_none=True)
+
+# ---- Document-wise TTT (TTT_MODE=doc), the records' after 2026-04-09
+# Each validation document is adapted on its own. It starts from the trained
+# weights and is scored a chunk of TTT_CHUNK_SIZE predictions at a time, each
+# chunk before the adapters train on it (one Adam step). The adapters are
+# rank-TTT_LORA_RANK updates (LoRA) of q, k, v, the attention's and the MLP's
+# outputs and the head. TTT_BATCH_SIZE documents of like length run at once,
+# each with its own adapters, through a model of the same weights whose
+# attention is plain causal: a row holds one document, padded after its end.
+# Nothing passes from one document to another, except by the phases
+# (PHASED_TTT_*): the first PHASED_TTT_PREFIX_DOCS documents are scored in
+# PHASED_TTT_NUM_PHASES phases, and after each one plain SGD on every
+# document scored so far trains the model that the next ones start from.
+
+def document_spans(tokens: Tensor) -> Tensor:
+    """(n, 2): each document's first input and its number of predictions.
+    A BOS starts one, and so does the split; its last target is the next
+    document's BOS, so every target of the split is a document's."""
+    total = tokens.numel() - 1
+    bos = (tokens[:total] == BOS_ID).nonzero().flatten()
+    starts = torch.cat([bos.new_zeros(1), bos]).unique()
+    ends = torch.cat([starts[1:], starts.new_tensor([total])])
+    return torch.stack([starts, ends - starts], 1)
+
+def doc_phases(docs: int, args: Hyperparameters) -> list[range]:
+    """The documents in stream order: the phases of the prefix, then the
+    rest. Phase k ends at document prefix * (k + 1) // phases."""
+    prefix = min(args.phased_ttt_prefix_docs, docs)
+    phases = args.phased_ttt_num_phases
+    cuts = [0, *(prefix * (k + 1) // phases for k in range(phases)), docs]
+    return [range(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+def doc_batches(lengths: list[int], docs: range, size: int) -> list[list]:
+    """Batches of `size` documents of like length, the longest first. One
+    document a batch has nothing to group: those keep stream order."""
+    order = list(docs)
+    if size > 1:
+        order.sort(key=lambda d: -lengths[d])  # stable: ties in stream order
+    return [order[i : i + size] for i in range(0, len(order), size)]
+
+class BatchedLoRA(nn.Module):
+    """x (D, T, d_in) -> scale * x A_i^T B_i^T (D, T, d_out): document i's
+    update, A_i (rank, d_in) and B_i (d_out, rank). B starts at zero, A at
+    one draw that every document shares: each one starts alike."""
+    def __init__(self, docs: int, d_in: int, d_out: int, rank: int,
+                 scale: float, gen: torch.Generator):
+        super().__init__()
+        bound = d_in ** -0.5  # the records' uniform start of A
+        start = (2 * torch.rand(rank, d_in, generator=gen) - 1) * bound
+        self.register_buffer("start", start, persistent=False)
+        self.A = nn.Parameter(start.repeat(docs, 1, 1))
+        self.B = nn.Parameter(torch.zeros(docs, d_out, rank))
+        self.scale = scale
+
+    def reset(self) -> None:
+        with torch.no_grad():
+            self.A.copy_(self.start)
+            self.B.zero_()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return (x @ self.A.mT) @ self.B.mT * self.scale
+
+def add_update(lora: BatchedLoRA, module, inputs, out) -> Tensor:
+    return out + lora(inputs[0])  # a forward hook: the module's input
+
+class DocAdapters(nn.Module):
+    """The adapters of a batch of documents, hooked onto a model. Each adds
+    an update of a block's normed input to the output of its c_q, c_v, c_k
+    (TTT_K_LORA), attention (TTT_O_LORA) or MLP (TTT_MLP_LORA); one more
+    adds an update of the final hidden state to the logits."""
+    def __init__(self, model: GPT, args: Hyperparameters, docs: int):
+        super().__init__()
+        gen = torch.Generator().manual_seed(args.seed)
+        rank, dim = args.ttt_lora_rank, args.model_dim
+        def lora(d_out: int) -> BatchedLoRA:
+            scale = args.ttt_lora_alpha / rank
+            return BatchedLoRA(docs, dim, d_out, rank, scale, gen)
+        names = ["attn.c_q", "attn.c_v"] + ["attn.c_k"] * args.ttt_k_lora
+        names += ["attn"] * args.ttt_o_lora + ["mlp"] * args.ttt_mlp_lora
+        self.loras = nn.ModuleDict()
+        for i, block in enumerate(model.blocks):
+            for name in names:
+                module = block.get_submodule(name)
+                out = getattr(module, "out_features", dim)
+                key = f"{i}_{name.replace('.', '_')}"
+                self.loras[key] = lora(out)
+                hook = functools.partial(add_update, self.loras[key])
+                module.register_forward_hook(hook)
+        self.head = lora(args.vocab_size)
+
+    def reset(self) -> None:  # every document starts from the weights
+        for m in self.modules():
+            if isinstance(m, BatchedLoRA):
+                m.reset()
+
+    def log_probs(self, model: GPT, h: Tensor) -> Tensor:
+        """Hidden states (D, C, d) -> log-probabilities (D, C, V), fp32."""
+        emb = model.tok_emb.weight.to(h.dtype)
+        logits = (F.linear(h, emb) + self.head(h)).float()
+        cap = model.logit_softcap
+        return F.log_softmax(cap * torch.tanh(logits / cap), -1)
+
+@dataclasses.dataclass
+class DocModel:
+    """The scored model's weights (shared: the phases' updates show) with
+    plain causal attention and the adapters; only the adapters train."""
+    gpt: GPT
+    adapters: DocAdapters
+    hidden: object  # gpt.hidden, compiled on CUDA
+
+def doc_model(run: Run, model: GPT) -> DocModel:
+    args = dataclasses.replace(run.args, mlp_impl="modules")  # no dW
+    with torch.device("meta"):  # no init: the weights are the model's
+        gpt = GPT(args, run.loss_impl[0], model.activation_dtype,
+                  attn_impl="dense")
+    gpt.load_state_dict(model.state_dict(), assign=True)
+    gpt.requires_grad_(False)
+    gpt.looping = model.looping
+    adapters = DocAdapters(gpt, args, args.ttt_batch_size)
+    gpt, adapters = gpt.to(run.ctx.device), adapters.to(run.ctx.device)
+    hidden = gpt.hidden
+    if args.compile and run.ctx.device.type == "cuda":
+        hidden = torch.compile(hidden, dynamic=True)  # windows grow
+    return DocModel(gpt, adapters, hidden)
+
+def score_doc_batch(run: Run, doc: DocModel, spans: Tensor,
+                    observe=None) -> Tensor:
+    """(loss sum, tokens, bytes) of a batch of documents, spans (D, 2) as
+    document_spans' (a padding slot: no predictions), each adapted on its
+    own: chunk c is scored, then the adapters take a step on it."""
+    args, val, ctx = run.args, run.val, run.ctx
+    C, total = args.ttt_chunk_size, val.tokens.numel() - 1
+    first, length = spans.unbind(1)  # (D,) each
+    doc.adapters.reset()
+    adam = torch.optim.AdamW(
+        doc.adapters.parameters(), lr=args.ttt_lora_lr, eps=1e-10,
+        betas=(args.ttt_beta1, args.ttt_beta2), fused=ctx.device.type == "cuda",
+        weight_decay=args.ttt_weight_decay)
+    sums = torch.zeros(3, dtype=torch.float64, device=ctx.device)
+    for c in range(-(-int(length.max()) // C)):
+        # the window: predictions up to chunk c's last, at most seq_len
+        cols = torch.arange(max(0, (c + 1) * C - val.seq_len), (c + 1) * C)
+        inside = cols < length[:, None]  # (D, T)
+        at = (first[:, None] + cols).clamp_max(total - 1)  # the inputs
+        x = torch.where(inside, val.tokens[at], 0).to(ctx.device)
+        y = val.tokens[at[:, -C:] + 1].to(ctx.device)  # chunk c's targets
+        train = length > (c + 1) * C  # (D,): a chunk follows
+        with torch.set_grad_enabled(bool(train.any())), ctx.autocast():
+            h = doc.hidden(x)[:, -C:]  # (D, C, d)
+            logp = doc.adapters.log_probs(doc.gpt, h)  # (D, C, V)
+        losses = -logp.gather(-1, y[..., None])[..., 0]  # (D, C)
+        scored = inside[:, -C:].to(ctx.device)
+        targets = (at[:, -C:] + 1).to(ctx.device)
+        nbytes = val.token_bytes[targets] * scored
+        sums += torch.stack([(losses.detach().double() * scored).sum(),
+                             scored.sum(), nbytes.sum()])
+        if observe is not None:
+            observe(targets[scored], logp.detach()[scored])
+        if train.any():
+            adam.zero_grad(set_to_none=True)
+            (losses.mean(1) * train.to(ctx.device)).sum().backward()
+            adam.step()
+    return sums
+
+def train_on_scored(run: Run, model: GPT, end: int) -> None:
+    """A phase's plain SGD on predictions 0..end-1, all of them scored:
+    GLOBAL_TTT_EPOCHS steps a chunk of GLOBAL_TTT_CHUNK_TOKENS, the lr
+    cosine-decayed over the chunks (the records' global TTT)."""
+    args, T = run.args, run.val.seq_len
+    size = args.global_ttt_chunk_tokens
+    spans = [(b, min(b + size, end)) for b in range(0, end, size)]
+    spans = [(b, e) for b, e in spans if e - b >= T]  # whole sequences
+    sgd = torch.optim.SGD(model.parameters(), lr=args.global_ttt_lr,
+                          momentum=args.global_ttt_momentum)
+    for c, (begin, stop) in enumerate(spans):
+        cosine = 0.5 * (1.0 + math.cos(math.pi * c / len(spans)))
+        lr = args.global_ttt_lr * cosine
+        train_on_chunk(run, model, sgd, begin, stop, lr,
+                       args.global_ttt_epochs)
+
+def score_docs_with_ttt(run: Run, model: GPT, observe=None) -> Tensor:
+    """TTT_MODE=doc (above): each phase's documents, this rank's batches of
+    them; then, all ranks together, SGD on every document scored so far."""
+    args, ctx, log = run.args, run.ctx, run.log
+    spans = document_spans(run.val.tokens)
+    lengths = spans[:, 1].tolist()
+    phases = doc_phases(len(spans), args)
+    doc, size = doc_model(run, model), args.ttt_batch_size
+    pad = torch.zeros(size, 2, dtype=torch.int64)  # slots of no document
+    log.log(ttt_mode="doc", ttt_docs=len(spans), ttt_phases=len(phases) - 1,
+            ttt_batch_size=size, ttt_chunk_size=args.ttt_chunk_size)
+    sums = torch.zeros(3, dtype=torch.float64, device=ctx.device)
+    t0 = ctx.clock()
+    for k, phase in enumerate(phases):
+        batches = doc_batches(lengths, phase, size)
+        for batch in batches[ctx.rank :: ctx.world_size]:
+            batch_spans = torch.cat([spans[batch], pad])[:size]
+            sums += score_doc_batch(run, doc, batch_spans, observe)
+        if k < len(phases) - 1:  # the next phase starts from these
+            end = int(spans[phase[-1]].sum())  # its last target
+            train_on_scored(run, model, end)
+            log.log(ttt_phase=f"{k + 1}/{len(phases) - 1}",
+                    docs_scored=phase[-1] + 1, trained_predictions=end,
+                    ttt_time=f"{1000 * (ctx.clock() - t0):.0f}ms")
+    return ctx.all_reduce(sums)
 
 # ==== Export: quantize, compress, and the round trip the score is measured after
 # Float tensors over 65,536 elements: int8 codes of MATRIX_BITS (EMBED_BITS), an fp16 step per row (int8's
@@ -1692,7 +1935,8 @@ def score_artifact(run: Run, model: GPT, header: dict, weights: dict[str, Tensor
     if args.eval_stride > 0:
         timed_score("sliding_window", score_windows, model, run.val, ctx, args.eval_stride, **window)
     if args.ttt_enabled:
-        timed_score("ttt", score_with_ttt, run, model, **window)
+        ttt = score_docs_with_ttt if args.ttt_mode == "doc" else score_with_ttt
+        timed_score("ttt", ttt, run, model, **window)
 
 # ==== Pre-flight and main =====================================================
 # Every input is checked before a process group or a GPU is touched; errors end as "error: ..." (exit 2).
