@@ -190,6 +190,21 @@ def cpu_run(
     )
 
 
+FRONTIER = ROOT / "records" / "frontier" / "train_gpt.py"  # our record script
+
+
+def load_frontier():
+    """The record script as a module of its own name (the root's is train_gpt), once a process."""
+    if "frontier_gpt" not in sys.modules:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("frontier_gpt", FRONTIER)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["frontier_gpt"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["frontier_gpt"]
+
+
 # ---- Running train_gpt.py as a user would (tests/test_end_to_end.py, tests/test_export.py) ----
 
 SCRIPT = ROOT / "train_gpt.py"

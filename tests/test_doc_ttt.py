@@ -15,7 +15,6 @@ with 2: 5-9 s each on 2 shared cores, ~50 s for the file.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -24,20 +23,9 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-FRONTIER = ROOT / "records" / "frontier" / "train_gpt.py"
 sys.path.insert(0, str(ROOT / "scripts"))
 import check_legality  # noqa: E402
-
-
-def load_frontier():
-    """The record script as a module of its own name (the root's is train_gpt), once a session."""
-    if "frontier_gpt" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("frontier_gpt", FRONTIER)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["frontier_gpt"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["frontier_gpt"]
-
+from helpers import FRONTIER, load_frontier  # noqa: E402
 
 fg = load_frontier()
 OURS = {name.upper() for name in fg.Hyperparameters.__dataclass_fields__}

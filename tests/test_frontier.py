@@ -12,7 +12,6 @@ TTT. On CUDA: FlexAttention forward and backward against the reference, and the 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -22,20 +21,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import ROOT, run_script, tiny_env
+from helpers import FRONTIER, ROOT, load_frontier, run_script, tiny_env
 
-FRONTIER = ROOT / "records" / "frontier" / "train_gpt.py"
 BOS_ID = 1
-
-
-def load_frontier():
-    """The record script as a module of its own name (the root's is train_gpt)."""
-    if "frontier_gpt" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("frontier_gpt", FRONTIER)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["frontier_gpt"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["frontier_gpt"]
 
 
 fg = load_frontier()
