@@ -205,6 +205,20 @@ def load_frontier():
     return sys.modules["frontier_gpt"]
 
 
+def patched_copy(
+    edits: list[tuple[str, str]], folder: Path, name: str = "", script: Path = ROOT / "train_gpt.py"
+) -> Path:
+    """folder/train_gpt.py: `script` (the root's, or our record script) with each (old, new) edit made once; a
+    broken copy for the legality tests. An edit whose text does not occur exactly once fails, naming the copy."""
+    source = script.read_text(encoding="utf-8")
+    for old, new in edits:
+        assert source.count(old) == 1, f"{name}: {old!r} occurs {source.count(old)} times in {script}: re-anchor it"
+        source = source.replace(old, new)
+    path = folder / "train_gpt.py"
+    path.write_text(source, encoding="utf-8")
+    return path
+
+
 # ---- Running train_gpt.py as a user would (tests/test_end_to_end.py, tests/test_export.py) ----
 
 SCRIPT = ROOT / "train_gpt.py"

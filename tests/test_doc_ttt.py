@@ -25,7 +25,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 import check_legality  # noqa: E402
-from helpers import FRONTIER, load_frontier  # noqa: E402
+from helpers import FRONTIER, load_frontier, patched_copy  # noqa: E402
 
 fg = load_frontier()
 OURS = {name.upper() for name in fg.Hyperparameters.__dataclass_fields__}
@@ -292,21 +292,11 @@ def check(script: Path, processes: int = 1, **settings) -> dict:
     return failed
 
 
-def patched(edits: list[tuple[str, str]], folder: Path) -> Path:
-    source = FRONTIER.read_text(encoding="utf-8")
-    for old, new in edits:
-        assert source.count(old) == 1, f"{old!r} occurs {source.count(old)} times in {FRONTIER}: re-anchor it"
-        source = source.replace(old, new)
-    path = folder / "train_gpt.py"
-    path.write_text(source, encoding="utf-8")
-    return path
-
-
 @pytest.mark.parametrize("name", list(COPIES))
 def test_the_check_fails_each_broken_copy_on_its_condition_and_passes_the_legal_one(name, tmp_path):
     """Each broken copy fails the conditions named, on the ttt path, and no other; the legal one fails none."""
     edits, settings, conditions = COPIES[name]
-    failed = check(patched(edits, tmp_path), **settings)
+    failed = check(patched_copy(edits, tmp_path, name, FRONTIER), **settings)
     assert set(failed) == {(condition, "ttt") for condition in conditions}, failed
 
 

@@ -45,7 +45,7 @@ import build_shards  # noqa: E402
 import caseops  # noqa: E402
 import check_legality  # noqa: E402
 import train_gpt  # noqa: E402
-from helpers import OUR_NAMES  # noqa: E402
+from helpers import OUR_NAMES, patched_copy  # noqa: E402
 
 ALL_PATHS = set(check_legality.PATHS)
 
@@ -435,16 +435,6 @@ def clean_env(**settings) -> dict[str, str]:
     either) and `settings`."""
     ours = {k: v for k, v in os.environ.items() if k not in OUR_NAMES} | {"NUM_LAYERS": "2", "TTT_EPOCHS": "1"}
     return ours | {k: str(v) for k, v in settings.items()}
-
-
-def patched_copy(edits: list[tuple[str, str]], folder: Path, name: str = "") -> Path:
-    source = (ROOT / "train_gpt.py").read_text(encoding="utf-8")
-    for old, new in edits:
-        assert source.count(old) == 1, f"{name}: {old!r} occurs {source.count(old)} times: re-anchor it"
-        source = source.replace(old, new)
-    path = folder / "train_gpt.py"
-    path.write_text(source, encoding="utf-8")
-    return path
 
 
 def failed_lines(lines: list[str]) -> list[str]:
